@@ -1,0 +1,18 @@
+"""posenc: Transformer positional encodings and length extrapolation in JAX/Flax.
+
+Where each formula lives:
+  posenc/sinusoidal.py    sinusoidal absolute encoding (Vaswani et al. 2017)
+  posenc/rope.py          apply_rope: half-split and interleaved RoPE (Su et al. 2021)
+  posenc/rope_scaling.py  RopeScaling and rope_frequencies: PI, NTK, dynamic NTK, YaRN, LongRoPE, Llama 3
+  posenc/alibi.py         ALiBi slopes and bias (Press et al. 2022)
+"""
+
+from posenc.alibi import alibi_bias, alibi_slopes
+from posenc.rope import LAYOUTS, apply_rope
+from posenc.rope_scaling import KINDS, RopeScaling, rope_frequencies, yarn_correction_range
+from posenc.sinusoidal import sinusoidal_encoding, sinusoidal_table
+
+__all__ = [
+    "KINDS", "LAYOUTS", "RopeScaling", "alibi_bias", "alibi_slopes", "apply_rope", "rope_frequencies",
+    "sinusoidal_encoding", "sinusoidal_table", "yarn_correction_range",
+]

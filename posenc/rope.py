@@ -1,0 +1,104 @@
+"""Rotary position embedding (RoPE): rotate q and k by angles proportional to their positions.
+
+Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding", arXiv 2104.09864.
+
+For each pair i of features, position m rotates the pair by the angle m·θ_i:
+
+    (x'_a, x'_b) = (x_a cos mθ_i − x_b sin mθ_i,  x_a sin mθ_i + x_b cos mθ_i)
+
+so that ⟨f(q, m), f(k, n)⟩ depends only on m − n (the seeds' derivation; see tests/test_rope.py).
+
+Layouts (which features form pair i; q and k must use the same one):
+  * `half`: (i, i + r) with r = len(inv_freq) — `rotate_half` of GPT-NeoX and Hugging Face LLaMA.
+  * `interleaved`: (2i, 2i + 1) — as the seeds and RoFormer write it; GPT-J, Meta's LLaMA reference.
+Only the first 2r features rotate (partial rotary, GPT-NeoX `rotary_pct`); the rest pass through.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+LAYOUTS = ("half", "interleaved")
+
+
+def rope_angles_dtype(inv_freq) -> jnp.dtype:
+    """Angles are computed in float32, or float64 when given float64 frequencies with x64 enabled."""
+    return jnp.promote_types(jnp.float32, jnp.asarray(inv_freq).dtype)
+
+
+def _materialize(cos, sin):
+    """Returns (cos, sin) unchanged, computed once as small `[..., T, r]` tables.
+
+    Left alone, XLA fuses sin/cos into the big elementwise loop over x and recomputes them for every head
+    and batch row: 2-3x slower on CPU (scripts/benchmark_rope.py). `lax.optimization_barrier` is removed
+    before fusion on CPU; a dot is never fused into a loop, so an exact identity matmul (one 1 and one 0
+    per output, `precision='highest'`) pins the tables in memory for the cost of 4 flops per entry.
+    """
+    cs = jnp.stack([cos, sin], axis=-1)
+    eye = jnp.eye(2, dtype=cs.dtype)
+    cs = jnp.dot(cs.reshape(-1, 2), eye, precision=jax.lax.Precision.HIGHEST).reshape(cs.shape)
+    return cs[..., 0], cs[..., 1]
+
+
+def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor=1.0):
+    """Rotates the features of `x` by RoPE angles `positions · inv_freq`.
+
+    Args:
+      x: `[..., T, N, H]` (batch…, time, heads, head_dim: the layout of `jax.nn.dot_product_attention`).
+      positions: integer or float positions `[..., T]`, broadcastable against `x.shape[:-2]`. Offsets
+        (KV cache), packing and left padding are just other position values.
+      inv_freq: θ, `[r]` with 2r ≤ H (from `posenc.rope_frequencies`).
+      layout: `half` or `interleaved` (see the module docstring).
+      attention_factor: multiplies cos and sin (YaRN's sqrt(1/t), LongRoPE's factor); scalar or
+        array. As in Hugging Face, the pass-through features are not scaled.
+
+    Returns:
+      The rotated `x`, same shape and dtype. Angles and the rotation are computed in float32 or better
+      (never in bf16: a bf16 angle is wrong by whole radians at positions of a few thousand); only the
+      result is cast back.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"apply_rope: layout must be one of {LAYOUTS}, got {layout!r}")
+    x = jnp.asarray(x)
+    if x.ndim < 3:
+        raise ValueError(f"apply_rope: x must be [..., T, N, H], got shape {x.shape}")
+    inv_freq = jnp.asarray(inv_freq) if not isinstance(inv_freq, np.ndarray) else inv_freq
+    if inv_freq.ndim != 1:
+        raise ValueError(f"apply_rope: inv_freq must be a vector [rotary_dim // 2], got shape {inv_freq.shape}")
+    r, head_dim = inv_freq.shape[0], x.shape[-1]
+    if r == 0 or 2 * r > head_dim:
+        raise ValueError(
+            f"apply_rope: rotary_dim = 2 · len(inv_freq) = {2 * r} must be in [2, head_dim = {head_dim}]"
+        )
+    positions = jnp.asarray(positions)
+    if positions.ndim == 0 or positions.shape[-1] not in (1, x.shape[-3]):
+        raise ValueError(f"apply_rope: positions must be [..., T] with T = {x.shape[-3]}, got shape {positions.shape}")
+    try:
+        np.broadcast_shapes(positions.shape, x.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"apply_rope: positions {positions.shape} do not broadcast against x's leading dims {x.shape[:-2]}"
+        ) from None
+
+    ft = rope_angles_dtype(inv_freq)
+    angles = positions.astype(ft)[..., None] * jnp.asarray(inv_freq, ft)  # [..., T, r]
+    cos, sin = _materialize(jnp.cos(angles) * attention_factor, jnp.sin(angles) * attention_factor)
+    cos, sin = cos[..., None, :], sin[..., None, :]  # [..., T, 1, r]: broadcast over heads
+    # One fused elementwise pass: split the rotary features into their pairs with a reshape (free), rotate,
+    # and stack the halves back. Measured on CPU (scripts/benchmark_rope.py), `stack` fuses into a single
+    # loop, while `concatenate` of the halves or a `rotate_half` via roll/reverse costs 1.5–2.5× more.
+    rot = x[..., :2 * r].astype(ft) if 2 * r < head_dim else x.astype(ft)
+    if layout == "half":
+        pairs = rot.reshape(*x.shape[:-1], 2, r)
+        xa, xb = pairs[..., 0, :], pairs[..., 1, :]
+        rot = jnp.stack([xa * cos - xb * sin, xb * cos + xa * sin], axis=-2)
+    else:
+        pairs = rot.reshape(*x.shape[:-1], r, 2)
+        xa, xb = pairs[..., 0], pairs[..., 1]
+        rot = jnp.stack([xa * cos - xb * sin, xa * sin + xb * cos], axis=-1)
+    rot = rot.reshape(*x.shape[:-1], 2 * r).astype(x.dtype)
+    if 2 * r == head_dim:
+        return rot
+    return jnp.concatenate([rot, x[..., 2 * r:]], axis=-1)  # partial rotary: the tail passes through

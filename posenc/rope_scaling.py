@@ -1,0 +1,332 @@
+"""RoPE frequencies and the context-extension family that rescales them.
+
+Every method here is a function of the rotary dimension d, the base b and a `RopeScaling`, returning the
+per-pair inverse frequencies θ_i (`inv_freq`, shape `[d/2]`, or `[num_layers, d/2]` for per-layer LongRoPE
+factors) and an `attention_factor` that multiplies cos and sin (so the attention logits by its square).
+The unscaled frequencies are θ_i = b^(-2i/d), i = 0 … d/2 − 1 (Su et al. 2021, arXiv 2104.09864).
+
+| kind          | formula (s = factor, L = original_max_len)                          | reference                      |
+|---------------|----------------------------------------------------------------------|--------------------------------|
+| `none`        | θ_i                                                                  | RoFormer, arXiv 2104.09864     |
+| `linear`      | θ_i / s  (Position Interpolation: position m ↦ m / s)                | Chen et al., arXiv 2306.15595  |
+| `ntk`         | b' = b · s^(d/(d−2))                                                 | bloc97 (2023); YaRN §3.1       |
+| `dynamic_ntk` | b' = b · (s·T/L − (s−1))^(d/(d−2)), T = max(seq_len, L)              | HF `_compute_dynamic_ntk_…`    |
+|               | (s is a slope here: even s = 1 rescales past L, as in HF)             |                                |
+| `yarn`        | NTK-by-parts ramp between the dims of β_fast and β_slow;             | Peng et al., arXiv 2309.00071  |
+|               | attention factor 0.1·ln s + 1                                        |                                |
+| `longrope`    | θ_i / λ_i with λ = short_factor (T ≤ L) or long_factor (T > L);      | Ding et al., arXiv 2402.13753  |
+|               | attention factor sqrt(1 + ln s / ln L)                               |                                |
+| `llama3`      | θ_i for λ_i < L/high_freq_factor, θ_i/s for λ_i > L/low_freq_factor, | Llama 3.1 (Meta, 2024)         |
+|               | smooth interpolation between                                         |                                |
+
+`dynamic=True` (for `linear`, `ntk`, `yarn`) replaces s by max(1, seq_len / L) — YaRN §3.3 "Dynamic Scaling".
+
+The frequencies are computed in float64 NumPy from static Python values: they are exact references and
+constants under `jax.jit`. To sweep a scaling without recompiling, compute `inv_freq` here outside the
+jitted function and pass it in as an array (see `posenc.rope.apply_rope`).
+
+Reference implementation matched: Hugging Face transformers `modeling_rope_utils.py` (the
+`_compute_*_parameters` functions), and the YaRN / LongRoPE reference code it was taken from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+KINDS = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "longrope", "llama3")
+DYNAMIC_KINDS = ("linear", "ntk", "yarn")  # kinds that accept `dynamic=True`
+_NEEDS_ORIGINAL_LEN = ("dynamic_ntk", "yarn", "longrope", "llama3")
+
+# Hugging Face `rope_type` names -> posenc kinds.
+_HF_TYPES = {
+    "default": "none",
+    "linear": "linear",
+    "ntk": "ntk",
+    "dynamic": "dynamic_ntk",
+    "yarn": "yarn",
+    "longrope": "longrope",
+    "su": "longrope",  # early Phi-3 configs
+    "llama3": "llama3",
+}
+
+
+def _as_tuple(value: Any) -> Any:
+    """Lists / arrays of factors -> (nested) tuples of floats, so the dataclass stays hashable."""
+    if value is None:
+        return None
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0:
+        raise ValueError(f"expected a vector of factors, got the scalar {value!r}")
+    return tuple(map(float, arr)) if arr.ndim == 1 else tuple(tuple(map(float, row)) for row in arr)
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+    """How RoPE frequencies are rescaled for contexts longer than the training length.
+
+    Frozen and hashable: safe as a static argument of `jax.jit`.
+
+    Attributes:
+      kind: one of `KINDS`.
+      factor: the scale s ≥ 1 (target length / original length).
+      original_max_len: L, the context length the model was trained at. Required for `dynamic_ntk`,
+        `yarn`, `longrope`, `llama3` and any `dynamic=True` scaling.
+      dynamic: for `linear`, `ntk`, `yarn`: use s = max(1, seq_len / L) instead of `factor`.
+      beta_fast, beta_slow: YaRN's rotation counts bounding the ramp (defaults 32 and 1).
+      truncate: YaRN: floor/ceil the correction range to whole dimensions (as the reference code does).
+      attention_factor: overrides the kind's default attention factor (YaRN's sqrt(1/t), LongRoPE's).
+      mscale, mscale_all_dim: DeepSeek-style YaRN attention factor
+        (0.1·mscale·ln s + 1) / (0.1·mscale_all_dim·ln s + 1), as in Hugging Face.
+      short_factor, long_factor: LongRoPE rescale factors λ_i, `[d/2]` or per layer `[num_layers, d/2]`.
+      low_freq_factor, high_freq_factor: Llama 3.1 band edges (defaults 1 and 4).
+    """
+
+    kind: str = "none"
+    factor: float = 1.0
+    original_max_len: int | None = None
+    dynamic: bool = False
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
+    attention_factor: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    short_factor: tuple | None = None
+    long_factor: tuple | None = None
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+
+    def __post_init__(self):
+        for name in ("short_factor", "long_factor"):
+            object.__setattr__(self, name, _as_tuple(getattr(self, name)))
+        if self.kind not in KINDS:
+            raise ValueError(f"RopeScaling.kind must be one of {KINDS}, got {self.kind!r}")
+        if not (isinstance(self.factor, (int, float)) and math.isfinite(self.factor) and self.factor >= 1):
+            raise ValueError(f"RopeScaling.factor must be a finite number >= 1, got {self.factor!r}")
+        if self.dynamic and self.kind not in DYNAMIC_KINDS:
+            raise ValueError(
+                f"RopeScaling.dynamic=True is valid only for kind in {DYNAMIC_KINDS}, got kind={self.kind!r} "
+                "(dynamic_ntk is dynamic by definition)"
+            )
+        if self.original_max_len is not None:
+            if isinstance(self.original_max_len, bool) or not isinstance(self.original_max_len, (int, np.integer)) or self.original_max_len <= 0:
+                raise ValueError(
+                    f"RopeScaling.original_max_len must be a positive integer, got {self.original_max_len!r}"
+                )
+        elif self.kind in _NEEDS_ORIGINAL_LEN or self.dynamic:
+            raise ValueError(
+                f"RopeScaling.original_max_len is required for kind={self.kind!r}"
+                f"{' with dynamic=True' if self.dynamic else ''} (the training context length)"
+            )
+        if not (0 < self.beta_slow < self.beta_fast):
+            raise ValueError(
+                f"RopeScaling.beta_fast and beta_slow must satisfy 0 < beta_slow < beta_fast, "
+                f"got beta_fast={self.beta_fast!r}, beta_slow={self.beta_slow!r}"
+            )
+        if self.attention_factor is not None and not self.attention_factor > 0:
+            raise ValueError(f"RopeScaling.attention_factor must be > 0 when given, got {self.attention_factor!r}")
+        if not (0 < self.low_freq_factor < self.high_freq_factor):
+            raise ValueError(
+                "RopeScaling.low_freq_factor and high_freq_factor must satisfy 0 < low < high, "
+                f"got low_freq_factor={self.low_freq_factor!r}, high_freq_factor={self.high_freq_factor!r}"
+            )
+        if self.kind == "longrope":
+            for name in ("short_factor", "long_factor"):
+                value = getattr(self, name)
+                if value is None:
+                    raise ValueError(f"RopeScaling.{name} is required for kind='longrope'")
+                if not np.all(np.asarray(value) > 0):
+                    raise ValueError(f"RopeScaling.{name} must be all > 0, got {value!r}")
+            if np.shape(self.short_factor) != np.shape(self.long_factor):
+                raise ValueError(
+                    "RopeScaling.short_factor and long_factor must have the same shape, got "
+                    f"{np.shape(self.short_factor)} and {np.shape(self.long_factor)}"
+                )
+
+    @classmethod
+    def from_hf(cls, d: Mapping[str, Any], *, max_position_embeddings: int | None = None) -> "RopeScaling":
+        """Builds a `RopeScaling` from a Hugging Face `rope_scaling` / `rope_parameters` dict.
+
+        Accepts `rope_type` (or the older `type`), `factor`, `original_max_position_embeddings`,
+        `beta_fast`, `beta_slow`, `truncate`, `attention_factor`, `mscale`, `mscale_all_dim`,
+        `short_factor`, `long_factor`, `low_freq_factor`, `high_freq_factor`. `rope_theta` (a
+        `rope_parameters` key) is the base, not a scaling: pass it to `rope_frequencies` separately.
+        HF falls back to the model's `max_position_embeddings` when `original_max_position_embeddings`
+        is absent; pass it as `max_position_embeddings` to reproduce that.
+        """
+        known = {
+            "rope_type", "type", "factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+            "truncate", "attention_factor", "mscale", "mscale_all_dim", "short_factor", "long_factor",
+            "low_freq_factor", "high_freq_factor", "rope_theta", "partial_rotary_factor",
+        }
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"RopeScaling.from_hf: unknown keys {unknown}; valid keys are {sorted(known)}")
+        hf_type = d.get("rope_type", d.get("type", "default"))
+        if hf_type not in _HF_TYPES:
+            raise ValueError(f"RopeScaling.from_hf: rope_type must be one of {sorted(_HF_TYPES)}, got {hf_type!r}")
+        kind = _HF_TYPES[hf_type]
+        original = d.get("original_max_position_embeddings", max_position_embeddings)
+        kwargs: dict[str, Any] = {"kind": kind}
+        if kind != "none":
+            kwargs["factor"] = float(d.get("factor", 1.0))
+        if original is not None and kind != "none":
+            kwargs["original_max_len"] = int(original)
+        for key in ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim",
+                    "low_freq_factor", "high_freq_factor"):
+            if d.get(key) is not None:
+                kwargs[key] = float(d[key])
+        for key in ("truncate",):
+            if d.get(key) is not None:
+                kwargs[key] = bool(d[key])
+        for key in ("short_factor", "long_factor"):
+            if d.get(key) is not None:
+                kwargs[key] = d[key]
+        return cls(**kwargs)
+
+    def to_hf(self) -> dict[str, Any]:
+        """The inverse of `from_hf` (a dict with `rope_type` and the fields that apply to the kind)."""
+        hf_type = {v: k for k, v in _HF_TYPES.items() if k != "su"}[self.kind]
+        out: dict[str, Any] = {"rope_type": hf_type}
+        if self.kind == "none":
+            return out
+        out["factor"] = self.factor
+        if self.original_max_len is not None:
+            out["original_max_position_embeddings"] = self.original_max_len
+        if self.attention_factor is not None:
+            out["attention_factor"] = self.attention_factor
+        if self.kind == "yarn":
+            out.update(beta_fast=self.beta_fast, beta_slow=self.beta_slow, truncate=self.truncate)
+            if self.mscale is not None:
+                out["mscale"] = self.mscale
+            if self.mscale_all_dim is not None:
+                out["mscale_all_dim"] = self.mscale_all_dim
+        if self.kind == "longrope":
+            out.update(short_factor=np.asarray(self.short_factor).tolist(),
+                       long_factor=np.asarray(self.long_factor).tolist())
+        if self.kind == "llama3":
+            out.update(low_freq_factor=self.low_freq_factor, high_freq_factor=self.high_freq_factor)
+        return out
+
+
+def default_inv_freq(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
+    """θ_i = base^(-2i/d), i = 0 … d/2 − 1, float64 `[d/2]` (RoFormer eq. 15)."""
+    return 1.0 / (float(base) ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim))
+
+
+def yarn_correction_range(rotary_dim: int, base: float, original_max_len: int, beta_fast: float,
+                          beta_slow: float, truncate: bool = True) -> tuple[float, float]:
+    """YaRN's dimension range (low, high) between which the NTK-by-parts ramp runs.
+
+    The pair index whose wavelength fits `r` rotations in the original context:
+    dim(r) = d · ln(L / (2π r)) / (2 ln b). low = dim(β_fast), high = dim(β_slow), floored / ceiled
+    when `truncate`, clipped to [0, d − 1] (YaRN reference code, `find_correction_range`).
+    """
+
+    def dim(rotations: float) -> float:
+        return rotary_dim * math.log(original_max_len / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = dim(beta_fast), dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, rotary_dim - 1)
+
+
+def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's sqrt(1/t) = 0.1 · mscale · ln s + 1 for s > 1, else 1 (YaRN eq. 22)."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _effective_factor(scaling: RopeScaling, seq_len: int | None) -> float:
+    if not scaling.dynamic:
+        return float(scaling.factor)
+    if seq_len is None:
+        raise ValueError(f"rope_frequencies: seq_len is required for a dynamic scaling (kind={scaling.kind!r})")
+    return max(1.0, seq_len / scaling.original_max_len)
+
+
+def rope_frequencies(rotary_dim: int, *, base: float = 10000.0, scaling: RopeScaling | None = None,
+                     seq_len: int | None = None) -> tuple[np.ndarray, float]:
+    """Inverse frequencies and attention factor of (scaled) RoPE.
+
+    Args:
+      rotary_dim: d, the number of features that rotate (even); the result has d/2 pairs.
+      base: b > 0, the RoPE base (`rope_theta`).
+      scaling: a `RopeScaling`; None means `RopeScaling()` (no scaling).
+      seq_len: the current sequence length T (the largest position + 1). Needed by `dynamic_ntk`,
+        `longrope` and `dynamic=True` scalings; ignored by static ones.
+
+    Returns:
+      `(inv_freq, attention_factor)`: float64 NumPy `[d/2]` (or `[num_layers, d/2]` for per-layer
+      LongRoPE factors), and a Python float that multiplies cos and sin.
+    """
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, (int, np.integer)) or rotary_dim <= 0 or rotary_dim % 2:
+        raise ValueError(f"rope_frequencies: rotary_dim must be a positive even integer, got {rotary_dim!r}")
+    if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 0):
+        raise ValueError(f"rope_frequencies: base must be a finite number > 0, got {base!r}")
+    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len <= 0):
+        raise ValueError(f"rope_frequencies: seq_len must be a positive integer, got {seq_len!r}")
+    scaling = RopeScaling() if scaling is None else scaling
+    if not isinstance(scaling, RopeScaling):
+        raise ValueError(f"rope_frequencies: scaling must be a RopeScaling or None, got {type(scaling).__name__}")
+    d, kind = rotary_dim, scaling.kind
+    if kind in ("ntk", "dynamic_ntk") and d <= 2:
+        raise ValueError(f"rope_frequencies: kind={kind!r} needs rotary_dim > 2 (base · s^(d/(d−2))), got {d}")
+    inv_freq = default_inv_freq(d, base)
+    attention_factor = 1.0
+
+    if kind == "linear":
+        inv_freq = inv_freq / _effective_factor(scaling, seq_len)
+    elif kind == "ntk":
+        s = _effective_factor(scaling, seq_len)
+        inv_freq = default_inv_freq(d, base * s ** (d / (d - 2)))
+    elif kind == "dynamic_ntk":
+        if seq_len is None:
+            raise ValueError("rope_frequencies: seq_len is required for kind='dynamic_ntk'")
+        big_l, s = scaling.original_max_len, float(scaling.factor)
+        t = max(seq_len, big_l)
+        inv_freq = default_inv_freq(d, base * (s * t / big_l - (s - 1)) ** (d / (d - 2)))
+    elif kind == "yarn":
+        s = _effective_factor(scaling, seq_len)
+        low, high = yarn_correction_range(d, base, scaling.original_max_len, scaling.beta_fast,
+                                          scaling.beta_slow, scaling.truncate)
+        if low == high:
+            high += 0.001  # the reference code's guard against a zero-width ramp
+        ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+        keep = 1.0 - ramp  # 1: extrapolate (keep θ_i), 0: interpolate (θ_i / s)
+        if s != 1.0:  # at s = 1 both branches are θ_i: skip the blend so the result is bit-identical
+            inv_freq = inv_freq / s * (1.0 - keep) + inv_freq * keep
+        if scaling.mscale is not None and scaling.mscale_all_dim is not None:
+            attention_factor = yarn_get_mscale(s, scaling.mscale) / yarn_get_mscale(s, scaling.mscale_all_dim)
+        else:
+            attention_factor = yarn_get_mscale(s)
+    elif kind == "longrope":
+        if seq_len is None:
+            raise ValueError("rope_frequencies: seq_len is required for kind='longrope' "
+                             "(it selects short_factor or long_factor)")
+        name = "long_factor" if seq_len > scaling.original_max_len else "short_factor"
+        ext = np.asarray(getattr(scaling, name), dtype=np.float64)
+        if ext.shape[-1] != d // 2:
+            raise ValueError(
+                f"RopeScaling.{name} must have rotary_dim // 2 = {d // 2} entries per row, got shape {ext.shape}"
+            )
+        inv_freq = inv_freq / ext
+        s = float(scaling.factor)
+        attention_factor = 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(scaling.original_max_len))
+    elif kind == "llama3":
+        s, big_l = float(scaling.factor), scaling.original_max_len
+        low_wavelen = big_l / scaling.low_freq_factor
+        high_wavelen = big_l / scaling.high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (big_l / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+        medium = (1 - smooth) * inv_freq / s + smooth * inv_freq
+        if s != 1.0:  # at s = 1 every band is θ_i: skip the blend so the result is bit-identical
+            inv_freq = np.where(wavelen > low_wavelen, inv_freq / s, np.where(wavelen < high_wavelen, inv_freq, medium))
+
+    if scaling.attention_factor is not None:
+        attention_factor = float(scaling.attention_factor)
+    return inv_freq, float(attention_factor)

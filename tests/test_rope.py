@@ -1,0 +1,166 @@
+"""apply_rope: float64 oracles and the seeds' RoPE derivations as properties (seeds/004, "RoPE")."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import posenc
+
+RNG = np.random.default_rng(0)
+
+
+def rotation_matrix(m, inv_freq, head_dim, layout):
+    """The explicit block-diagonal R(m) of the seeds, float64 [H, H], in the given layout."""
+    r = len(inv_freq)
+    mat = np.eye(head_dim)
+    for i, theta in enumerate(inv_freq):
+        a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + r)
+        c, s = np.cos(m * theta), np.sin(m * theta)
+        mat[a, a], mat[a, b], mat[b, a], mat[b, b] = c, -s, s, c
+    return mat
+
+
+def rope64(x, positions, inv_freq, layout="half", attention_factor=1.0):
+    with jax.enable_x64(True):
+        out = posenc.apply_rope(jnp.asarray(x, jnp.float64), jnp.asarray(positions), jnp.asarray(inv_freq, jnp.float64),
+                                layout=layout, attention_factor=attention_factor)
+        return np.asarray(out)
+
+
+@pytest.mark.parametrize("layout", posenc.LAYOUTS)
+@pytest.mark.parametrize("head_dim,rotary_dim", [(8, 8), (16, 8), (12, 4)])
+def test_equals_block_diagonal_rotation_matrix(layout, head_dim, rotary_dim):
+    inv_freq = posenc.rope_frequencies(rotary_dim, base=100.0)[0]
+    x = RNG.normal(size=(2, 5, 3, head_dim))
+    positions = RNG.integers(0, 5000, size=(2, 5))
+    out = rope64(x, positions, inv_freq, layout)
+    for b in range(2):
+        for t in range(5):
+            expected = x[b, t] @ rotation_matrix(positions[b, t], inv_freq, head_dim, layout).T
+            np.testing.assert_allclose(out[b, t], expected, rtol=0, atol=1e-12)
+
+
+def test_equals_complex_number_form():
+    """Seeds: f(x, m) = x · e^{imθ} with x_(i) = x_{2i} + i x_{2i+1} (interleaved pairs)."""
+    inv_freq = posenc.rope_frequencies(16)[0]
+    x = RNG.normal(size=(7, 2, 16))
+    positions = np.arange(7) * 37
+    out = rope64(x, positions, inv_freq, "interleaved")
+    z = (x[..., 0::2] + 1j * x[..., 1::2]) * np.exp(1j * positions[:, None, None] * inv_freq)
+    np.testing.assert_allclose(out[..., 0::2], z.real, atol=1e-12)
+    np.testing.assert_allclose(out[..., 1::2], z.imag, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", posenc.LAYOUTS)
+def test_inner_product_depends_only_on_relative_position(layout):
+    """Seeds, property 1: ⟨f(q, m), f(k, n)⟩ = g(q, k, m − n)."""
+    inv_freq = posenc.rope_frequencies(32)[0]
+    q, k = RNG.normal(size=(1, 1, 32)), RNG.normal(size=(1, 1, 32))
+    scores = {}
+    for m, n in [(5, 2), (103, 100), (10003, 10000), (3, 0), (0, 3), (1000, 1003)]:
+        dot = float(np.sum(rope64(q, [m], inv_freq, layout) * rope64(k, [n], inv_freq, layout)))
+        scores.setdefault(m - n, []).append(dot)
+    for rel, values in scores.items():
+        np.testing.assert_allclose(values, values[0], rtol=1e-10, err_msg=f"m - n = {rel}")
+    assert not np.isclose(scores[3][0], scores[-3][0])  # and it does depend on the relative position
+
+
+@pytest.mark.parametrize("layout", posenc.LAYOUTS)
+def test_norm_preserved_and_position_zero_is_identity(layout):
+    """Seeds, property 3: rotations are isometries; R(0) = I."""
+    inv_freq = posenc.rope_frequencies(64)[0]
+    x = RNG.normal(size=(3, 50, 4, 64))
+    positions = RNG.integers(0, 100000, size=(3, 50))
+    out = rope64(x, positions, inv_freq, layout)
+    np.testing.assert_allclose(np.linalg.norm(out, axis=-1), np.linalg.norm(x, axis=-1), rtol=1e-12)
+    np.testing.assert_array_equal(rope64(x, np.zeros((3, 50), int), inv_freq, layout), x)
+
+
+def test_half_and_interleaved_agree_up_to_a_permutation():
+    """half pairs (i, i + d/2); interleaved pairs (2i, 2i + 1): the same rotation in permuted features."""
+    d = 16
+    inv_freq = posenc.rope_frequencies(d)[0]
+    perm = np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], axis=-1).reshape(-1)  # half -> interleaved
+    x = RNG.normal(size=(9, 2, d))
+    positions = np.arange(9) * 11
+    half = rope64(x, positions, inv_freq, "half")
+    inter = rope64(x[..., perm], positions, inv_freq, "interleaved")
+    np.testing.assert_allclose(half[..., perm], inter, atol=1e-12)
+    assert not np.allclose(half, rope64(x, positions, inv_freq, "interleaved"))
+
+
+@pytest.mark.parametrize("layout", posenc.LAYOUTS)
+def test_partial_rotary_leaves_tail_untouched(layout):
+    inv_freq = posenc.rope_frequencies(8)[0]
+    x = RNG.normal(size=(4, 3, 20)).astype(np.float32)
+    out = np.asarray(posenc.apply_rope(x, np.arange(4) + 7, inv_freq, layout=layout))
+    np.testing.assert_array_equal(out[..., 8:], x[..., 8:])
+    assert not np.allclose(out[..., :8], x[..., :8])
+
+
+def test_attention_factor_scales_rotated_features_only():
+    inv_freq = posenc.rope_frequencies(8)[0]
+    x = RNG.normal(size=(4, 3, 12))
+    out = rope64(x, np.arange(4), inv_freq, attention_factor=1.5)
+    ref = rope64(x, np.arange(4), inv_freq)
+    np.testing.assert_allclose(out[..., :8], 1.5 * ref[..., :8], atol=1e-12)
+    np.testing.assert_array_equal(out[..., 8:], x[..., 8:])
+
+
+@pytest.mark.parametrize("layout", posenc.LAYOUTS)
+def test_jit_and_no_jit_agree(layout):
+    inv_freq = jnp.asarray(posenc.rope_frequencies(32)[0], jnp.float32)
+    x = jnp.asarray(RNG.normal(size=(2, 16, 4, 32)), jnp.float32)
+    positions = jnp.asarray(RNG.integers(0, 4096, size=(2, 16)))
+    eager = posenc.apply_rope(x, positions, inv_freq, layout=layout)
+    jitted = jax.jit(lambda a, p, f: posenc.apply_rope(a, p, f, layout=layout))(x, positions, inv_freq)
+    np.testing.assert_allclose(np.asarray(eager), np.asarray(jitted), atol=2e-6)
+
+
+def test_positions_broadcast_and_offsets():
+    """Positions are data: a KV-cache offset is the same rotation as the slice of a longer sequence."""
+    inv_freq = posenc.rope_frequencies(16)[0]
+    x = RNG.normal(size=(2, 10, 3, 16))
+    full = rope64(x, np.arange(10)[None], inv_freq)  # [1, T] broadcast over the batch
+    tail = rope64(x[:, 6:], np.arange(6, 10)[None], inv_freq)
+    np.testing.assert_allclose(full[:, 6:], tail, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_precision_at_large_positions(dtype):
+    """Angles are never computed in bf16: positions up to 1e6 against a float64 reference.
+
+    Stated tolerance: a float32 angle p·θ is off by at most ~2 ulp, |p·θ| · 2^-23 (rounding of θ and of
+    the product), so each output feature is off by |x| times that; a bf16 result adds its own rounding,
+    |x| · 2^-8. A bf16 *angle* (8-bit mantissa) would be off by whole radians past p ≈ 500 and fail.
+    """
+    d = 64
+    inv_freq = posenc.rope_frequencies(d)[0]
+    positions = np.array([0, 1, 1000, 65535, 500001, 1000000])
+    x = jnp.asarray(RNG.normal(size=(6, 2, d)), dtype)
+    x64 = np.asarray(x.astype(jnp.float32), np.float64)
+    ref = rope64(x64, positions, inv_freq, "half")
+    out = posenc.apply_rope(x, positions, inv_freq, layout="half")
+    assert out.dtype == dtype
+    out = np.asarray(out.astype(jnp.float32), np.float64)
+    angle_err = np.abs(positions)[:, None] * np.concatenate([inv_freq, inv_freq]) * 2.0**-23  # [T, d]
+    tol = np.abs(x64).max() * (angle_err[:, None, :] + (2.0**-8 if dtype == jnp.bfloat16 else 2.0**-22))
+    assert np.all(np.abs(out - ref) <= tol), np.max(np.abs(out - ref) - tol)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(layout="rotate"), "layout"),
+        (dict(inv_freq=np.ones(5)), "rotary_dim"),  # 2·5 > head_dim 8
+        (dict(inv_freq=np.ones((2, 2))), "inv_freq"),
+        (dict(positions=np.arange(3)), "positions"),
+        (dict(x=np.ones((4, 8))), "x must be"),
+    ],
+)
+def test_bad_inputs_raise(kwargs, match):
+    args = dict(x=np.ones((4, 2, 8), np.float32), positions=np.arange(4), inv_freq=np.ones(4), layout="half")
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        posenc.apply_rope(args.pop("x"), args.pop("positions"), args.pop("inv_freq"), **args)

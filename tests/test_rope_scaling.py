@@ -1,0 +1,293 @@
+"""RopeScaling and rope_frequencies: float64 oracles written from the papers' formulas, published
+values, the seeds' scaling claims as properties, and the validation errors."""
+
+import dataclasses
+import math
+
+import jax
+import numpy as np
+import pytest
+
+import posenc
+from posenc import RopeScaling, rope_frequencies
+
+D, BASE, L = 64, 10000.0, 2048
+
+
+def theta(d=D, base=BASE):
+    """θ_i = base^(-2i/d), one Python float at a time."""
+    return np.array([base ** (-2.0 * i / d) for i in range(d // 2)])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Oracles, one per kind, written from the formulas (loops over pairs, float64).
+
+
+def oracle_yarn(s, d=D, base=BASE, orig=L, beta_fast=32.0, beta_slow=1.0, truncate=True):
+    """YaRN "NTK-by-parts" (arXiv 2309.00071 §3.2, reference code): pair i keeps θ_i below the dimension
+    that completes beta_fast rotations in the original context, takes θ_i / s above the one completing
+    beta_slow rotations, and ramps linearly in the pair index between."""
+
+    def dim_for(rotations):  # solve orig / (2π / θ_i) = rotations for i, in units of pairs
+        return d * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    lo, hi = dim_for(beta_fast), dim_for(beta_slow)
+    if truncate:
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, d - 1)
+    if lo == hi:
+        hi += 0.001
+    out = []
+    for i, t in enumerate(theta(d, base)):
+        ramp = min(max((i - lo) / (hi - lo), 0.0), 1.0)  # 0 -> keep, 1 -> interpolate
+        out.append(t * (1 - ramp) + (t / s) * ramp)
+    mscale = 0.1 * math.log(s) + 1 if s > 1 else 1.0
+    return np.array(out), mscale
+
+
+def oracle_llama3(s, low_ff=1.0, high_ff=4.0, d=D, base=BASE, orig=8192):
+    out = []
+    for t in theta(d, base):
+        wavelen = 2 * math.pi / t
+        if wavelen < orig / high_ff:
+            out.append(t)
+        elif wavelen > orig / low_ff:
+            out.append(t / s)
+        else:
+            smooth = (orig / wavelen - low_ff) / (high_ff - low_ff)
+            out.append((1 - smooth) * t / s + smooth * t)
+    return np.array(out)
+
+
+def test_none_is_roformer():
+    inv, af = rope_frequencies(D, base=BASE)
+    np.testing.assert_allclose(inv, theta(), rtol=1e-15)
+    assert af == 1.0 and inv[0] == 1.0  # seeds: θ_0 = 1 (highest frequency)
+    np.testing.assert_allclose(inv[-1], BASE ** (-(D - 2) / D))
+
+
+@pytest.mark.parametrize("s", [1.5, 2.0, 8.0])
+def test_linear_is_position_interpolation(s):
+    """PI: θ_i / s; the angle at position s·m equals the unscaled angle at m."""
+    inv, af = rope_frequencies(D, scaling=RopeScaling("linear", s))
+    np.testing.assert_allclose(inv, theta() / s, rtol=1e-15)
+    m = np.arange(0, 500, 7.0)
+    np.testing.assert_allclose(np.outer(s * m, inv), np.outer(m, theta()), rtol=1e-13, atol=1e-12)
+    assert af == 1.0
+
+
+@pytest.mark.parametrize("s", [2.0, 4.0])
+def test_ntk_base_change(s):
+    """NTK-aware: base' = base · s^(d/(d−2)) (seeds, YaRN section): the lowest frequency becomes θ_{d/2−1}/s."""
+    inv, _ = rope_frequencies(D, scaling=RopeScaling("ntk", s))
+    np.testing.assert_allclose(inv, theta(base=BASE * s ** (D / (D - 2))), rtol=1e-14)
+    assert inv[0] == 1.0
+    np.testing.assert_allclose(inv[-1], theta()[-1] / s, rtol=1e-13)
+
+
+def test_dynamic_ntk_matches_hf_formula_and_is_none_in_range():
+    sc = RopeScaling("dynamic_ntk", 4.0, original_max_len=L)
+    for t in (1, 100, L):
+        np.testing.assert_array_equal(rope_frequencies(D, scaling=sc, seq_len=t)[0], rope_frequencies(D)[0])
+    for t in (L + 1, 3 * L, 16 * L):
+        base = BASE * (4.0 * t / L - 3.0) ** (D / (D - 2))
+        np.testing.assert_allclose(rope_frequencies(D, scaling=sc, seq_len=t)[0], theta(base=base), rtol=1e-14)
+
+
+def test_yarn_published_values():
+    """Head dim 64, base 1e4, s = 4, L = 2048, betas 32/1: correction range (8, 21), mscale 0.1 ln 4 + 1."""
+    assert posenc.yarn_correction_range(64, 1e4, 2048, 32, 1) == (8, 21)
+    inv, af = rope_frequencies(64, scaling=RopeScaling("yarn", 4.0, original_max_len=2048))
+    assert af == pytest.approx(0.1 * math.log(4) + 1, rel=1e-15)
+    t = theta()
+    np.testing.assert_allclose(inv[:9], t[:9], rtol=1e-15)  # pairs 0..8 keep θ_i (ramp = 0 up to dim 8)
+    np.testing.assert_allclose(inv[21:], t[21:] / 4, rtol=1e-15)  # 21.. interpolated
+    ratio = t[8:22] / inv[8:22]
+    assert np.all(np.diff(ratio) > 0)  # strictly ramping between
+
+
+@pytest.mark.parametrize("s,truncate,betas", [(4.0, True, (32, 1)), (8.0, False, (32, 1)), (2.5, True, (16, 2))])
+def test_yarn_oracle(s, truncate, betas):
+    sc = RopeScaling("yarn", s, original_max_len=L, beta_fast=betas[0], beta_slow=betas[1], truncate=truncate)
+    inv, af = rope_frequencies(D, scaling=sc)
+    ref_inv, ref_af = oracle_yarn(s, beta_fast=betas[0], beta_slow=betas[1], truncate=truncate)
+    np.testing.assert_allclose(inv, ref_inv, rtol=1e-14)
+    assert af == pytest.approx(ref_af, rel=1e-15)
+
+
+def test_yarn_attention_factor_override_and_deepseek_mscale():
+    sc = RopeScaling("yarn", 4.0, original_max_len=L, attention_factor=1.3)
+    assert rope_frequencies(D, scaling=sc)[1] == 1.3
+    sc = RopeScaling("yarn", 40.0, original_max_len=4096, mscale=0.707, mscale_all_dim=0.707)
+    assert rope_frequencies(D, scaling=sc)[1] == pytest.approx(1.0)
+    sc = RopeScaling("yarn", 40.0, original_max_len=4096, mscale=1.0, mscale_all_dim=0.5)
+    expected = (0.1 * math.log(40) + 1) / (0.05 * math.log(40) + 1)
+    assert rope_frequencies(D, scaling=sc)[1] == pytest.approx(expected, rel=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["linear", "ntk", "yarn"])
+def test_dynamic_switch(kind):
+    """dynamic=True: s = max(1, seq_len / L) (YaRN §3.3), equal to `none` up to L."""
+    sc = RopeScaling(kind, original_max_len=256, dynamic=True)
+    for t in (1, 255, 256):
+        inv, af = rope_frequencies(D, scaling=sc, seq_len=t)
+        np.testing.assert_array_equal(inv, rope_frequencies(D)[0])
+        assert af == 1.0
+    static = RopeScaling(kind, 3.0, original_max_len=256)
+    np.testing.assert_allclose(rope_frequencies(D, scaling=sc, seq_len=768)[0], rope_frequencies(D, scaling=static)[0],
+                               rtol=1e-15)
+
+
+def test_longrope_switches_strictly_above_original_len():
+    short = np.linspace(1.0, 1.5, D // 2)
+    long = np.linspace(1.0, 6.0, D // 2)
+    sc = RopeScaling("longrope", 8.0, original_max_len=4096, short_factor=short, long_factor=long)
+    inv_s, af = rope_frequencies(D, scaling=sc, seq_len=4096)
+    inv_l, af_l = rope_frequencies(D, scaling=sc, seq_len=4097)
+    np.testing.assert_allclose(inv_s, theta() / short, rtol=1e-15)
+    np.testing.assert_allclose(inv_l, theta() / long, rtol=1e-15)
+    assert af == af_l == pytest.approx(math.sqrt(1 + math.log(8) / math.log(4096)), rel=1e-15)
+
+
+def test_longrope_per_layer_factors():
+    layers = np.stack([np.linspace(1, 2 + k, D // 2) for k in range(3)])
+    sc = RopeScaling("longrope", 4.0, original_max_len=128, short_factor=np.ones_like(layers), long_factor=layers)
+    inv, _ = rope_frequencies(D, scaling=sc, seq_len=512)
+    assert inv.shape == (3, D // 2)
+    np.testing.assert_allclose(inv, theta()[None] / layers, rtol=1e-15)
+    hash(sc)  # per-layer factors stay hashable (static under jit)
+
+
+def test_llama3_bands():
+    """Llama 3.1 (factor 8, low 1, high 4, L = 8192, base 500000): three bands."""
+    inv, af = rope_frequencies(128, base=500000.0, scaling=RopeScaling("llama3", 8.0, original_max_len=8192))
+    ref = oracle_llama3(8.0, d=128, base=500000.0)
+    np.testing.assert_allclose(inv, ref, rtol=1e-14)
+    t = theta(128, 500000.0)
+    wavelen = 2 * np.pi / t
+    np.testing.assert_allclose(inv[wavelen < 8192 / 4], t[wavelen < 8192 / 4], rtol=1e-15)
+    np.testing.assert_allclose(inv[wavelen > 8192], t[wavelen > 8192] / 8, rtol=1e-15)
+    mid = (wavelen >= 2048) & (wavelen <= 8192)
+    assert mid.any() and np.all((inv[mid] <= t[mid]) & (inv[mid] >= t[mid] / 8))
+    assert af == 1.0
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        RopeScaling("linear", 1.0),
+        RopeScaling("ntk", 1.0),
+        RopeScaling("yarn", 1.0, original_max_len=64),
+        RopeScaling("llama3", 1.0, original_max_len=64),
+        RopeScaling("longrope", 1.0, original_max_len=64, short_factor=[1.0] * 16, long_factor=[1.0] * 16),
+    ],
+    ids=lambda s: s.kind,
+)
+@pytest.mark.parametrize("seq_len", [32, 64, 1000])
+def test_every_kind_at_factor_one_is_none(scaling, seq_len):
+    inv, af = rope_frequencies(32, scaling=scaling, seq_len=seq_len)
+    np.testing.assert_array_equal(inv, rope_frequencies(32)[0])
+    assert af == 1.0
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        RopeScaling("dynamic_ntk", 1.0, original_max_len=64),
+        RopeScaling("dynamic_ntk", 8.0, original_max_len=64),
+        RopeScaling("linear", 8.0, original_max_len=64, dynamic=True),
+        RopeScaling("ntk", 8.0, original_max_len=64, dynamic=True),
+        RopeScaling("yarn", 8.0, original_max_len=64, dynamic=True),
+    ],
+    ids=lambda s: f"{s.kind}_{s.factor}",
+)
+def test_dynamic_kinds_are_none_up_to_original_len_and_scale_past_it(scaling):
+    """Dynamic scalings leave in-range positions unchanged (the factor is a slope for dynamic_ntk and
+    ignored by dynamic=True, as in HF and YaRN §3.3), and rescale past original_max_len."""
+    for seq_len in (1, 63, 64):
+        inv, af = rope_frequencies(32, scaling=scaling, seq_len=seq_len)
+        np.testing.assert_array_equal(inv, rope_frequencies(32)[0])
+        assert af == 1.0
+    assert rope_frequencies(32, scaling=scaling, seq_len=1000)[0][-1] < rope_frequencies(32)[0][-1]
+
+
+@pytest.mark.parametrize(
+    "hf",
+    [
+        {"rope_type": "default"},
+        {"rope_type": "linear", "factor": 4.0},
+        {"type": "linear", "factor": 2.0},
+        {"rope_type": "ntk", "factor": 2.0},
+        {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 4096},
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "beta_fast": 32.0,
+         "beta_slow": 1.0, "truncate": False, "attention_factor": 1.1},
+        {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "mscale": 1.0,
+         "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True},
+        {"rope_type": "longrope", "factor": 32.0, "original_max_position_embeddings": 4096,
+         "short_factor": [1.0] * 48, "long_factor": list(np.linspace(1, 30, 48))},
+        {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192, "low_freq_factor": 1.0,
+         "high_freq_factor": 4.0},
+    ],
+)
+def test_from_hf_round_trips(hf):
+    sc = RopeScaling.from_hf(hf)
+    assert RopeScaling.from_hf(sc.to_hf()) == sc
+    back = sc.to_hf()
+    for key, value in hf.items():
+        key = "rope_type" if key == "type" else key
+        np.testing.assert_allclose(back[key], value) if key != "rope_type" else None
+    assert back["rope_type"] == hf.get("rope_type", hf.get("type"))
+
+
+def test_from_hf_uses_max_position_embeddings_fallback():
+    sc = RopeScaling.from_hf({"rope_type": "yarn", "factor": 4.0}, max_position_embeddings=2048)
+    assert sc.original_max_len == 2048 and sc.kind == "yarn"
+
+
+def test_frequencies_work_under_jit():
+    sc = RopeScaling("yarn", 4.0, original_max_len=L)
+    fn = jax.jit(lambda: rope_frequencies(D, scaling=sc))
+    inv, af = fn()
+    np.testing.assert_allclose(np.asarray(inv), rope_frequencies(D, scaling=sc)[0], rtol=1e-6)
+    assert float(af) == pytest.approx(0.1 * math.log(4) + 1, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: RopeScaling("cubic"), r"kind must be one of .*'yarn'"),
+        (lambda: RopeScaling("linear", 0.5), "factor must be"),
+        (lambda: RopeScaling("linear", float("nan")), "factor must be"),
+        (lambda: RopeScaling("yarn", 2.0), "original_max_len is required"),
+        (lambda: RopeScaling("linear", dynamic=True), "original_max_len is required"),
+        (lambda: RopeScaling("llama3", 2.0, original_max_len=0), "original_max_len must be a positive integer"),
+        (lambda: RopeScaling("llama3", dynamic=True, original_max_len=8), "dynamic=True is valid only"),
+        (lambda: RopeScaling("yarn", 2.0, original_max_len=8, beta_fast=1, beta_slow=32), "beta_fast"),
+        (lambda: RopeScaling("yarn", 2.0, original_max_len=8, attention_factor=0.0), "attention_factor"),
+        (lambda: RopeScaling("llama3", 2.0, original_max_len=8, low_freq_factor=4, high_freq_factor=1), "low_freq"),
+        (lambda: RopeScaling("longrope", 2.0, original_max_len=8, long_factor=[1.0]), "short_factor is required"),
+        (lambda: RopeScaling("longrope", 2.0, original_max_len=8, short_factor=[1.0], long_factor=[1.0, 2.0]),
+         "same shape"),
+        (lambda: RopeScaling("longrope", 2.0, original_max_len=8, short_factor=[0.0], long_factor=[1.0]), "> 0"),
+        (lambda: rope_frequencies(7), "rotary_dim must be a positive even"),
+        (lambda: rope_frequencies(8, base=0.0), "base must be"),
+        (lambda: rope_frequencies(8, base=-1e4), "base must be"),
+        (lambda: rope_frequencies(2, scaling=RopeScaling("ntk", 2.0)), "rotary_dim > 2"),
+        (lambda: rope_frequencies(8, scaling=RopeScaling("dynamic_ntk", 2.0, original_max_len=8)), "seq_len is required"),
+        (lambda: rope_frequencies(8, scaling=RopeScaling("yarn", original_max_len=8, dynamic=True)), "seq_len is required"),
+        (lambda: rope_frequencies(8, scaling=RopeScaling("longrope", 2.0, original_max_len=8, short_factor=[1.0] * 3,
+                                                         long_factor=[1.0] * 3), seq_len=9), "long_factor must have"),
+        (lambda: RopeScaling.from_hf({"rope_type": "sinusoidal"}), "rope_type must be one of"),
+        (lambda: RopeScaling.from_hf({"rope_type": "linear", "factr": 2.0}), "unknown keys"),
+    ],
+)
+def test_bad_values_raise_naming_the_field(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_frozen_and_hashable():
+    sc = RopeScaling("yarn", 4.0, original_max_len=L)
+    assert hash(sc) == hash(RopeScaling("yarn", 4.0, original_max_len=L))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sc.factor = 2.0  # type: ignore[misc]
