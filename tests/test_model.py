@@ -1,0 +1,123 @@
+"""The Transformer: every posenc runs, is causal, and treats positions as its encoding says."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import posenc
+from posenc.model import POSENCS, ModelConfig, Transformer, interpolate_table
+
+TINY = dict(d_model=32, num_layers=2, num_heads=2, mlp_dim=64, max_len=16)
+
+
+def make(posenc_name, **kw):
+    return Transformer(ModelConfig(posenc=posenc_name, **{**TINY, **kw}), rngs=nnx.Rngs(0))
+
+
+def tokens(b=2, t=16, seed=0):
+    return jnp.asarray(np.random.default_rng(seed).integers(0, 256, size=(b, t)))
+
+
+@pytest.mark.parametrize("name", POSENCS)
+def test_forward_shapes_and_causality(name):
+    model = make(name)
+    x = tokens()
+    logits = model(x)
+    assert logits.shape == (2, 16, 256) and logits.dtype == jnp.float32
+    assert np.all(np.isfinite(logits))
+    changed = x.at[:, 10].set((x[:, 10] + 1) % 256)
+    np.testing.assert_allclose(model(changed)[:, :10], logits[:, :10], atol=1e-5)  # the past ignores the future
+    assert not np.allclose(model(changed)[:, 10:], logits[:, 10:])
+
+
+@pytest.mark.parametrize("name,invariant", [("none", True), ("rope", True), ("alibi", True), ("sinusoidal", False),
+                                            ("learned", False)])
+def test_relative_encodings_are_translation_invariant(name, invariant):
+    """Shifting every position by 5 changes nothing for relative encodings (RoPE, ALiBi, NoPE) — the
+    seeds' ⟨f(q,m), f(k,n)⟩ = g(q, k, m−n) at model level — and changes absolute ones."""
+    model = sharpen(make(name, max_len=32))
+    x = tokens()
+    base = model(x, jnp.arange(16)[None])
+    shifted = model(x, jnp.arange(5, 21)[None])
+    assert np.allclose(base, shifted, atol=1e-4) == invariant
+
+
+def test_learned_beyond_table_raises():
+    model = make("learned")
+    with pytest.raises(ValueError, match=r"undefined past its table.*max_len=16.*interpolate"):
+        model(tokens(t=17))
+    with pytest.raises(ValueError, match="max_len=16"):
+        model(tokens(t=4), np.arange(14, 18)[None])  # concrete positions past the table
+
+
+def test_learned_never_clamps_silently_under_jit():
+    """JAX clamps out-of-range gathers; the table lookup fills NaN instead, so misuse cannot pass unseen."""
+    model = make("learned")
+    graphdef, state = nnx.split(model)
+    f = jax.jit(lambda s, x, p: nnx.merge(graphdef, s)(x, p, seq_len=16))
+    assert np.all(np.isfinite(f(state, tokens(t=4), jnp.arange(12, 16)[None])))
+    out = f(state, tokens(t=4), jnp.arange(14, 18)[None])  # 16, 17 are past the table: NaN, not row 15
+    assert np.all(np.isnan(out[:, 2:]))
+
+
+def test_learned_interpolate_extension():
+    model = make("learned", learned_beyond="interpolate")
+    assert np.all(np.isfinite(model(tokens(t=40))))
+    table = jnp.asarray(np.random.default_rng(0).normal(size=(16, 4)), jnp.float32)
+    big = interpolate_table(table, 31)  # 15 gaps -> 30 gaps: every other row is an original row
+    np.testing.assert_allclose(big[::2], table, atol=1e-6)
+    np.testing.assert_allclose(big[1::2], (table[:-1] + table[1:]) / 2, atol=1e-6)
+
+
+def sharpen(model, scale=30.0):
+    """At init q·k is tiny and positions barely matter; scale the q/k/v kernels up so they do."""
+    for block in model.blocks:
+        block.attn.qkv.kernel[...] = block.attn.qkv.kernel[...] * scale
+    return model
+
+
+def test_rope_override_equals_configured_scaling():
+    scaling = posenc.RopeScaling("yarn", 4.0, original_max_len=8)
+    model = sharpen(make("rope", rope_scaling=scaling))
+    inv, af = posenc.rope_frequencies(16, scaling=scaling)
+    plain = sharpen(make("rope"))
+    x = tokens()
+    np.testing.assert_allclose(plain(x, rope=(jnp.asarray(inv, jnp.float32), af)), model(x), atol=1e-5)
+    assert np.abs(plain(x) - model(x)).max() > 1e-3 * np.abs(model(x)).max()
+
+
+def test_per_layer_longrope_factors_reach_each_layer():
+    factors = np.stack([np.ones(8), np.linspace(1, 4, 8)])
+    sc = posenc.RopeScaling("longrope", 4.0, original_max_len=8, short_factor=np.ones((2, 8)), long_factor=factors)
+    model = make("rope", rope_scaling=sc)
+    assert np.all(np.isfinite(model(tokens(t=16))))
+    with pytest.raises(ValueError, match="num_layers"):
+        make("rope", rope_scaling=dataclasses.replace(sc, short_factor=np.ones((3, 8)), long_factor=np.ones((3, 8))))
+
+
+def test_chunked_model_equals_unchunked():
+    for name in ("rope", "alibi"):
+        x = tokens(t=16)
+        np.testing.assert_allclose(make(name, attn_chunk=5)(x), make(name)(x), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(posenc="xpos"), r"model.posenc must be one of \('none', 'sinusoidal'"),
+        (dict(posenc="rope", d_model=30, num_heads=2), "rotary dimension"),  # head_dim 15: odd
+        (dict(posenc="rope", rope_fraction=0.3), "rotary dimension"),
+        (dict(posenc="rope", rope_layout="neox"), "layout must be one of"),
+        (dict(d_model=30, num_heads=4), "divisible"),
+        (dict(max_len=0), "max_len must be a positive"),
+        (dict(learned_beyond="extrapolate"), "learned_beyond must be one of"),
+        (dict(dtype="float16"), "dtype must be one of"),
+    ],
+)
+def test_bad_config_raises(kw, match):
+    with pytest.raises(ValueError, match=match):
+        ModelConfig(**{**TINY, **kw})
