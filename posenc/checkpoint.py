@@ -23,7 +23,10 @@ from posenc.model import ModelConfig, Transformer
 
 def manager(workdir: str | pathlib.Path, keep: int = 2, read_only: bool = False) -> ocp.CheckpointManager:
     path = pathlib.Path(workdir).expanduser().resolve() / "checkpoints"
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not read_only, read_only=read_only)
+    if read_only:
+        options = ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0)
+    else:
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
     return ocp.CheckpointManager(path, options=options)
 
 

@@ -12,6 +12,7 @@ stops the run with an error and leaves the last good checkpoint as the latest.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import time
 
@@ -80,6 +81,17 @@ def make_train_step(graphdef, tx):
     return jax.jit(step, donate_argnums=(0, 1))
 
 
+def shard_batch(batch: np.ndarray, sharding: NamedSharding) -> jax.Array:
+    """A global batch (the same on every process) -> a jax.Array sharded over the 'data' axis.
+
+    Each process contributes its own slice of rows, so this works unchanged across hosts after
+    `jax.distributed.initialize()`.
+    """
+    n, i = jax.process_count(), jax.process_index()
+    rows = len(batch) // n
+    return jax.make_array_from_process_local_data(sharding, batch[i * rows:(i + 1) * rows], batch.shape)
+
+
 def make_eval_step(graphdef):
     return jax.jit(lambda params, inputs, targets: cross_entropy(graphdef, params, inputs, targets)[0])
 
@@ -90,7 +102,7 @@ def evaluate_windows(eval_step, params, inputs, targets, batch_size: int, shardi
     for i in range(0, len(inputs), batch_size):
         x, y = inputs[i:i + batch_size], targets[i:i + batch_size]
         if sharding is not None and len(x) % sharding.mesh.size == 0:
-            x, y = jax.device_put(x, sharding), jax.device_put(y, sharding)
+            x, y = shard_batch(x, sharding), shard_batch(y, sharding)
         total += float(eval_step(params, x, y))
         count += y.size
     nll = total / count
@@ -172,9 +184,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     params, opt_state = jax.device_put((params, opt_state), replicated)
 
     train_step, eval_step = make_train_step(graphdef, tx), make_eval_step(graphdef)
+    is_main = jax.process_index() == 0  # one process writes metrics and events
     metrics_path = workdir_path / "metrics.jsonl"
-    kept = _read_metrics(metrics_path, start)
-    metrics_path.write_text("".join(line + "\n" for line in kept))
+    if is_main:
+        kept = _read_metrics(metrics_path, start)
+        metrics_path.write_text("".join(line + "\n" for line in kept))
 
     from tensorboardX import SummaryWriter  # noqa: PLC0415  (import cost only when training)
 
@@ -185,11 +199,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     bar = tqdm(range(start, config.train_steps), initial=start, total=config.train_steps, desc=workdir_path.name,
                disable=None, dynamic_ncols=True)
     try:
-        with open(metrics_path, "a") as metrics_file:
+        with open(metrics_path if is_main else os.devnull, "a") as metrics_file:
             for step in bar:
                 x, y = data.train_batch(corpus.train, seed=config.seed, step=step, batch_size=config.batch_size,
                                         length=config.train_len)
-                x, y = jax.device_put(x, batch_sharding), jax.device_put(y, batch_sharding)
+                x, y = shard_batch(x, batch_sharding), shard_batch(y, batch_sharding)
                 t0 = time.perf_counter()
                 params, opt_state, loss, grad_norm = train_step(params, opt_state, x, y)
                 loss = float(loss)
@@ -209,7 +223,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                 if done % config.eval_every == 0 or done == config.train_steps:
                     val = evaluate_windows(eval_step, params, val_x, val_y, config.batch_size, batch_sharding)
                     row.update({"val_loss": val["nll"], "val_bpb": val["bpb"], "val_ppl": val["ppl"]})
-                if done % config.log_every == 0 or "val_loss" in row:
+                if is_main and (done % config.log_every == 0 or "val_loss" in row):
                     metrics_file.write(json.dumps(row) + "\n")
                     metrics_file.flush()
                     for key, value in row.items():

@@ -16,6 +16,8 @@ from posenc.train import train_and_evaluate
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Config file (get_config(arg)).",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: checkpoints, metrics, config.", required=True)
+_DISTRIBUTED = flags.DEFINE_bool("jax_distributed", False,
+                                  "Call jax.distributed.initialize() first (multi-host; see the README).")
 _INIT_FROM = flags.DEFINE_string("init_from", None, "Start from another run's latest weights (sets config.init_from).")
 
 
@@ -23,6 +25,10 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)  # Orbax logs every file operation at INFO
+    if _DISTRIBUTED.value:
+        import jax  # noqa: PLC0415
+
+        jax.distributed.initialize()  # coordinator, process count and id from the environment / flags
     config = _CONFIG.value
     if _INIT_FROM.value:
         config.init_from = _INIT_FROM.value

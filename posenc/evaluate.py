@@ -1,0 +1,364 @@
+"""Length extrapolation: perplexity of trained runs past their training length, with inference-time RoPE
+scaling, under three protocols.
+
+Protocols (each row of the results names its protocol):
+  * `nonoverlap` — consecutive non-overlapping windows of length L covering the *same* first `num_bytes`
+    test bytes at every L, so lengths are compared on the same text: mean NLL, bits per byte, perplexity.
+    Every position of a window is scored, so the mean mixes short and long contexts.
+  * `per_position` — the mean loss at each position inside the window at the longest length (from the
+    same forward passes): where extrapolation breaks.
+  * `sliding` — windows of the training length moved by `stride`, each scoring only its last `stride`
+    tokens (the first window scores all): the model never sees a position past train_len. The baseline
+    of the ALiBi paper's "early token curse" discussion (Press et al. 2022, §B).
+
+Scalings (RoPE runs only; applied at inference time, without retraining; factor s = L / L0 by default,
+with L0 = the run's `original_max_len` if it was trained with a scaling, else its `train_len`):
+  `none` (plain RoPE), `run` (the run's own configured scaling: the default for a run fine-tuned with one),
+  `linear` (PI), `ntk`, `dynamic_ntk`, `yarn`, `dynamic_linear`, `dynamic_yarn`, `llama3`, and `longrope`
+  (the run's LongRoPE factors, from its config). A fixed `factor` replaces L / L0.
+
+RoPE frequencies enter the compiled forward pass as traced inputs, so each (run, length) compiles once
+whatever the number of scalings.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import pathlib
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from tqdm.auto import tqdm
+
+from posenc import checkpoint, data
+from posenc.model import ModelConfig
+from posenc.rope_scaling import RopeScaling, rope_frequencies
+
+SCALINGS = ("none", "run", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_linear", "dynamic_yarn", "llama3",
+            "longrope")
+PROTOCOLS = ("nonoverlap", "per_position", "sliding")
+LN2 = math.log(2.0)
+
+
+@dataclasses.dataclass
+class Run:
+    """A trained run loaded for evaluation."""
+
+    workdir: str
+    name: str
+    config: Any  # ConfigDict
+    cfg: ModelConfig
+    graphdef: Any
+    params: Any
+    step: int
+
+    @property
+    def train_len(self) -> int:
+        return int(self.config.train_len)
+
+    @property
+    def base_len(self) -> int:
+        """L0: the length the RoPE frequencies were originally trained at."""
+        orig = self.cfg.rope_scaling.original_max_len
+        return int(orig) if orig else self.train_len
+
+    def summary(self) -> dict[str, Any]:
+        s = self.cfg.rope_scaling
+        return {"run": self.name, "posenc": self.cfg.posenc, "train_len": self.train_len, "step": self.step,
+                "rope_base": self.cfg.rope_base if self.cfg.posenc == "rope" else None,
+                "run_scaling": s.kind if self.cfg.posenc == "rope" else None, "d_model": self.cfg.d_model,
+                "num_layers": self.cfg.num_layers}
+
+
+def load_run(workdir: str, name: str | None = None) -> Run:
+    config, cfg, graphdef, params, step = checkpoint.restore_params(workdir)
+    return Run(str(workdir), name or pathlib.Path(workdir).name, config, cfg, graphdef, params, step)
+
+
+def scaling_for(run: Run, name: str, length: int, factor: float | None = None) -> RopeScaling:
+    """The `RopeScaling` that scaling `name` means for `run` evaluated at `length`.
+
+    Raises:
+      ValueError: an unknown name, or one that does not apply to the run's encoding.
+    """
+    if name not in SCALINGS:
+        raise ValueError(f"scaling must be one of {SCALINGS}, got {name!r}")
+    if run.cfg.posenc != "rope" and name not in ("none", "run"):
+        raise ValueError(f"scaling {name!r} does not apply to run {run.name!r}: posenc={run.cfg.posenc!r} has no RoPE")
+    if name == "none":
+        return RopeScaling()
+    if name == "run":
+        return run.cfg.rope_scaling
+    base = run.base_len
+    s = float(factor) if factor else max(1.0, length / base)
+    if name == "longrope":
+        own = run.cfg.rope_scaling
+        if own.kind != "longrope":
+            raise ValueError(f"scaling 'longrope' needs LongRoPE factors in run {run.name!r}'s config "
+                             "(model.rope.scaling.factors_file, from scripts/search_longrope.py)")
+        return own
+    if name.startswith("dynamic_") and name != "dynamic_ntk":
+        return RopeScaling(name.removeprefix("dynamic_"), 1.0, original_max_len=base, dynamic=True)
+    return RopeScaling(name, s, original_max_len=base)
+
+
+def _nll_fn(graphdef, cfg: ModelConfig):
+    """Jitted per-position NLL `[B, L]` with RoPE frequencies as traced inputs."""
+
+    def fn(params, x, y, inv_freq, attention_factor):
+        rope = (inv_freq, attention_factor) if cfg.posenc == "rope" else None
+        logits = nnx.merge(graphdef, params)(x, rope=rope)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y)
+
+    return jax.jit(fn)
+
+
+class Evaluator:
+    """Caches one compiled forward per (run, length) and scores windows under any scaling."""
+
+    def __init__(self, run: Run, attn_chunk: int = 1024, tokens_per_batch: int = 16384,
+                 learned_beyond: str | None = None):
+        self.run = run
+        self.attn_chunk = attn_chunk
+        self.tokens_per_batch = tokens_per_batch
+        self.learned_beyond = learned_beyond or run.cfg.learned_beyond
+        self._fns: dict[int, Any] = {}
+
+    def _fn(self, length: int):
+        if length not in self._fns:
+            cfg = dataclasses.replace(self.run.cfg, attn_chunk=self.attn_chunk if length > self.attn_chunk else 0,
+                                      learned_beyond=self.learned_beyond)
+            graphdef = self.run.graphdef if cfg == self.run.cfg else _regraph(self.run.graphdef, cfg)
+            self._fns[length] = _nll_fn(graphdef, cfg)
+        return self._fns[length]
+
+    def undefined_reason(self, length: int) -> str | None:
+        cfg = self.run.cfg
+        if cfg.posenc == "learned" and length > cfg.max_len and self.learned_beyond == "error":
+            return (f"learned positions are undefined past the table (max_len={cfg.max_len}); "
+                    "pass --learned_beyond=interpolate to resample it")
+        return None
+
+    def nll(self, x: np.ndarray, y: np.ndarray, scaling: RopeScaling) -> np.ndarray:
+        """Per-position NLL `[n, L]` (nats) of windows `x`, `y` `[n, L]` under `scaling`."""
+        length = x.shape[1]
+        cfg = self.run.cfg
+        if cfg.posenc == "rope":
+            inv, af = rope_frequencies(cfg.rotary_dim, base=cfg.rope_base, scaling=scaling, seq_len=length)
+        else:
+            inv, af = np.zeros((1,)), 1.0
+        inv, af = jnp.asarray(inv, jnp.float32), jnp.asarray(af, jnp.float32)
+        fn = self._fn(length)
+        batch = max(1, self.tokens_per_batch // length)
+        out = [np.asarray(fn(self.run.params, x[i:i + batch], y[i:i + batch], inv, af)) for i in range(0, len(x), batch)]
+        return np.concatenate(out).astype(np.float64)
+
+
+def _regraph(graphdef, cfg: ModelConfig):
+    """The same parameters viewed through a model with another (static) config: chunking, learned_beyond."""
+    from posenc.checkpoint import abstract_model  # noqa: PLC0415
+
+    new_graphdef, _ = abstract_model(cfg)
+    return new_graphdef
+
+
+def sliding_windows(stream: np.ndarray, num_bytes: int, window: int, stride: int):
+    """Windows of `window` tokens every `stride` scoring the first `num_bytes` targets exactly once.
+
+    Returns (x, y, weights) `[n, window]`: weight 1 on the scored positions (the first window scores all
+    of its positions, later ones their last `stride`).
+    """
+    if not 0 < stride <= window:
+        raise ValueError(f"stride must be in [1, window={window}], got {stride}")
+    starts = list(range(0, num_bytes - window + 1, stride))
+    if starts[-1] + window < num_bytes:
+        starts.append(num_bytes - window)
+    x = np.stack([stream[s:s + window] for s in starts]).astype(np.int32)
+    y = np.stack([stream[s + 1:s + window + 1] for s in starts]).astype(np.int32)
+    w = np.zeros_like(x, dtype=np.float64)
+    scored_until = 0
+    for i, s in enumerate(starts):
+        first_new = max(scored_until, s) - s
+        w[i, first_new:] = 1.0
+        scored_until = s + window
+    return x, y, w
+
+
+def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence[str], *, num_bytes: int | None = None,
+             factor: float | None = None, stride: int | None = None, split: str = "test",
+             learned_beyond: str | None = None, attn_chunk: int = 1024, progress: bool = True) -> dict[str, Any]:
+    """Evaluates runs at lengths under scalings; returns {'rows': [...], 'per_position': {...}}.
+
+    Args:
+      workdirs: trained runs.
+      lengths: evaluation lengths L (tokens).
+      scalings: names from `SCALINGS`; the ones that do not apply to a run's encoding are skipped for that
+        run (a ValueError if one applies to none of the runs).
+      num_bytes: test bytes scored at every length (default: the largest multiple of max(lengths) the split
+        holds, capped at 16 windows of the longest length).
+      factor: a fixed scale instead of L / L0.
+      stride: sliding-window stride (default train_len / 2).
+      split: 'test' (default) or 'validation'.
+      learned_beyond: override the learned table's behaviour past max_len ('error' reports it undefined).
+
+    Raises:
+      ValueError: a run without checkpoint, a length the split cannot supply, a scaling that applies to
+        no run.
+    """
+    lengths = sorted(set(int(n) for n in lengths))
+    if not lengths or lengths[0] <= 0:
+        raise ValueError(f"lengths must be positive integers, got {lengths}")
+    runs = [load_run(w) for w in workdirs]
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):  # same basename: use the whole path
+        runs = [dataclasses.replace(r, name=str(r.workdir)) for r in runs]
+    for name in scalings:
+        if name not in SCALINGS:
+            raise ValueError(f"scaling must be one of {SCALINGS}, got {name!r}")
+        if name not in ("none", "run") and not any(r.cfg.posenc == "rope" for r in runs):
+            raise ValueError(f"scaling {name!r} does not apply to any of the runs (posenc: "
+                             f"{sorted({r.cfg.posenc for r in runs})}); only RoPE runs can be rescaled")
+    corpus = data.load_corpus(runs[0].config.data.path, runs[0].config.data.cache_dir)
+    stream = corpus.split(split)
+    longest = lengths[-1]
+    available = (len(stream) - 1) // longest * longest
+    if available < longest:
+        raise ValueError(f"the {split} split of data.path={runs[0].config.data.path!r} has {len(stream)} bytes: "
+                         f"too few for one window of {longest} tokens (+1)")
+    if num_bytes is None:
+        num_bytes = min(available, 16 * longest)
+    if num_bytes % longest or num_bytes > available:
+        raise ValueError(f"num_bytes={num_bytes} must be a multiple of the longest length {longest} and at most "
+                         f"{available} (the {split} split has {len(stream)} bytes)")
+
+    jobs = []
+    for run in runs:
+        run_scalings = [s for s in scalings if run.cfg.posenc == "rope" or s in ("none", "run")]
+        if run.cfg.posenc != "rope":
+            run_scalings = ["none"]
+        for s in dict.fromkeys(run_scalings):
+            jobs.append((run, s))
+    rows, per_position = [], {}
+    total = len(jobs) * (len(lengths) + 1)
+    bar = tqdm(total=total, desc="evaluate", disable=not progress or None, dynamic_ncols=True)
+    evaluators = {r.workdir: Evaluator(r, attn_chunk=attn_chunk, learned_beyond=learned_beyond) for r in runs}
+    for run, sname in jobs:
+        ev = evaluators[run.workdir]
+        base_row = {**run.summary(), "scaling": sname, "split": split, "num_bytes": num_bytes}
+        for length in lengths:
+            bar.set_postfix_str(f"{run.name} {sname} L={length}")
+            row = {**base_row, "protocol": "nonoverlap", "length": length, "status": "ok", "reason": ""}
+            reason = ev.undefined_reason(length)
+            if reason:
+                row.update(status="undefined", reason=reason, nll=None, bpb=None, ppl=None, factor=None)
+            else:
+                sc = scaling_for(run, sname, length, factor)
+                x, y = data.eval_windows(stream, length=length, num_bytes=num_bytes)
+                nll = ev.nll(x, y, sc)
+                mean = float(nll.mean())
+                row.update(nll=mean, bpb=mean / LN2, ppl=math.exp(mean), factor=sc.factor if sc.kind != "none" else 1.0)
+                if length == longest:
+                    per_position[f"{run.name}|{sname}"] = nll.mean(axis=0).tolist()
+            rows.append(row)
+            bar.update()
+        # (c) sliding windows of train_len: never past the training length
+        window = run.train_len
+        st = stride or max(1, window // 2)
+        x, y, w = sliding_windows(stream, num_bytes, window, st)
+        nll = ev.nll(x, y, scaling_for(run, sname, window, factor))
+        mean = float((nll * w).sum() / w.sum())
+        rows.append({**base_row, "protocol": "sliding", "length": window, "stride": st, "status": "ok", "reason": "",
+                     "nll": mean, "bpb": mean / LN2, "ppl": math.exp(mean), "factor": 1.0})
+        bar.update()
+    bar.close()
+    return {"rows": rows, "per_position": per_position, "lengths": lengths, "num_bytes": num_bytes, "split": split}
+
+
+# --------------------------------------------------------------------------------------------------------
+# Outputs
+
+
+COLUMNS = ("run", "posenc", "scaling", "protocol", "length", "factor", "status", "nll", "bpb", "ppl", "train_len",
+           "step", "rope_base", "run_scaling", "d_model", "num_layers", "split", "num_bytes", "stride", "reason")
+
+
+def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
+    """Rows = run × scaling, columns = lengths (non-overlapping) and the sliding baseline."""
+    lengths = result["lengths"]
+    table: dict[tuple[str, str], dict[str, str]] = {}
+    for r in result["rows"]:
+        key = (r["run"], r["scaling"])
+        cell = "undefined" if r["status"] != "ok" else f"{r[metric]:.3f}"
+        col = f"L={r['length']}" if r["protocol"] == "nonoverlap" else f"sliding {r['length']}/{r.get('stride')}"
+        table.setdefault(key, {})[col] = cell
+    cols = [f"L={n}" for n in lengths] + sorted({c for v in table.values() for c in v if c.startswith("sliding")})
+    lines = [f"{metric} on {result['num_bytes']} {result['split']} bytes (lower is better)", "",
+             "| run | scaling | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for (run, scaling), cells in table.items():
+        lines.append(f"| {run} | {scaling} | " + " | ".join(cells.get(c, "") for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
+    """results.csv, results.json, results.md, ppl_vs_length.png, per_position.png in `out`."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    out_dir = pathlib.Path(out).expanduser()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {name: out_dir / name for name in ("results.csv", "results.json", "results.md", "ppl_vs_length.png",
+                                               "per_position.png")}
+    with open(paths["results.csv"], "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(result["rows"])
+    paths["results.json"].write_text(json.dumps(result, indent=1))
+    paths["results.md"].write_text(markdown_table(result) + "\n\n" + markdown_table(result, "ppl") + "\n")
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    train_lens = set()
+    series: dict[str, list[tuple[int, float]]] = {}
+    for r in result["rows"]:
+        if r["protocol"] == "nonoverlap" and r["status"] == "ok":
+            series.setdefault(f"{r['run']} · {r['scaling']}", []).append((r["length"], r["bpb"]))
+            train_lens.add(r["train_len"])
+    for label, pts in series.items():
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    for t in sorted(train_lens):
+        ax.axvline(t, color="gray", linestyle="--", linewidth=1)
+        ax.text(t, ax.get_ylim()[1], f" train_len {t}", va="top", fontsize=8, color="gray")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("evaluation length (tokens)")
+    ax.set_ylabel("bits per byte (non-overlapping windows)")
+    ax.set_title(f"Extrapolation on {result['num_bytes']} {result['split']} bytes")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(paths["ppl_vs_length.png"], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, curve in result["per_position"].items():
+        curve = np.asarray(curve)
+        bins = max(1, len(curve) // 64)  # average over bins of positions to tame the noise
+        binned = curve[: len(curve) // bins * bins].reshape(-1, bins).mean(axis=1) / LN2
+        ax.plot(np.arange(len(binned)) * bins + bins / 2, binned, label=label.replace("|", " · "))
+    for t in sorted(train_lens):
+        ax.axvline(t, color="gray", linestyle="--", linewidth=1)
+    ax.set_xlabel(f"position in the window (length {result['lengths'][-1]})")
+    ax.set_ylabel("bits per byte")
+    ax.set_title("Loss by position: where extrapolation breaks")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(paths["per_position.png"], dpi=110)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,52 @@
+r"""Perplexity past the training length, with inference-time RoPE scaling: a table and two plots.
+
+    python scripts/eval_extrapolation.py --workdir=runs/rope [--workdir=runs/alibi ...] \
+        [--lengths=256,512,1024,2048,4096] [--scalings=none,linear,ntk,dynamic_ntk,yarn] [--out=DIR]
+
+Lengths, scalings and the number of test bytes default to the first run's `config.eval`. Writes
+results.csv / results.json / results.md, ppl_vs_length.png and per_position.png to --out (default
+<first workdir>/eval) and prints the markdown table. See posenc/evaluate.py for the protocols.
+"""
+
+import pathlib
+
+from absl import app, flags, logging
+
+from posenc import checkpoint
+from posenc.evaluate import evaluate, markdown_table, write_outputs
+
+_WORKDIRS = flags.DEFINE_multi_string("workdir", None, "Run directories (repeat the flag).", required=True)
+_LENGTHS = flags.DEFINE_list("lengths", None, "Evaluation lengths (default: the run's config.eval.lengths).")
+_SCALINGS = flags.DEFINE_list("scalings", None, "Scalings (default: the run's config.eval.scalings).")
+_FACTOR = flags.DEFINE_float("factor", None, "Fixed scaling factor instead of L / train_len.")
+_NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Test bytes scored at every length (default: config.eval.num_bytes).")
+_STRIDE = flags.DEFINE_integer("stride", None, "Sliding-window stride (default train_len / 2).")
+_SPLIT = flags.DEFINE_enum("split", "test", ["test", "validation"], "Which split to score.")
+_LEARNED = flags.DEFINE_enum("learned_beyond", None, ["error", "interpolate"],
+                             "Learned tables past max_len: report undefined (error) or resample (interpolate).")
+_CHUNK = flags.DEFINE_integer("attn_chunk", 1024, "Attention query chunk at long lengths (bounds memory).")
+_OUT = flags.DEFINE_string("out", None, "Output directory (default <first workdir>/eval).")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.ERROR)  # Orbax warns that a read-only checkpoint directory is read-only
+    first = checkpoint.load_config(_WORKDIRS.value[0])
+    lengths = [int(n) for n in (_LENGTHS.value or first.eval.lengths.split(","))]
+    scalings = _SCALINGS.value or first.eval.scalings.split(",")
+    num_bytes = _NUM_BYTES.value or first.eval.num_bytes
+    result = evaluate(_WORKDIRS.value, lengths, scalings, num_bytes=num_bytes, factor=_FACTOR.value,
+                      stride=_STRIDE.value, split=_SPLIT.value, learned_beyond=_LEARNED.value,
+                      attn_chunk=_CHUNK.value)
+    out = _OUT.value or str(pathlib.Path(_WORKDIRS.value[0]) / "eval")
+    paths = write_outputs(result, out)
+    print(markdown_table(result))
+    undefined = {r["reason"] for r in result["rows"] if r["status"] != "ok"}
+    for reason in undefined:
+        print(f"undefined: {reason}")
+    print(f"\nwrote {', '.join(str(p) for p in paths.values())}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,61 @@
+r"""Peak memory of evaluating the default model at long lengths, with and without query chunking.
+
+    python scripts/measure_eval_memory.py [--lengths=4096,16384,32768] [--attn_chunk=1024]
+
+Each measurement runs in a fresh subprocess (one forward pass of the default model on one window of
+random bytes at length L) and reports the process's peak resident memory (`ru_maxrss`), so the numbers
+include the Python/JAX baseline, which is printed too. The README's memory figures come from this script.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+
+from absl import app, flags
+
+_LENGTHS = flags.DEFINE_list("lengths", ["4096", "16384", "32768"], "Lengths to measure.")
+_CHUNK = flags.DEFINE_integer("attn_chunk", 1024, "Query chunk used by the evaluation.")
+_UNCHUNKED = flags.DEFINE_list("unchunked_lengths", ["4096"], "Lengths also measured without chunking.")
+
+CHILD = r"""
+import json, resource, sys
+import jax, jax.numpy as jnp, numpy as np
+from flax import nnx
+from posenc.model import ModelConfig, Transformer
+length, chunk = int(sys.argv[1]), int(sys.argv[2])
+if length:
+    cfg = ModelConfig(posenc="rope", max_len=256, attn_chunk=chunk)
+    graphdef, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+    f = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x))
+    x = jnp.asarray(np.random.default_rng(0).integers(0, 256, (1, length)), jnp.int32)
+    f(state, x).block_until_ready()
+print(json.dumps({"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def measure(length: int, chunk: int) -> float:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(length), str(chunk)], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mib"]
+
+
+def main(argv):
+    del argv, resource
+    rows = {"baseline_mib": measure(0, 0)}
+    print(f"baseline (imports, no model): {rows['baseline_mib']:.0f} MiB")
+    for length in map(int, _LENGTHS.value):
+        mib = measure(length, _CHUNK.value)
+        rows[f"L{length}_chunk{_CHUNK.value}_mib"] = mib
+        print(f"L={length:6d} chunked ({_CHUNK.value}): peak {mib:7.0f} MiB")
+    for length in map(int, _UNCHUNKED.value):
+        mib = measure(length, 0)
+        rows[f"L{length}_unchunked_mib"] = mib
+        print(f"L={length:6d} unchunked:      peak {mib:7.0f} MiB")
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,132 @@
+"""Extrapolation evaluation: agreement with training's validation loss, factor-1 scalings, protocols,
+outputs and errors."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from posenc import evaluate as ev
+from posenc import train
+from posenc.train import load_config_file
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, cache_dir):
+    root = tmp_path_factory.mktemp("runs")
+    out = {}
+    for name in ("rope", "learned", "alibi"):
+        config = load_config_file(str(ROOT / "configs" / "default.py"), f"posenc={name},tiny")
+        config.data.cache_dir = cache_dir
+        config.train_steps = 6
+        train.train_and_evaluate(config, str(root / name))
+        out[name] = str(root / name)
+    return out
+
+
+def final_val_loss(workdir):
+    rows = [json.loads(line) for line in (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if "val_loss" in r][-1]["val_loss"]
+
+
+def test_at_train_len_equals_training_validation_loss(runs):
+    """Same windows (the first eval_windows windows of the validation split), same number."""
+    result = ev.evaluate([runs["rope"]], [32], ["none"], num_bytes=4 * 32, split="validation", progress=False)
+    row = [r for r in result["rows"] if r["protocol"] == "nonoverlap"][0]
+    assert row["nll"] == pytest.approx(final_val_loss(runs["rope"]), rel=1e-5)
+
+
+def test_every_scaling_at_factor_one_equals_none(runs):
+    result = ev.evaluate([runs["rope"]], [32, 64, 128], ["none", "linear", "ntk", "yarn", "llama3"], factor=1.0,
+                         num_bytes=256, progress=False)
+    by = {(r["scaling"], r["length"], r["protocol"]): r["nll"] for r in result["rows"]}
+    for (scaling, length, protocol), nll in by.items():
+        assert nll == by[("none", length, protocol)], (scaling, length)  # the same frequencies: bit-identical
+    # and past train_len a real factor changes the numbers
+    scaled = ev.evaluate([runs["rope"]], [128], ["none", "linear"], num_bytes=256, progress=False)["rows"]
+    nll = {r["scaling"]: r["nll"] for r in scaled if r["protocol"] == "nonoverlap"}
+    assert nll["linear"] != nll["none"]
+
+
+def test_dynamic_scalings_leave_in_range_loss_unchanged(runs):
+    result = ev.evaluate([runs["rope"]], [16, 32], ["none", "dynamic_ntk", "dynamic_yarn", "dynamic_linear"],
+                         num_bytes=64, progress=False)
+    nll = {(r["scaling"], r["length"]): r["nll"] for r in result["rows"] if r["protocol"] == "nonoverlap"}
+    for (scaling, length), value in nll.items():
+        assert value == nll[("none", length)], scaling
+
+
+def test_chunked_evaluation_equals_full(runs):
+    run = ev.load_run(runs["alibi"])
+    x = np.random.default_rng(0).integers(0, 256, size=(2, 96)).astype(np.int32)
+    y = np.roll(x, -1, axis=1)
+    full = ev.Evaluator(run, attn_chunk=4096).nll(x, y, ev.RopeScaling())
+    chunked = ev.Evaluator(run, attn_chunk=16).nll(x, y, ev.RopeScaling())
+    np.testing.assert_allclose(chunked, full, rtol=1e-5, atol=1e-5)
+    rope = ev.load_run(runs["rope"])
+    sc = ev.scaling_for(rope, "yarn", 96)
+    np.testing.assert_allclose(ev.Evaluator(rope, attn_chunk=8).nll(x, y, sc), ev.Evaluator(rope).nll(x, y, sc),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_learned_past_its_table_is_undefined_unless_interpolated(runs):
+    result = ev.evaluate([runs["learned"]], [32, 64], ["none"], num_bytes=128, progress=False)
+    status = {r["length"]: r for r in result["rows"] if r["protocol"] == "nonoverlap"}
+    assert status[32]["status"] == "ok" and status[64]["status"] == "undefined"
+    assert "max_len=32" in status[64]["reason"] and status[64]["nll"] is None
+    result = ev.evaluate([runs["learned"]], [64], ["none"], num_bytes=128, learned_beyond="interpolate", progress=False)
+    assert result["rows"][0]["status"] == "ok" and np.isfinite(result["rows"][0]["nll"])
+
+
+def test_sliding_windows_score_every_byte_once():
+    stream = np.arange(1000) % 256
+    for window, stride in [(32, 16), (32, 32), (32, 5), (50, 7)]:
+        x, y, w = ev.sliding_windows(stream.astype(np.uint8), 300, window, stride)
+        assert w.sum() == 300
+        scored = np.concatenate([yy[ww > 0] for yy, ww in zip(y, w)])
+        np.testing.assert_array_equal(scored, (np.arange(1, 301) % 256))
+        assert x.shape[1] == window
+
+
+def test_several_runs_outputs_and_table(runs, tmp_path):
+    result = ev.evaluate([runs["rope"], runs["alibi"], runs["learned"]], [32, 64], ["none", "yarn"], num_bytes=128,
+                         progress=False)
+    keys = {(r["run"], r["scaling"], r["protocol"]) for r in result["rows"]}
+    assert ("rope", "yarn", "nonoverlap") in keys and ("alibi", "none", "sliding") in keys
+    assert ("alibi", "yarn", "nonoverlap") not in keys  # a scaling that does not apply is skipped for that run
+    paths = ev.write_outputs(result, str(tmp_path))
+    for p in paths.values():
+        assert p.exists() and p.stat().st_size > 0
+    table = paths["results.md"].read_text()
+    assert "| rope | yarn |" in table and "undefined" in table and "sliding 32/16" in table
+    assert len(result["per_position"]["rope|none"]) == 64
+
+
+def test_errors(runs, tmp_path):
+    with pytest.raises(ValueError, match="has no config.json"):
+        ev.evaluate([str(tmp_path)], [32], ["none"], progress=False)
+    (tmp_path / "config.json").write_text((pathlib.Path(runs["rope"]) / "config.json").read_text())
+    with pytest.raises(ValueError, match="has no checkpoint"):
+        ev.evaluate([str(tmp_path)], [32], ["none"], progress=False)
+    with pytest.raises(ValueError, match=r"test split .* has \d+ bytes: too few for one window of 10000000"):
+        ev.evaluate([runs["rope"]], [10_000_000], ["none"], progress=False)
+    with pytest.raises(ValueError, match="does not apply to any of the runs"):
+        ev.evaluate([runs["alibi"]], [32], ["yarn"], progress=False)
+    with pytest.raises(ValueError, match="scaling must be one of"):
+        ev.evaluate([runs["rope"]], [32], ["cubic"], progress=False)
+    with pytest.raises(ValueError, match="does not apply to run"):
+        ev.scaling_for(ev.load_run(runs["alibi"]), "ntk", 64)
+
+
+def test_script_prints_table(runs, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "scripts/eval_extrapolation.py", f"--workdir={runs['rope']}", "--lengths=32,64",
+         "--scalings=none,ntk", "--num_bytes=128", f"--out={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "| rope | ntk |" in result.stdout and (tmp_path / "ppl_vs_length.png").exists()
