@@ -143,18 +143,37 @@ class Attention(nnx.Module):
                               rngs=rngs)
 
     def __call__(self, x, positions, inv_freq, attention_factor, alibi_slopes, cache=None):
-        """x [B, T, d]; positions [B|1, T]. With `cache` (decoding), returns (y, new_cache)."""
+        """Self-attention of `x [B, T, d]` at `positions [B|1, T]`.
+
+        With `cache = (k [B, S, N, H], v [B, S, N, H], k_pos [B|1, S], rotate_at_use)` (decoding), the new
+        keys and values are written into the cache at slots `positions` (slot = position), the queries
+        attend to every cached key at its position, and `(y, (k, v))` is returned. `rotate_at_use`
+        (static): the cache holds *unrotated* keys that are rotated with the current frequencies at every
+        step — exact for scalings whose frequencies change with the sequence length (dynamic NTK, dynamic
+        YaRN, LongRoPE's switch); otherwise keys are rotated once, before caching.
+        """
         cfg = self.cfg
         b, t, _ = x.shape
         q, k, v = jnp.split(self.qkv(x).reshape(b, t, 3 * cfg.num_heads, cfg.head_dim), 3, axis=2)
-        if inv_freq is not None:
-            q = apply_rope(q, positions, inv_freq, layout=cfg.rope_layout, attention_factor=attention_factor)
-            k = apply_rope(k, positions, inv_freq, layout=cfg.rope_layout, attention_factor=attention_factor)
-        k_pos = positions
-        if cache is not None:
-            raise NotImplementedError("KV-cache decoding is not implemented yet (see the decoding issue)")
-        y = attention(q, k, v, positions, k_pos, alibi_slopes=alibi_slopes, chunk_size=cfg.attn_chunk)
-        return self.out(y.reshape(b, t, cfg.d_model))
+
+        def rope(a, pos):
+            if inv_freq is None:
+                return a
+            return apply_rope(a, pos, inv_freq, layout=cfg.rope_layout, attention_factor=attention_factor)
+
+        q = rope(q, positions)
+        if cache is None:
+            y = attention(q, rope(k, positions), v, positions, positions, alibi_slopes=alibi_slopes,
+                          chunk_size=cfg.attn_chunk)
+            return self.out(y.reshape(b, t, cfg.d_model))
+        k_cache, v_cache, k_pos, rotate_at_use = cache
+        offset = positions.reshape(-1)[0]  # new tokens occupy slots offset … offset + T − 1 in every row
+        k_new = k if rotate_at_use else rope(k, positions)
+        k_cache = jax.lax.dynamic_update_slice(k_cache, k_new.astype(k_cache.dtype), (0, offset, 0, 0))
+        v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, offset, 0, 0))
+        keys = rope(k_cache, jnp.maximum(k_pos, 0)) if rotate_at_use else k_cache
+        y = attention(q, keys, v_cache, positions, k_pos, alibi_slopes=alibi_slopes, chunk_size=cfg.attn_chunk)
+        return self.out(y.reshape(b, t, cfg.d_model)), (k_cache, v_cache)
 
 
 class Block(nnx.Module):
@@ -167,9 +186,14 @@ class Block(nnx.Module):
         self.proj = nnx.Linear(cfg.mlp_dim, cfg.d_model, use_bias=False,
                                kernel_init=nnx.initializers.normal(0.02 / (2 * cfg.num_layers) ** 0.5), rngs=rngs)
 
-    def __call__(self, x, positions, inv_freq, attention_factor, alibi_slopes):
-        x = x + self.attn(self.norm1(x), positions, inv_freq, attention_factor, alibi_slopes)
-        return x + self.proj(jax.nn.gelu(self.fc(self.norm2(x))))
+    def __call__(self, x, positions, inv_freq, attention_factor, alibi_slopes, cache=None):
+        if cache is None:
+            x = x + self.attn(self.norm1(x), positions, inv_freq, attention_factor, alibi_slopes)
+            new_cache = None
+        else:
+            y, new_cache = self.attn(self.norm1(x), positions, inv_freq, attention_factor, alibi_slopes, cache)
+            x = x + y
+        return x + self.proj(jax.nn.gelu(self.fc(self.norm2(x)))), new_cache
 
 
 class Transformer(nnx.Module):
@@ -229,7 +253,7 @@ class Transformer(nnx.Module):
                 raise ValueError(f"model.posenc must be one of {POSENCS}, got {cfg.posenc!r}")
         return PositionPlan(absolute, inv_freq, attention_factor, slopes)
 
-    def __call__(self, tokens, positions=None, *, seq_len: int | None = None, rope=None):
+    def __call__(self, tokens, positions=None, *, seq_len: int | None = None, rope=None, cache: "KVCache | None" = None):
         """Logits of the next byte.
 
         Args:
@@ -238,9 +262,11 @@ class Transformer(nnx.Module):
           seq_len: the static context length (see `position_plan`); defaults to T, or to max(positions) + 1
             for concrete positions. Required with traced positions.
           rope: optional `(inv_freq, attention_factor)` override (see `position_plan`).
+          cache: a `KVCache` (see `init_cache`): decode `tokens` at `positions` after the cached ones, and
+            return `(logits, new_cache)`.
 
         Returns:
-          `[B, T, vocab]` float32.
+          `[B, T, vocab]` float32 (and the updated cache when one is given).
         """
         cfg = self.cfg
         dtype = jnp.dtype(cfg.dtype)
@@ -253,16 +279,56 @@ class Transformer(nnx.Module):
                 raise ValueError("Transformer: pass seq_len (static) together with traced positions")
             positions = np.asarray(positions)
             seq_len = int(positions.max()) + 1
+        positions = jnp.asarray(positions)
         plan = self.position_plan(positions, seq_len, rope)
         x = self.embed(tokens).astype(dtype)
         if plan.absolute is not None:
             x = x + plan.absolute.astype(dtype)
+        k_pos = None
+        if cache is not None:
+            offset = positions.reshape(-1)[0]
+            k_pos = jax.lax.dynamic_update_slice(cache.pos, jnp.broadcast_to(positions, (cache.pos.shape[0], t)),
+                                                 (0, offset))
+        new_k, new_v = [], []
         for i, block in enumerate(self.blocks):
             inv = plan.inv_freq
             if inv is not None and inv.ndim == 2:  # per-layer LongRoPE factors
                 inv = inv[i]
-            x = block(x, positions, inv, plan.attention_factor, plan.alibi_slopes)
-        return self.head(self.final_norm(x)).astype(jnp.float32)
+            layer_cache = None if cache is None else (cache.k[i], cache.v[i], k_pos, cache.rotate_at_use)
+            x, updated = block(x, positions, inv, plan.attention_factor, plan.alibi_slopes, layer_cache)
+            if updated is not None:
+                new_k.append(updated[0])
+                new_v.append(updated[1])
+        logits = self.head(self.final_norm(x)).astype(jnp.float32)
+        if cache is None:
+            return logits
+        return logits, KVCache(tuple(new_k), tuple(new_v), k_pos, cache.rotate_at_use)
+
+    def init_cache(self, batch_size: int, max_len: int, rotate_at_use: bool = False) -> "KVCache":
+        """An empty cache of `max_len` slots (slot = position; empty slots have position −1)."""
+        cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
+        shape = (batch_size, max_len, cfg.num_heads, cfg.head_dim)
+        zeros = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
+        return KVCache(zeros, tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
+                       jnp.full((batch_size, max_len), -1, jnp.int32), rotate_at_use)
+
+
+@jax.tree_util.register_pytree_node_class
+class KVCache(NamedTuple):
+    """Per-layer keys and values `[B, S, N, H]`, their positions `[B, S]` (−1 = empty), and whether keys
+    are stored unrotated and rotated at use (static: part of the tree structure, not a leaf)."""
+
+    k: tuple
+    v: tuple
+    pos: Any
+    rotate_at_use: bool
+
+    def tree_flatten(self):
+        return (self.k, self.v, self.pos), self.rotate_at_use
+
+    @classmethod
+    def tree_unflatten(cls, rotate_at_use, children):
+        return cls(*children, rotate_at_use)
 
 
 def count_params(model: nnx.Module) -> int:

@@ -1,0 +1,185 @@
+"""Autoregressive decoding with a KV cache, equal to recomputing the full forward pass.
+
+Each new token is embedded at its absolute position (sinusoidal / learned), its q and k are rotated at its
+position (RoPE), and ALiBi's bias comes from positions: the cache stores keys, values and their positions.
+
+Scalings whose frequencies depend on the sequence length — `dynamic_ntk`, `dynamic=True`, and LongRoPE's
+switch from short to long factors past `original_max_len` — are exact here: posenc defines the logits at
+position p as those of the full forward pass over the prefix 0…p (seq_len = p + 1, the semantics of Hugging
+Face's recompute), and reproduces them with a cache by storing *unrotated* keys and rotating all of them
+with the current step's frequencies (`KVCache.rotate_at_use`). Hugging Face instead caches keys rotated
+with the frequencies of the step they were computed at, so its cached decoding drifts from the recompute
+once the factor changes (transformers issues #25104, #27227). The cost: one extra elementwise rotation of
+the cached keys per layer and step, O(S·d) — the same order as attending to them. Static scalings rotate
+each key once, before caching.
+
+The frequencies of every possible length are tabulated once (`rope_schedule`, `[S, r]`, float64 NumPy →
+float32) and indexed by the traced step, so the decode loop (`lax.scan`) compiles once.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from posenc.model import ModelConfig
+from posenc.rope_scaling import RopeScaling, rope_frequencies
+
+
+def is_length_dependent(scaling: RopeScaling) -> bool:
+    """Whether the frequencies change with the sequence length."""
+    return scaling.kind in ("dynamic_ntk", "longrope") or scaling.dynamic
+
+
+def rope_schedule(cfg: ModelConfig, scaling: RopeScaling, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row t = (inv_freq, attention_factor) for seq_len = t + 1, t < max_len: `[max_len, (layers,) r]`, `[max_len]`."""
+    if cfg.posenc != "rope":
+        return np.zeros((max_len, 1), np.float32), np.ones((max_len,), np.float32)
+    rows = [rope_frequencies(cfg.rotary_dim, base=cfg.rope_base, scaling=scaling, seq_len=t + 1)
+            for t in (range(max_len) if is_length_dependent(scaling) else [max_len - 1])]
+    inv = np.stack([r[0] for r in rows]).astype(np.float32)
+    af = np.asarray([r[1] for r in rows], np.float32)
+    if len(rows) == 1:
+        inv, af = np.repeat(inv, max_len, axis=0), np.repeat(af, max_len)
+    return inv, af
+
+
+def _check_request(cfg: ModelConfig, prompt_len: int, total: int, cache_size: int) -> None:
+    if prompt_len < 1:
+        raise ValueError("the prompt is empty: give at least one token (byte)")
+    if total > cache_size:
+        raise ValueError(f"cache_size={cache_size} is smaller than the request: prompt ({prompt_len}) + "
+                         f"max_new_tokens ({total - prompt_len}) = {total} tokens")
+    if cfg.posenc == "learned" and total > cfg.max_len and cfg.learned_beyond == "error":
+        raise ValueError(f"prompt + continuation = {total} tokens is longer than the learned position table "
+                         f"(model.max_len={cfg.max_len}); set model.learned_beyond='interpolate' or ask for fewer")
+
+
+def _rope(cfg, inv_table, af_table, t):
+    return (inv_table[t], af_table[t]) if cfg.posenc == "rope" else None
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "cache_size", "rotate_at_use", "seq_len"))
+def _prefill(graphdef, params, tokens, inv_table, af_table, *, prompt_len, cache_size, rotate_at_use, seq_len):
+    model = nnx.merge(graphdef, params)
+    cache = model.init_cache(tokens.shape[0], cache_size, rotate_at_use)
+    positions = jnp.arange(prompt_len)[None]
+    return model(tokens, positions, seq_len=seq_len, rope=_rope(model.cfg, inv_table, af_table, prompt_len - 1),
+                 cache=cache)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "seq_len"))
+def _step(graphdef, params, cache, token, position, inv_table, af_table, *, seq_len):
+    """One token `[B, 1]` at `position` (traced) → (logits [B, V], cache)."""
+    model = nnx.merge(graphdef, params)
+    logits, cache = model(token, jnp.reshape(position, (1, 1)), seq_len=seq_len,
+                          rope=_rope(model.cfg, inv_table, af_table, position), cache=cache)
+    return logits[:, -1], cache
+
+
+def teacher_forced_logits(graphdef, params, tokens, *, prefill_len: int, scaling: RopeScaling | None = None,
+                          cache_size: int | None = None) -> jax.Array:
+    """Logits `[B, T, V]` of `tokens [B, T]` computed by prefilling `prefill_len` tokens and then feeding
+    the rest one at a time through the cache (what generation computes, with known tokens)."""
+    cfg = _cfg(graphdef, params)
+    b, t = tokens.shape
+    cache_size = cache_size or t
+    _check_request(cfg, prefill_len, t, cache_size)
+    scaling = cfg.rope_scaling if scaling is None else scaling
+    inv, af = (jnp.asarray(a) for a in rope_schedule(cfg, scaling, cache_size))
+    rotate = cfg.posenc == "rope" and is_length_dependent(scaling)
+    logits, cache = _prefill(graphdef, params, tokens[:, :prefill_len], inv, af, prompt_len=prefill_len,
+                             cache_size=cache_size, rotate_at_use=rotate, seq_len=t)
+    out = [logits]
+    for p in range(prefill_len, t):
+        step_logits, cache = _step(graphdef, params, cache, tokens[:, p:p + 1], jnp.int32(p), inv, af, seq_len=t)
+        out.append(step_logits[:, None])
+    return jnp.concatenate(out, axis=1)
+
+
+def recompute_logits(graphdef, params, tokens, *, scaling: RopeScaling | None = None) -> jax.Array:
+    """The reference: logits at position p from the full forward pass over the prefix 0…p (seq_len p + 1).
+
+    For length-independent encodings this is one forward pass over all of `tokens` (causality)."""
+    cfg = _cfg(graphdef, params)
+    scaling = cfg.rope_scaling if scaling is None else scaling
+    model = nnx.merge(graphdef, params)
+    t = tokens.shape[1]
+    if cfg.posenc != "rope" or not is_length_dependent(scaling):
+        rope = None
+        if cfg.posenc == "rope":
+            inv, af = rope_frequencies(cfg.rotary_dim, base=cfg.rope_base, scaling=scaling, seq_len=t)
+            rope = (jnp.asarray(inv, jnp.float32), af)
+        return model(tokens, rope=rope)
+    inv_table, af_table = rope_schedule(cfg, scaling, t)
+    return jnp.stack([model(tokens[:, :p + 1], rope=(jnp.asarray(inv_table[p]), af_table[p]))[:, -1]
+                      for p in range(t)], axis=1)
+
+
+def _cfg(graphdef, params) -> ModelConfig:
+    return nnx.merge(graphdef, params).cfg
+
+
+def sample(logits, key, temperature: float, top_k: int):
+    """Greedy if temperature == 0; otherwise softmax(logits / temperature) restricted to the top_k (0 = all)."""
+    if temperature == 0:
+        return jnp.argmax(logits, axis=-1)
+    if top_k:
+        kth = jax.lax.top_k(logits, top_k)[0][..., -1:]
+        logits = jnp.where(logits < kth, -jnp.inf, logits)
+    return jax.random.categorical(key, logits / temperature, axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "cache_size", "rotate_at_use", "temperature",
+                                             "top_k"))
+def _generate(graphdef, params, prompt, inv, af, key, *, max_new_tokens, cache_size, rotate_at_use, temperature, top_k):
+    prompt_len = prompt.shape[1]
+    seq_len = prompt_len + max_new_tokens
+    logits, cache = _prefill.__wrapped__(graphdef, params, prompt, inv, af, prompt_len=prompt_len,
+                                         cache_size=cache_size, rotate_at_use=rotate_at_use, seq_len=seq_len)
+    key, sub = jax.random.split(key)
+    first = sample(logits[:, -1], sub, temperature, top_k)
+
+    def body(carry, position):
+        cache, token, key = carry
+        key, sub = jax.random.split(key)
+        step_logits, cache = _step.__wrapped__(graphdef, params, cache, token[:, None], position, inv, af,
+                                               seq_len=seq_len)
+        nxt = sample(step_logits, sub, temperature, top_k)
+        return (cache, nxt, key), nxt
+
+    positions = jnp.arange(prompt_len, prompt_len + max_new_tokens - 1)
+    _, rest = jax.lax.scan(body, (cache, first, key), positions)
+    return jnp.concatenate([prompt, first[:, None], rest.T], axis=1)
+
+
+def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: float = 1.0, top_k: int = 0,
+             seed: int = 0, scaling: RopeScaling | None = None, cache_size: int | None = None) -> np.ndarray:
+    """Samples `max_new_tokens` after `prompt [B, P]` with a KV cache; returns `[B, P + max_new_tokens]`.
+
+    One compiled program (prefill + `lax.scan` over the new tokens) per (P, max_new_tokens, cache_size).
+    `scaling` overrides the run's RoPE scaling (RoPE runs only).
+    """
+    cfg = _cfg(graphdef, params)
+    prompt = jnp.asarray(prompt, jnp.int32)
+    if prompt.ndim != 2:
+        raise ValueError(f"prompt must be [batch, length] token ids, got shape {prompt.shape}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0 or top_k < 0:
+        raise ValueError(f"temperature and top_k must be >= 0, got {temperature}, {top_k}")
+    total = prompt.shape[1] + max_new_tokens
+    cache_size = cache_size or total
+    _check_request(cfg, prompt.shape[1], total, cache_size)
+    if scaling is not None and scaling.kind != "none" and cfg.posenc != "rope":
+        raise ValueError(f"a RoPE scaling does not apply to posenc={cfg.posenc!r}")
+    scaling = cfg.rope_scaling if scaling is None else scaling
+    inv, af = (jnp.asarray(a) for a in rope_schedule(cfg, scaling, cache_size))
+    rotate = cfg.posenc == "rope" and is_length_dependent(scaling)
+    out = _generate(graphdef, params, prompt, inv, af, jax.random.key(seed), max_new_tokens=max_new_tokens,
+                    cache_size=cache_size, rotate_at_use=rotate, temperature=float(temperature), top_k=int(top_k))
+    return np.asarray(out)

@@ -1,0 +1,113 @@
+"""Cached decoding equals the full forward pass for every encoding, static and dynamic scalings included."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import posenc
+from posenc import decode
+from posenc.model import ModelConfig, Transformer
+
+TINY = dict(d_model=32, num_layers=2, num_heads=2, mlp_dim=64, max_len=16)
+SHORT, LONG = np.ones(8), np.linspace(1.0, 6.0, 8)
+
+
+def model_parts(posenc_name="rope", **kw):
+    model = Transformer(ModelConfig(posenc=posenc_name, **{**TINY, **kw}), rngs=nnx.Rngs(0))
+    for block in model.blocks:  # sharpen attention so that positions matter at init
+        block.attn.qkv.kernel[...] = block.attn.qkv.kernel[...] * 8
+    return nnx.split(model)
+
+
+def tokens(t, b=2):
+    return jnp.asarray(np.random.default_rng(1).integers(0, 256, size=(b, t)), jnp.int32)
+
+
+CASES = [
+    ("none", {}, None),
+    ("sinusoidal", {}, None),
+    ("learned", {}, None),
+    ("alibi", {}, None),
+    ("rope", {}, None),
+    ("rope", {"rope_layout": "interleaved", "rope_fraction": 0.5}, None),
+    ("rope", {}, posenc.RopeScaling("yarn", 4.0, original_max_len=16)),
+    ("rope", {}, posenc.RopeScaling("linear", 2.0)),
+    ("rope", {}, posenc.RopeScaling("dynamic_ntk", 2.0, original_max_len=16)),
+    ("rope", {}, posenc.RopeScaling("yarn", original_max_len=16, dynamic=True)),
+    ("rope", {}, posenc.RopeScaling("longrope", 3.0, original_max_len=16, short_factor=SHORT, long_factor=LONG)),
+]
+
+
+@pytest.mark.parametrize("name,kw,scaling", CASES, ids=lambda c: str(getattr(c, "kind", c)))
+def test_cached_decoding_equals_full_recompute(name, kw, scaling):
+    graphdef, params = model_parts(name, **kw)
+    t = 16 if name == "learned" else 40  # 40 > original_max_len / max_len = 16: past the training length
+    x = tokens(t)
+    cached = decode.teacher_forced_logits(graphdef, params, x, prefill_len=5, scaling=scaling)
+    full = decode.recompute_logits(graphdef, params, x, scaling=scaling)
+    assert cached.shape == full.shape == (2, t, 256)
+    np.testing.assert_allclose(cached, full, atol=2e-4, rtol=1e-4)
+
+
+def test_dynamic_scaling_with_hf_style_cache_would_differ():
+    """Caching keys rotated at the step they were computed (HF's behaviour) is not the recompute: the test
+    above can tell the two apart."""
+    scaling = posenc.RopeScaling("dynamic_ntk", 2.0, original_max_len=16)
+    graphdef, params = model_parts("rope")
+    x = tokens(40)
+    full = decode.recompute_logits(graphdef, params, x, scaling=scaling)
+    model = nnx.merge(graphdef, params)
+    cfg = model.cfg
+    inv, af = decode.rope_schedule(cfg, scaling, 40)
+    cache = model.init_cache(2, 40, rotate_at_use=False)  # keys frozen with the frequencies of their step
+    logits, cache = model(x[:, :5], jnp.arange(5)[None], seq_len=40, rope=(inv[4], af[4]), cache=cache)
+    outs = [logits]
+    for p in range(5, 40):
+        step, cache = model(x[:, p:p + 1], jnp.array([[p]]), seq_len=40, rope=(inv[p], af[p]), cache=cache)
+        outs.append(step)
+    stale = jnp.concatenate(outs, axis=1)
+    np.testing.assert_allclose(stale[:, :16], full[:, :16], atol=1e-5)  # identical while the factor is 1
+    exact = decode.teacher_forced_logits(graphdef, params, x, prefill_len=5, scaling=scaling)
+    exact_err = np.abs(exact[:, 20:] - full[:, 20:]).max()
+    stale_err = np.abs(stale[:, 20:] - full[:, 20:]).max()
+    assert stale_err > 1e-4 and stale_err > 20 * exact_err, (stale_err, exact_err)  # then it drifts
+
+
+def test_sampling_is_reproducible_and_greedy_is_deterministic():
+    graphdef, params = model_parts("rope")
+    prompt = tokens(4)
+    a = decode.generate(graphdef, params, prompt, 12, temperature=1.0, top_k=20, seed=3)
+    b = decode.generate(graphdef, params, prompt, 12, temperature=1.0, top_k=20, seed=3)
+    c = decode.generate(graphdef, params, prompt, 12, temperature=1.0, top_k=20, seed=4)
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (2, 16) and not np.array_equal(a, c)
+    np.testing.assert_array_equal(a[:, :4], prompt)
+    greedy = decode.generate(graphdef, params, prompt, 6, temperature=0.0)
+    full = decode.recompute_logits(graphdef, params, jnp.asarray(greedy))
+    np.testing.assert_array_equal(greedy[:, 4:], np.argmax(full[:, 3:-1], axis=-1))  # each token = argmax
+
+
+def test_top_k_restricts_the_support():
+    logits = jnp.array([[0.0, 1.0, 2.0, 3.0]])
+    draws = {int(decode.sample(logits, jax.random.key(i), 1.0, 2)[0]) for i in range(200)}
+    assert draws == {2, 3}
+
+
+def test_errors():
+    graphdef, params = model_parts("learned")
+    with pytest.raises(ValueError, match="longer than the learned position table"):
+        decode.generate(graphdef, params, tokens(10), 10)
+    with pytest.raises(ValueError, match="prompt is empty"):
+        decode.generate(graphdef, params, tokens(0), 3)
+    graphdef, params = model_parts("rope")
+    with pytest.raises(ValueError, match="cache_size=8 is smaller than the request"):
+        decode.generate(graphdef, params, tokens(4), 10, cache_size=8)
+
+
+def test_cache_flag_is_static():
+    model = Transformer(ModelConfig(**TINY), rngs=nnx.Rngs(0))
+    cache = model.init_cache(1, 8, rotate_at_use=True)
+    assert len(jax.tree.leaves(cache)) == 2 * TINY["num_layers"] + 1
+    assert jax.tree.map(lambda a: a, cache).rotate_at_use is True
