@@ -8,11 +8,12 @@ Where each formula lives:
 """
 
 from posenc.alibi import alibi_bias, alibi_slopes
-from posenc.rope import LAYOUTS, apply_rope
+from posenc import rope
+from posenc.rope import LAYOUTS, apply_rope, relative_decay_bound
 from posenc.rope_scaling import KINDS, RopeScaling, rope_frequencies, yarn_correction_range
 from posenc.sinusoidal import sinusoidal_encoding, sinusoidal_table
 
 __all__ = [
     "KINDS", "LAYOUTS", "RopeScaling", "alibi_bias", "alibi_slopes", "apply_rope", "rope_frequencies",
-    "sinusoidal_encoding", "sinusoidal_table", "yarn_correction_range",
+    "relative_decay_bound", "rope", "sinusoidal_encoding", "sinusoidal_table", "yarn_correction_range",
 ]

@@ -102,3 +102,24 @@ def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor
     if 2 * r == head_dim:
         return rot
     return jnp.concatenate([rot, x[..., 2 * r:]], axis=-1)  # partial rotary: the tail passes through
+
+
+def relative_decay_bound(distances, rotary_dim: int, base: float = 10000.0) -> np.ndarray:
+    """RoFormer's long-term decay bound (Su et al. 2021, §3.4.3), float64.
+
+    By Abel summation, |Σ_i h_i e^{i r θ_i}| ≤ max_i |h_{i+1} − h_i| · Σ_j |S_j| with
+    S_j = Σ_{k<j} e^{i r θ_k}; the plotted quantity is the mean over j = 1 … d/2 of |S_j| at relative
+    distance r. At r = 0 every |S_j| = j, so the bound is (d/2 + 1) / 2 exactly.
+
+    Args:
+      distances: relative distances r, `[n]`.
+      rotary_dim: d (even).
+      base: RoPE base.
+
+    Returns:
+      `[n]` float64.
+    """
+    theta = 1.0 / (float(base) ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim))
+    phases = np.exp(1j * np.asarray(distances, np.float64)[:, None] * theta)  # [n, d/2]
+    partial_sums = np.cumsum(phases, axis=-1)  # S_1 … S_{d/2}
+    return np.abs(partial_sums).mean(axis=-1)

@@ -10,7 +10,6 @@ include the Python/JAX baseline, which is printed too. The README's memory figur
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 
@@ -43,7 +42,7 @@ def measure(length: int, chunk: int) -> float:
 
 
 def main(argv):
-    del argv, resource
+    del argv
     rows = {"baseline_mib": measure(0, 0)}
     print(f"baseline (imports, no model): {rows['baseline_mib']:.0f} MiB")
     for length in map(int, _LENGTHS.value):

@@ -164,3 +164,14 @@ def test_bad_inputs_raise(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         posenc.apply_rope(args.pop("x"), args.pop("positions"), args.pop("inv_freq"), **args)
+
+
+@pytest.mark.parametrize("d", [2, 16, 64, 128])
+def test_roformer_decay_bound_at_zero_and_its_decay(d):
+    """Seeds, property 2 (long-range decay): RoFormer's bound is (d/2 + 1)/2 at r = 0 and decays with r."""
+    bound = posenc.rope.relative_decay_bound(np.array([0.0]), d)
+    assert bound[0] == (d // 2 + 1) / 2
+    if d >= 16:
+        curve = posenc.rope.relative_decay_bound(np.arange(0, 2000), d)
+        assert curve[0] == curve.max()
+        assert curve[1000:].mean() < 0.5 * curve[0] and curve[10:100].mean() < curve[:10].mean()
