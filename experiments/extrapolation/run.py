@@ -1,0 +1,120 @@
+r"""The extrapolation study, end to end and resumable. From the repository root:
+
+    python experiments/extrapolation/run.py [--runs=runs/extrapolation] [--seeds=0,1,2]
+
+1. trains NoPE, sinusoidal, learned, RoPE and ALiBi with identical budgets (experiments/extrapolation/config.py)
+   at train_len 256, one run per (encoding, seed) under --runs;
+2. fine-tunes the seed-0 RoPE run at 4x the length (train_len 1024) with PI and with YaRN for
+   --finetune_steps steps (--init_from);
+3. evaluates every run at 256 … 4096 (1× … 16×) on the same test bytes with the three protocols; RoPE runs
+   also with linear (PI), NTK, dynamic NTK, YaRN and dynamic YaRN applied at inference time, learned runs
+   also with their table interpolated; results go to experiments/extrapolation/results/<run>.json;
+4. writes the report (experiments/extrapolation/report.py).
+
+Every stage skips what is done: rerun the same command after an interruption.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import platform
+import time
+
+import jax
+from absl import app, flags, logging
+
+from posenc import evaluate as ev
+from posenc.train import load_config_file, train_and_evaluate
+
+HERE = pathlib.Path(__file__).resolve().parent
+POSENCS = ("none", "sinusoidal", "learned", "rope", "alibi")
+LENGTHS = (256, 512, 1024, 2048, 4096)
+ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn")
+
+_RUNS = flags.DEFINE_string("runs", "runs/extrapolation", "Where the runs (checkpoints) go.")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the main comparison.")
+_FT_STEPS = flags.DEFINE_integer("finetune_steps", 150, "Fine-tuning steps at 4x the length.")
+_NUM_BYTES = flags.DEFINE_integer("num_bytes", 32768, "Test bytes scored at every length.")
+
+
+def _timed(log: dict, key: str, fn):
+    t0 = time.time()
+    out = fn()
+    log[key] = log.get(key, 0.0) + time.time() - t0
+    return out
+
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.ERROR)
+    runs = pathlib.Path(_RUNS.value)
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+    timing_path = results / "timing.json"
+    timing = json.loads(timing_path.read_text()) if timing_path.exists() else {}
+    config_path = str(HERE / "config.py")
+
+    names = []
+    for posenc in POSENCS:
+        for seed in map(int, _SEEDS.value):
+            name = f"{posenc}-s{seed}"
+            names.append(name)
+            config = load_config_file(config_path, f"posenc={posenc},seed={seed}")
+            _timed(timing, f"train/{name}", lambda c=config, n=name: train_and_evaluate(c, str(runs / n)))
+            timing_path.write_text(json.dumps(timing, indent=1))
+
+    for kind in ("linear", "yarn"):
+        name = f"rope-s0-ft-{'pi' if kind == 'linear' else kind}4x"
+        names.append(name)
+        config = load_config_file(config_path, f"posenc={kind},seed=0")
+        config.init_from = str(runs / "rope-s0")
+        config.train_len = 1024
+        config.batch_size = 4  # the same 4096 tokens per step as the base runs
+        config.train_steps = _FT_STEPS.value
+        config.warmup_steps = 15
+        config.learning_rate = 1e-3
+        config.eval_every = config.checkpoint_every = _FT_STEPS.value
+        config.eval_windows = 16
+        config.model.rope.scaling.factor = 4.0
+        config.model.rope.scaling.original_max_len = 256
+        _timed(timing, f"train/{name}", lambda c=config, n=name: train_and_evaluate(c, str(runs / n)))
+        timing_path.write_text(json.dumps(timing, indent=1))
+
+    for name in names:
+        out = results / f"{name}.json"
+        if out.exists():
+            continue
+        workdir = str(runs / name)
+        run = ev.load_run(workdir)
+        if "-ft-" in name:
+            scalings, extra = ["run", "none"], {}
+        elif run.cfg.posenc == "rope":
+            scalings, extra = list(ROPE_SCALINGS), {}
+        else:
+            scalings, extra = ["none"], {}
+        result = _timed(timing, f"eval/{name}", lambda: ev.evaluate([workdir], LENGTHS, scalings,
+                                                                     num_bytes=_NUM_BYTES.value, progress=True))
+        if run.cfg.posenc == "learned":  # the seeds' "interpolation" extension, reported separately
+            interp = ev.evaluate([workdir], LENGTHS, ["none"], num_bytes=_NUM_BYTES.value,
+                                 learned_beyond="interpolate", progress=True)
+            for row in interp["rows"]:
+                row["scaling"] = "interpolate"
+            result["rows"] += interp["rows"]
+            result["per_position"].update({k.replace("|none", "|interpolate"): v for k, v in interp["per_position"].items()})
+        out.write_text(json.dumps(result))
+        timing_path.write_text(json.dumps(timing, indent=1))
+
+    timing["finetune_steps"] = _FT_STEPS.value
+    timing["hardware"] = f"{platform.processor() or platform.machine()}, {jax.device_count()} JAX CPU device(s)"
+    timing_path.write_text(json.dumps(timing, indent=1))
+    from report import write_report  # noqa: PLC0415  (experiments/extrapolation/report.py)
+
+    print(write_report(HERE, seeds=[int(s) for s in _SEEDS.value]))
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(HERE))
+    app.run(main)

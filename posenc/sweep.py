@@ -1,0 +1,319 @@
+"""Sweeps over config fields (train mode) or inference-time RoPE scaling parameters (eval mode).
+
+An axis is `field=v1,v2,…`. Axes combine as a grid (every combination) or zipped (the i-th values together).
+
+* **train**: each point overrides fields of a base config (`model.rope.base=100,1000`, `train_len=128,256`),
+  trains its own run in `ROOT/<point name>` with `train_and_evaluate` (which resumes a half-finished run),
+  then evaluates it past its training length. Its results land in `ROOT/<point name>/sweep_point.json`.
+* **eval**: each point sets `RopeScaling` fields (`factor`, `attention_factor`, `beta_fast`, `beta_slow`,
+  `kind`, `dynamic`, `truncate`, `original_max_len`) and re-evaluates one trained run — no retraining, and no
+  recompilation either: RoPE frequencies are traced inputs, so every point reuses one compiled forward per
+  length. Results land in `ROOT/points/<point name>.json`.
+
+A finished point (its JSON has status `done`) is skipped; a failing point is recorded with its error
+(status `failed`) and the sweep goes on. Each point is also an independent command (`--points=NAME` or
+`--shard=i/n`), so points can be spread over machines and gathered into one table with `--aggregate_only`.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import itertools
+import json
+import math
+import pathlib
+import traceback
+from typing import Any, Callable, Sequence
+
+import ml_collections
+import numpy as np
+from tqdm.auto import tqdm
+
+from posenc import data
+from posenc.evaluate import LN2, Evaluator, load_run
+from posenc.rope_scaling import RopeScaling
+
+MODES = ("train", "eval")
+COMBINE = ("grid", "zip")
+EVAL_FIELDS = ("kind", "factor", "attention_factor", "beta_fast", "beta_slow", "dynamic", "truncate",
+               "original_max_len")
+
+
+def _literal(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text  # a bare string such as yarn
+
+
+def parse_axes(specs: Sequence[str]) -> list[tuple[str, list[Any]]]:
+    """['model.rope.base=100,1000', 'factor=2,4'] -> [('model.rope.base', [100, 1000]), ('factor', [2, 4])]."""
+    axes = []
+    for spec in specs:
+        field, sep, values = spec.partition("=")
+        if not sep or not field.strip() or not values.strip():
+            raise ValueError(f"axis must look like field=v1,v2,…, got {spec!r}")
+        axes.append((field.strip(), [_literal(v.strip()) for v in values.split(",") if v.strip()]))
+    fields = [f for f, _ in axes]
+    if len(set(fields)) != len(fields):
+        raise ValueError(f"axis fields must be distinct, got {fields}")
+    return axes
+
+
+def expand(axes: list[tuple[str, list[Any]]], combine: str = "grid") -> list[dict[str, Any]]:
+    """The points of the sweep, each a {field: value} dict, in a stable order."""
+    if combine not in COMBINE:
+        raise ValueError(f"combine must be one of {COMBINE}, got {combine!r}")
+    if not axes:
+        raise ValueError("a sweep needs at least one axis")
+    fields = [f for f, _ in axes]
+    if combine == "zip":
+        lengths = {len(v) for _, v in axes}
+        if len(lengths) != 1:
+            raise ValueError(f"zipped axes must have the same number of values, got {[len(v) for _, v in axes]}")
+        combos = zip(*(v for _, v in axes))
+    else:
+        combos = itertools.product(*(v for _, v in axes))
+    return [dict(zip(fields, combo)) for combo in combos]
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def point_name(point: dict[str, Any], all_fields: Sequence[str] | None = None) -> str:
+    """'base=100,factor=2' from {'model.rope.base': 100, 'model.rope.scaling.factor': 2}: the last component
+    of each field, or the whole dotted field where two fields share their last component."""
+    fields = list(all_fields or point)
+    short = [f.split(".")[-1] for f in fields]
+    clash = {s for s in short if short.count(s) > 1}
+    parts = []
+    for field in point:
+        label = field if field.split(".")[-1] in clash else field.split(".")[-1]
+        parts.append(f"{label}={_fmt(point[field])}")
+    return ",".join(parts).replace("/", "_")
+
+
+def apply_overrides(config: ml_collections.ConfigDict, point: dict[str, Any]) -> ml_collections.ConfigDict:
+    """A copy of `config` with dotted fields set; an unknown field is an error naming it."""
+    config = ml_collections.ConfigDict(config.to_dict())
+    for field, value in point.items():
+        node = config
+        *parents, leaf = field.split(".")
+        for p in parents:
+            if p not in node:
+                raise ValueError(f"sweep axis {field!r}: config has no field {p!r}")
+            node = node[p]
+        if leaf not in node:
+            raise ValueError(f"sweep axis {field!r}: config has no field {leaf!r} (fields here: {sorted(node.keys())})")
+        current = node[leaf]
+        if isinstance(current, float) and isinstance(value, int):
+            value = float(value)
+        node[leaf] = value
+    return config
+
+
+def _read(path: pathlib.Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _write(path: pathlib.Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(path)
+
+
+def select(points: list[dict[str, Any]], names: Sequence[str] | None = None, shard: str | None = None):
+    """The points this command runs: all, the named ones, or shard i/n (points i, i+n, …)."""
+    fields = list(points[0]) if points else []
+    named = [(point_name(p, fields), p) for p in points]
+    if names:
+        known = {n for n, _ in named}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(f"unknown point(s) {unknown}; points are {sorted(known)}")
+        named = [(n, p) for n, p in named if n in names]
+    if shard:
+        i, _, n = shard.partition("/")
+        i, n = int(i), int(n)
+        if not 0 <= i < n:
+            raise ValueError(f"shard must be i/n with 0 <= i < n, got {shard!r}")
+        named = named[i::n]
+    return named
+
+
+def _bpb_rows(evaluator: Evaluator, stream: np.ndarray, lengths: Sequence[int], num_bytes: int,
+              make_scaling: Callable[[int], RopeScaling]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for length in lengths:
+        if evaluator.undefined_reason(length):
+            out[f"bpb_L{length}"] = None
+            continue
+        x, y = data.eval_windows(stream, length=length, num_bytes=num_bytes)
+        out[f"bpb_L{length}"] = float(evaluator.nll(x, y, make_scaling(length)).mean()) / LN2
+    return out
+
+
+def _num_bytes(stream: np.ndarray, lengths: Sequence[int], num_bytes: int | None) -> int:
+    longest = max(lengths)
+    available = (len(stream) - 1) // longest * longest
+    nb = num_bytes or min(available, 8 * longest)
+    if nb % longest or nb > available or nb < longest:
+        raise ValueError(f"num_bytes={nb} must be a positive multiple of the longest length {longest} and at most "
+                         f"{available} (the split has {len(stream)} bytes)")
+    return nb
+
+
+def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: list[tuple[str, dict]], *,
+                    lengths: Sequence[int], scaling: str = "none", num_bytes: int | None = None,
+                    train_fn: Callable | None = None, progress: bool = True) -> list[dict[str, Any]]:
+    """Trains (or resumes) and evaluates each point; returns the point records."""
+    from posenc.evaluate import scaling_for  # noqa: PLC0415
+    from posenc.train import train_and_evaluate  # noqa: PLC0415
+
+    train_fn = train_fn or train_and_evaluate
+    records = []
+    for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
+        path = pathlib.Path(root) / name / "sweep_point.json"
+        record = _read(path)
+        if record and record.get("status") == "done":
+            records.append(record)
+            continue
+        record = {"name": name, "point": point, "mode": "train", "status": "running"}
+        try:
+            config = apply_overrides(base_config, point)
+            workdir = str(pathlib.Path(root) / name)
+            train_fn(config, workdir)
+            run = load_run(workdir, name)
+            stream = data.load_corpus(config.data.path, config.data.cache_dir).test
+            nb = _num_bytes(stream, lengths, num_bytes)
+            ev = Evaluator(run)
+            record.update(_bpb_rows(ev, stream, lengths, nb, lambda n: scaling_for(run, scaling, n)),
+                          status="done", scaling=scaling, num_bytes=nb, train_len=run.train_len)
+        except Exception as e:  # noqa: BLE001 — one failing point must not stop the sweep
+            record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-2000:])
+        _write(path, record)
+        records.append(record)
+    return records
+
+
+def eval_scaling(run, point: dict[str, Any], base_kind: str, length: int) -> RopeScaling:
+    """The RopeScaling of an eval-sweep point at `length` (factor L / L0 unless the point sets one)."""
+    unknown = sorted(set(point) - set(EVAL_FIELDS))
+    if unknown:
+        raise ValueError(f"eval sweep axes must be RopeScaling fields {EVAL_FIELDS}, got {unknown}")
+    kwargs = {"kind": base_kind, "original_max_len": run.base_len}
+    kwargs.update(point)
+    if "factor" not in point and not kwargs.get("dynamic"):
+        kwargs["factor"] = max(1.0, length / kwargs["original_max_len"])
+    for key in ("factor", "attention_factor", "beta_fast", "beta_slow"):
+        if key in kwargs and kwargs[key] is not None:
+            kwargs[key] = float(kwargs[key])
+    return RopeScaling(**kwargs)
+
+
+def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, lengths: Sequence[int],
+                   scaling: str = "yarn", num_bytes: int | None = None, split: str = "test",
+                   progress: bool = True) -> list[dict[str, Any]]:
+    """Re-evaluates one run at every point (one compiled forward per length for all points)."""
+    run = load_run(workdir)
+    if run.cfg.posenc != "rope":
+        raise ValueError(f"an eval sweep over RoPE scaling needs a RoPE run; {workdir!r} has posenc={run.cfg.posenc!r}")
+    stream = data.load_corpus(run.config.data.path, run.config.data.cache_dir).split(split)
+    nb = _num_bytes(stream, lengths, num_bytes)
+    ev = Evaluator(run)
+    records = []
+    for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
+        path = pathlib.Path(root) / "points" / f"{name}.json"
+        record = _read(path)
+        if record and record.get("status") == "done":
+            records.append(record)
+            continue
+        record = {"name": name, "point": point, "mode": "eval", "run": workdir, "scaling": scaling, "split": split,
+                  "num_bytes": nb, "train_len": run.train_len}
+        try:
+            record.update(_bpb_rows(ev, stream, lengths, nb, lambda n: eval_scaling(run, point, scaling, n)),
+                          status="done")
+        except Exception as e:  # noqa: BLE001
+            record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-2000:])
+        _write(path, record)
+        records.append(record)
+    return records
+
+
+def gather(root: str, mode: str) -> list[dict[str, Any]]:
+    """Every point record written under `root` (from any machine)."""
+    pattern = "*/sweep_point.json" if mode == "train" else "points/*.json"
+    return [json.loads(p.read_text()) for p in sorted(pathlib.Path(root).glob(pattern))]
+
+
+def write_outputs(records: list[dict[str, Any]], root: str, axes: list[str], lengths: Sequence[int],
+                  plot_length: int | None = None) -> dict[str, pathlib.Path]:
+    """results.csv, results.md and a plot: a heatmap for two axes, lines over length for one."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    out = pathlib.Path(root)
+    out.mkdir(parents=True, exist_ok=True)
+    cols = [f"bpb_L{n}" for n in lengths]
+    paths = {"csv": out / "results.csv", "md": out / "results.md", "png": out / "sweep.png"}
+    with open(paths["csv"], "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["name", *axes, "status", *cols, "error"])
+        for r in records:
+            w.writerow([r["name"], *(r["point"].get(a) for a in axes), r["status"], *(r.get(c) for c in cols),
+                        r.get("error", "")])
+    fmt = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+    lines = ["| " + " | ".join([*axes, "status", *cols]) + " |", "|" + "---|" * (len(axes) + 1 + len(cols))]
+    for r in records:
+        lines.append("| " + " | ".join([*(_fmt(r["point"].get(a)) for a in axes), r["status"],
+                                        *(fmt(r.get(c)) for c in cols)]) + " |")
+    failed = [r for r in records if r["status"] == "failed"]
+    if failed:
+        lines += ["", "Failed points:"] + [f"- {r['name']}: {r['error']}" for r in failed]
+    paths["md"].write_text("bits per byte on the test split (non-overlapping windows, lower is better)\n\n"
+                           + "\n".join(lines) + "\n")
+
+    done = [r for r in records if r["status"] == "done"]
+    plot_length = plot_length or lengths[-1]
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    if len(axes) == 2 and done:
+        xs = sorted({r["point"][axes[0]] for r in done}, key=lambda v: (str(type(v)), v))
+        ys = sorted({r["point"][axes[1]] for r in done}, key=lambda v: (str(type(v)), v))
+        grid = np.full((len(ys), len(xs)), np.nan)
+        for r in done:
+            v = r.get(f"bpb_L{plot_length}")
+            grid[ys.index(r["point"][axes[1]]), xs.index(r["point"][axes[0]])] = np.nan if v is None else v
+        im = ax.imshow(grid, cmap="viridis_r", origin="lower", aspect="auto")
+        ax.set_xticks(range(len(xs)), [_fmt(v) for v in xs])
+        ax.set_yticks(range(len(ys)), [_fmt(v) for v in ys])
+        ax.set_xlabel(axes[0])
+        ax.set_ylabel(axes[1])
+        for (yi, xi), v in np.ndenumerate(grid):
+            if not math.isnan(v):
+                ax.text(xi, yi, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white")
+        fig.colorbar(im, ax=ax, label=f"bits per byte at L={plot_length}")
+        best = np.unravel_index(np.nanargmin(grid), grid.shape) if np.isfinite(grid).any() else None
+        title = f"best: {axes[0]}={_fmt(xs[best[1]])}, {axes[1]}={_fmt(ys[best[0]])}" if best else ""
+        ax.set_title(title)
+    else:
+        for r in done:
+            pts = [(n, r.get(f"bpb_L{n}")) for n in lengths if r.get(f"bpb_L{n}") is not None]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=r["name"])
+        train_lens = sorted({r.get("train_len") for r in done if r.get("train_len")})
+        for t in train_lens:
+            ax.axvline(t, color="gray", linestyle="--", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_ylabel("bits per byte")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(paths["png"], dpi=100)
+    plt.close(fig)
+    return paths
+
+

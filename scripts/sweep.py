@@ -1,0 +1,66 @@
+r"""Sweep config fields (train mode) or inference-time RoPE scaling parameters (eval mode).
+
+Train: every point trains its own run under --root, then is evaluated past its training length:
+
+    python scripts/sweep.py --mode=train --config=configs/default.py --root=runs/base_sweep \
+        --axis=model.rope.base=100,1000,10000,100000 [--axis=train_len=128,256] [--combine=grid|zip] \
+        --lengths=256,512,1024,2048,4096 [--scaling=none]
+
+Eval: one trained run re-evaluated at every point, without retraining or recompiling:
+
+    python scripts/sweep.py --mode=eval --workdir=runs/default --root=runs/yarn_sweep --scaling=yarn \
+        --axis=factor=2,4,8,16 --axis=attention_factor=1.0,1.1,1.2,1.3 --lengths=1024
+
+Rerunning resumes (finished points are skipped). To spread points over machines, give each machine its
+shard (--shard=0/3, 1/3, 2/3) or named points (--points=NAME,...), copy the point directories back under
+one --root, and rebuild the table with --aggregate_only. Writes results.csv, results.md, sweep.png in --root.
+"""
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from posenc import sweep
+
+_MODE = flags.DEFINE_enum("mode", None, sweep.MODES, "train: a run per point; eval: re-evaluate one run.",
+                          required=True)
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Base config (train mode).",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "The trained run (eval mode).")
+_ROOT = flags.DEFINE_string("root", None, "Sweep directory.", required=True)
+_AXES = flags.DEFINE_multi_string("axis", [], "field=v1,v2,... (repeat for more axes).")
+_COMBINE = flags.DEFINE_enum("combine", "grid", sweep.COMBINE, "grid: every combination; zip: i-th values together.")
+_LENGTHS = flags.DEFINE_list("lengths", ["256", "512", "1024", "2048", "4096"], "Evaluation lengths.")
+_SCALING = flags.DEFINE_string("scaling", None, "Train mode: scaling name at evaluation (default none). "
+                               "Eval mode: the RopeScaling kind the axes modify (default yarn).")
+_NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Test bytes scored per length (default 8 x longest).")
+_PLOT_LENGTH = flags.DEFINE_integer("plot_length", None, "Length whose bits per byte fill the heatmap.")
+_POINTS = flags.DEFINE_list("points", None, "Run only these point names.")
+_SHARD = flags.DEFINE_string("shard", None, "Run only shard i/n of the points.")
+_AGGREGATE = flags.DEFINE_bool("aggregate_only", False, "Only gather finished points into the table and plot.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.ERROR)
+    axes = sweep.parse_axes(_AXES.value)
+    fields = [f for f, _ in axes]
+    lengths = [int(n) for n in _LENGTHS.value]
+    points = sweep.select(sweep.expand(axes, _COMBINE.value), _POINTS.value, _SHARD.value)
+    if not _AGGREGATE.value:
+        if _MODE.value == "train":
+            sweep.run_train_sweep(_CONFIG.value, _ROOT.value, points, lengths=lengths, scaling=_SCALING.value or "none",
+                                  num_bytes=_NUM_BYTES.value)
+        else:
+            if not _WORKDIR.value:
+                raise app.UsageError("--mode=eval needs --workdir (the trained run)")
+            sweep.run_eval_sweep(_WORKDIR.value, _ROOT.value, points, lengths=lengths, scaling=_SCALING.value or "yarn",
+                                 num_bytes=_NUM_BYTES.value)
+    records = sweep.gather(_ROOT.value, _MODE.value)
+    paths = sweep.write_outputs(records, _ROOT.value, fields, lengths, _PLOT_LENGTH.value)
+    print(paths["md"].read_text())
+    print(f"wrote {', '.join(str(p) for p in paths.values())}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,102 @@
+"""Sweeps: grid expansion and naming, sharding, skip-if-done, failure isolation, and an eval sweep at
+factor 1 matching the plain evaluation."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from posenc import evaluate as ev
+from posenc import sweep, train
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_grid_zip_and_names():
+    axes = sweep.parse_axes(["model.rope.base=100,1e4", "model.rope.scaling.factor=2,4.5", "model.posenc=rope,alibi"])
+    assert axes[0] == ("model.rope.base", [100, 10000.0]) and axes[2][1] == ["rope", "alibi"]
+    grid = sweep.expand(axes[:2], "grid")
+    assert len(grid) == 4 and grid[1] == {"model.rope.base": 100, "model.rope.scaling.factor": 4.5}
+    assert sweep.point_name(grid[1]) == "base=100,factor=4.5"
+    zipped = sweep.expand(axes[:2], "zip")
+    assert zipped == [{"model.rope.base": 100, "model.rope.scaling.factor": 2},
+                      {"model.rope.base": 10000.0, "model.rope.scaling.factor": 4.5}]
+    clash = {"model.rope.base": 10, "model.sinusoidal_base": 5, "data.base": 1}
+    assert sweep.point_name({"a.base": 1, "b.base": 2}) == "a.base=1,b.base=2"
+    assert "sinusoidal_base=5" in sweep.point_name(clash)
+    with pytest.raises(ValueError, match="same number of values"):
+        sweep.expand(sweep.parse_axes(["a=1,2", "b=1"]), "zip")
+    with pytest.raises(ValueError, match="field=v1,v2"):
+        sweep.parse_axes(["model.rope.base"])
+    with pytest.raises(ValueError, match="distinct"):
+        sweep.parse_axes(["a=1", "a=2"])
+
+
+def test_select_shards_and_named_points():
+    points = sweep.expand(sweep.parse_axes(["x=1,2,3,4,5"]))
+    assert [n for n, _ in sweep.select(points, shard="1/2")] == ["x=2", "x=4"]
+    assert [n for n, _ in sweep.select(points, names=["x=3"])] == ["x=3"]
+    with pytest.raises(ValueError, match="unknown point"):
+        sweep.select(points, names=["x=9"])
+    with pytest.raises(ValueError, match="shard must be"):
+        sweep.select(points, shard="2/2")
+
+
+def test_apply_overrides_names_unknown_fields(tiny_config):
+    config = sweep.apply_overrides(tiny_config(), {"model.rope.base": 100, "train_len": 16})
+    assert config.model.rope.base == 100.0 and isinstance(config.model.rope.base, float) and config.train_len == 16
+    with pytest.raises(ValueError, match="no field 'bse'"):
+        sweep.apply_overrides(tiny_config(), {"model.rope.bse": 1})
+
+
+def test_train_sweep_skips_done_points_and_isolates_failures(tiny_config, tmp_path):
+    calls = []
+
+    def counting_train(config, workdir):
+        calls.append(pathlib.Path(workdir).name)
+        return train.train_and_evaluate(config, workdir)
+
+    points = sweep.select(sweep.expand(sweep.parse_axes(["model.rope.base=100,-1"])))
+    base = tiny_config(train_steps=4)
+    records = sweep.run_train_sweep(base, str(tmp_path), points, lengths=[32, 64], train_fn=counting_train,
+                                    progress=False)
+    status = {r["name"]: r for r in records}
+    assert status["base=100"]["status"] == "done" and status["base=100"]["bpb_L64"] > 0
+    assert status["base=-1"]["status"] == "failed" and "rope.base must be > 0" in status["base=-1"]["error"]
+    assert calls == ["base=100", "base=-1"]
+    sweep.run_train_sweep(base, str(tmp_path), points, lengths=[32, 64], train_fn=counting_train, progress=False)
+    assert calls == ["base=100", "base=-1", "base=-1"]  # the finished point is skipped, the failed one retried
+    paths = sweep.write_outputs(sweep.gather(str(tmp_path), "train"), str(tmp_path), ["model.rope.base"], [32, 64])
+    text = paths["md"].read_text()
+    assert "Failed points" in text and "| 100 | done |" in text and paths["png"].exists()
+
+
+def test_eval_sweep_at_factor_one_matches_plain_evaluation(tiny_config, tmp_path):
+    train.train_and_evaluate(tiny_config(train_steps=4), str(tmp_path / "run"))
+    points = sweep.select(sweep.expand(sweep.parse_axes(["factor=1.0,2.0", "attention_factor=1.0,1.2"])))
+    records = sweep.run_eval_sweep(str(tmp_path / "run"), str(tmp_path / "sweep"), points, lengths=[32, 64],
+                                   scaling="linear", num_bytes=128, progress=False)
+    plain = ev.evaluate([str(tmp_path / "run")], [32, 64], ["none"], num_bytes=128, progress=False)["rows"]
+    plain_bpb = {r["length"]: r["bpb"] for r in plain if r["protocol"] == "nonoverlap"}
+    by = {r["name"]: r for r in records}
+    assert by["factor=1.0,attention_factor=1.0"]["bpb_L64"] == pytest.approx(plain_bpb[64], rel=1e-12)
+    assert by["factor=1.0,attention_factor=1.0"]["bpb_L32"] == pytest.approx(plain_bpb[32], rel=1e-12)
+    assert by["factor=2.0,attention_factor=1.0"]["bpb_L64"] != by["factor=1.0,attention_factor=1.0"]["bpb_L64"]
+    assert by["factor=1.0,attention_factor=1.2"]["bpb_L64"] != by["factor=1.0,attention_factor=1.0"]["bpb_L64"]
+    with pytest.raises(ValueError, match="RopeScaling fields"):
+        sweep.eval_scaling(ev.load_run(str(tmp_path / "run")), {"base": 10}, "yarn", 64)
+
+
+def test_script_eval_sweep_heatmap(tiny_config, tmp_path, cache_dir):
+    train.train_and_evaluate(tiny_config(train_steps=4), str(tmp_path / "run"))
+    result = subprocess.run(
+        [sys.executable, "scripts/sweep.py", "--mode=eval", f"--workdir={tmp_path / 'run'}", f"--root={tmp_path / 's'}",
+         "--scaling=yarn", "--axis=factor=2,4", "--axis=attention_factor=1.0,1.1", "--lengths=64", "--num_bytes=128"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "| 4 | 1.1 | done |" in result.stdout and (tmp_path / "s" / "sweep.png").exists()
+    assert len(list((tmp_path / "s" / "points").glob("*.json"))) == 4
+    record = json.loads((tmp_path / "s" / "points" / "factor=2,attention_factor=1.json").read_text())
+    assert record["status"] == "done"
