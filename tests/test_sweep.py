@@ -81,10 +81,10 @@ def test_eval_sweep_at_factor_one_matches_plain_evaluation(tiny_config, tmp_path
     plain = ev.evaluate([str(tmp_path / "run")], [32, 64], ["none"], num_bytes=128, progress=False)["rows"]
     plain_bpb = {r["length"]: r["bpb"] for r in plain if r["protocol"] == "nonoverlap"}
     by = {r["name"]: r for r in records}
-    assert by["factor=1.0,attention_factor=1.0"]["bpb_L64"] == pytest.approx(plain_bpb[64], rel=1e-12)
-    assert by["factor=1.0,attention_factor=1.0"]["bpb_L32"] == pytest.approx(plain_bpb[32], rel=1e-12)
-    assert by["factor=2.0,attention_factor=1.0"]["bpb_L64"] != by["factor=1.0,attention_factor=1.0"]["bpb_L64"]
-    assert by["factor=1.0,attention_factor=1.2"]["bpb_L64"] != by["factor=1.0,attention_factor=1.0"]["bpb_L64"]
+    assert by["factor=1,attention_factor=1"]["bpb_L64"] == pytest.approx(plain_bpb[64], rel=1e-12)
+    assert by["factor=1,attention_factor=1"]["bpb_L32"] == pytest.approx(plain_bpb[32], rel=1e-12)
+    assert by["factor=2,attention_factor=1"]["bpb_L64"] != by["factor=1,attention_factor=1"]["bpb_L64"]
+    assert by["factor=1,attention_factor=1.2"]["bpb_L64"] != by["factor=1,attention_factor=1"]["bpb_L64"]
     with pytest.raises(ValueError, match="RopeScaling fields"):
         sweep.eval_scaling(ev.load_run(str(tmp_path / "run")), {"base": 10}, "yarn", 64)
 
