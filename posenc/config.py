@@ -36,6 +36,7 @@ def rope_scaling_from_config(s: ml_collections.ConfigDict) -> RopeScaling:
         for key in ("factor", "attention_factor", "original_max_len"):
             if saved.get(key) is not None and kwargs.get(key) in (None, 1.0):
                 kwargs[key] = saved[key]
+        kwargs["unscaled_positions"] = int(saved.get("unscaled_positions", 0))
     try:
         return RopeScaling(**kwargs)
     except ValueError as e:

@@ -59,25 +59,25 @@ def _check_request(cfg: ModelConfig, prompt_len: int, total: int, cache_size: in
                          f"(model.max_len={cfg.max_len}); set model.learned_beyond='interpolate' or ask for fewer")
 
 
-def _rope(cfg, inv_table, af_table, t):
-    return (inv_table[t], af_table[t]) if cfg.posenc == "rope" else None
+def _rope(cfg, inv_table, af_table, t, n_hat):
+    return (inv_table[t], af_table[t], n_hat) if cfg.posenc == "rope" else None
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "cache_size", "rotate_at_use", "seq_len"))
-def _prefill(graphdef, params, tokens, inv_table, af_table, *, prompt_len, cache_size, rotate_at_use, seq_len):
+def _prefill(graphdef, params, tokens, inv_table, af_table, n_hat, *, prompt_len, cache_size, rotate_at_use, seq_len):
     model = nnx.merge(graphdef, params)
     cache = model.init_cache(tokens.shape[0], cache_size, rotate_at_use)
     positions = jnp.arange(prompt_len)[None]
-    return model(tokens, positions, seq_len=seq_len, rope=_rope(model.cfg, inv_table, af_table, prompt_len - 1),
-                 cache=cache)
+    return model(tokens, positions, seq_len=seq_len,
+                 rope=_rope(model.cfg, inv_table, af_table, prompt_len - 1, n_hat), cache=cache)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "seq_len"))
-def _step(graphdef, params, cache, token, position, inv_table, af_table, *, seq_len):
+def _step(graphdef, params, cache, token, position, inv_table, af_table, n_hat, *, seq_len):
     """One token `[B, 1]` at `position` (traced) → (logits [B, V], cache)."""
     model = nnx.merge(graphdef, params)
     logits, cache = model(token, jnp.reshape(position, (1, 1)), seq_len=seq_len,
-                          rope=_rope(model.cfg, inv_table, af_table, position), cache=cache)
+                          rope=_rope(model.cfg, inv_table, af_table, position, n_hat), cache=cache)
     return logits[:, -1], cache
 
 
@@ -92,11 +92,12 @@ def teacher_forced_logits(graphdef, params, tokens, *, prefill_len: int, scaling
     scaling = cfg.rope_scaling if scaling is None else scaling
     inv, af = (jnp.asarray(a) for a in rope_schedule(cfg, scaling, cache_size))
     rotate = cfg.posenc == "rope" and is_length_dependent(scaling)
-    logits, cache = _prefill(graphdef, params, tokens[:, :prefill_len], inv, af, prompt_len=prefill_len,
+    n_hat = jnp.int32(scaling.unscaled_positions)
+    logits, cache = _prefill(graphdef, params, tokens[:, :prefill_len], inv, af, n_hat, prompt_len=prefill_len,
                              cache_size=cache_size, rotate_at_use=rotate, seq_len=t)
     out = [logits]
     for p in range(prefill_len, t):
-        step_logits, cache = _step(graphdef, params, cache, tokens[:, p:p + 1], jnp.int32(p), inv, af, seq_len=t)
+        step_logits, cache = _step(graphdef, params, cache, tokens[:, p:p + 1], jnp.int32(p), inv, af, n_hat, seq_len=t)
         out.append(step_logits[:, None])
     return jnp.concatenate(out, axis=1)
 
@@ -113,10 +114,11 @@ def recompute_logits(graphdef, params, tokens, *, scaling: RopeScaling | None = 
         rope = None
         if cfg.posenc == "rope":
             inv, af = rope_frequencies(cfg.rotary_dim, base=cfg.rope_base, scaling=scaling, seq_len=t)
-            rope = (jnp.asarray(inv, jnp.float32), af)
+            rope = (jnp.asarray(inv, jnp.float32), af, scaling.unscaled_positions)
         return model(tokens, rope=rope)
     inv_table, af_table = rope_schedule(cfg, scaling, t)
-    return jnp.stack([model(tokens[:, :p + 1], rope=(jnp.asarray(inv_table[p]), af_table[p]))[:, -1]
+    n_hat = scaling.unscaled_positions
+    return jnp.stack([model(tokens[:, :p + 1], rope=(jnp.asarray(inv_table[p]), af_table[p], n_hat))[:, -1]
                       for p in range(t)], axis=1)
 
 
@@ -136,10 +138,11 @@ def sample(logits, key, temperature: float, top_k: int):
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "cache_size", "rotate_at_use", "temperature",
                                              "top_k"))
-def _generate(graphdef, params, prompt, inv, af, key, *, max_new_tokens, cache_size, rotate_at_use, temperature, top_k):
+def _generate(graphdef, params, prompt, inv, af, n_hat, key, *, max_new_tokens, cache_size, rotate_at_use, temperature,
+              top_k):
     prompt_len = prompt.shape[1]
     seq_len = prompt_len + max_new_tokens
-    logits, cache = _prefill.__wrapped__(graphdef, params, prompt, inv, af, prompt_len=prompt_len,
+    logits, cache = _prefill.__wrapped__(graphdef, params, prompt, inv, af, n_hat, prompt_len=prompt_len,
                                          cache_size=cache_size, rotate_at_use=rotate_at_use, seq_len=seq_len)
     key, sub = jax.random.split(key)
     first = sample(logits[:, -1], sub, temperature, top_k)
@@ -147,7 +150,7 @@ def _generate(graphdef, params, prompt, inv, af, key, *, max_new_tokens, cache_s
     def body(carry, position):
         cache, token, key = carry
         key, sub = jax.random.split(key)
-        step_logits, cache = _step.__wrapped__(graphdef, params, cache, token[:, None], position, inv, af,
+        step_logits, cache = _step.__wrapped__(graphdef, params, cache, token[:, None], position, inv, af, n_hat,
                                                seq_len=seq_len)
         nxt = sample(step_logits, sub, temperature, top_k)
         return (cache, nxt, key), nxt
@@ -180,6 +183,7 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     scaling = cfg.rope_scaling if scaling is None else scaling
     inv, af = (jnp.asarray(a) for a in rope_schedule(cfg, scaling, cache_size))
     rotate = cfg.posenc == "rope" and is_length_dependent(scaling)
-    out = _generate(graphdef, params, prompt, inv, af, jax.random.key(seed), max_new_tokens=max_new_tokens,
+    out = _generate(graphdef, params, prompt, inv, af, jnp.int32(scaling.unscaled_positions), jax.random.key(seed),
+                    max_new_tokens=max_new_tokens,
                     cache_size=cache_size, rotate_at_use=rotate, temperature=float(temperature), top_k=int(top_k))
     return np.asarray(out)

@@ -112,8 +112,8 @@ def scaling_for(run: Run, name: str, length: int, factor: float | None = None) -
 def _nll_fn(graphdef, cfg: ModelConfig):
     """Jitted per-position NLL `[B, L]` with RoPE frequencies as traced inputs."""
 
-    def fn(params, x, y, inv_freq, attention_factor):
-        rope = (inv_freq, attention_factor) if cfg.posenc == "rope" else None
+    def fn(params, x, y, inv_freq, attention_factor, n_hat):
+        rope = (inv_freq, attention_factor, n_hat) if cfg.posenc == "rope" else None
         logits = nnx.merge(graphdef, params)(x, rope=rope)
         return optax.softmax_cross_entropy_with_integer_labels(logits, y)
 
@@ -155,9 +155,11 @@ class Evaluator:
         else:
             inv, af = np.zeros((1,)), 1.0
         inv, af = jnp.asarray(inv, jnp.float32), jnp.asarray(af, jnp.float32)
+        n_hat = jnp.asarray(scaling.unscaled_positions, jnp.int32)
         fn = self._fn(length)
         batch = max(1, self.tokens_per_batch // length)
-        out = [np.asarray(fn(self.run.params, x[i:i + batch], y[i:i + batch], inv, af)) for i in range(0, len(x), batch)]
+        out = [np.asarray(fn(self.run.params, x[i:i + batch], y[i:i + batch], inv, af, n_hat))
+               for i in range(0, len(x), batch)]
         return np.concatenate(out).astype(np.float64)
 
 

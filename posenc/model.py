@@ -116,6 +116,7 @@ class PositionPlan(NamedTuple):
     inv_freq: Any  # RoPE [r] or per layer [num_layers, r], or None
     attention_factor: Any  # RoPE cos/sin multiplier (scalar)
     alibi_slopes: Any  # [N] or None
+    rope_unscaled: Any = None  # LongRoPE's (original inv_freq [r], n̂) or None
 
 
 def interpolate_table(table, new_len: int):
@@ -142,7 +143,7 @@ class Attention(nnx.Module):
         self.out = nnx.Linear(d, d, use_bias=False, kernel_init=nnx.initializers.normal(0.02 / (2 * cfg.num_layers) ** 0.5),
                               rngs=rngs)
 
-    def __call__(self, x, positions, inv_freq, attention_factor, alibi_slopes, cache=None):
+    def __call__(self, x, positions, inv_freq, attention_factor, alibi_slopes, cache=None, unscaled=None):
         """Self-attention of `x [B, T, d]` at `positions [B|1, T]`.
 
         With `cache = (k [B, S, N, H], v [B, S, N, H], k_pos [B|1, S], rotate_at_use)` (decoding), the new
@@ -159,7 +160,9 @@ class Attention(nnx.Module):
         def rope(a, pos):
             if inv_freq is None:
                 return a
-            return apply_rope(a, pos, inv_freq, layout=cfg.rope_layout, attention_factor=attention_factor)
+            original, n_hat = unscaled if unscaled is not None else (None, 0)
+            return apply_rope(a, pos, inv_freq, layout=cfg.rope_layout, attention_factor=attention_factor,
+                              original_inv_freq=original, unscaled_positions=n_hat)
 
         q = rope(q, positions)
         if cache is None:
@@ -186,12 +189,13 @@ class Block(nnx.Module):
         self.proj = nnx.Linear(cfg.mlp_dim, cfg.d_model, use_bias=False,
                                kernel_init=nnx.initializers.normal(0.02 / (2 * cfg.num_layers) ** 0.5), rngs=rngs)
 
-    def __call__(self, x, positions, inv_freq, attention_factor, alibi_slopes, cache=None):
+    def __call__(self, x, positions, inv_freq, attention_factor, alibi_slopes, cache=None, unscaled=None):
         if cache is None:
-            x = x + self.attn(self.norm1(x), positions, inv_freq, attention_factor, alibi_slopes)
+            x = x + self.attn(self.norm1(x), positions, inv_freq, attention_factor, alibi_slopes, unscaled=unscaled)
             new_cache = None
         else:
-            y, new_cache = self.attn(self.norm1(x), positions, inv_freq, attention_factor, alibi_slopes, cache)
+            y, new_cache = self.attn(self.norm1(x), positions, inv_freq, attention_factor, alibi_slopes, cache,
+                                     unscaled=unscaled)
             x = x + y
         return x + self.proj(jax.nn.gelu(self.fc(self.norm2(x)))), new_cache
 
@@ -217,11 +221,12 @@ class Transformer(nnx.Module):
           positions: `[B|1, T]` integer positions.
           seq_len: static length of the context (largest position + 1 the caller may use); it selects
             dynamic RoPE scalings and LongRoPE's factors, and bounds the learned table.
-          rope: optional `(inv_freq, attention_factor)` overriding the configured RoPE frequencies (traced
-            values: sweeps and searches over scalings without recompiling).
+          rope: optional `(inv_freq, attention_factor)` or `(inv_freq, attention_factor, n̂)` overriding the
+            configured RoPE frequencies (traced values: sweeps and searches over scalings without
+            recompiling); n̂ is LongRoPE's number of initial positions kept unscaled.
         """
         cfg = self.cfg
-        absolute = inv_freq = slopes = None
+        absolute = inv_freq = slopes = unscaled = None
         attention_factor = 1.0
         match cfg.posenc:
             case "none":
@@ -244,14 +249,16 @@ class Transformer(nnx.Module):
                 if rope is None:
                     inv, attention_factor = rope_frequencies(cfg.rotary_dim, base=cfg.rope_base,
                                                              scaling=cfg.rope_scaling, seq_len=seq_len)
-                    inv_freq = jnp.asarray(inv, jnp.float32)
+                    inv_freq, n_hat = jnp.asarray(inv, jnp.float32), cfg.rope_scaling.unscaled_positions
                 else:
-                    inv_freq, attention_factor = rope
+                    inv_freq, attention_factor, n_hat = (*rope, 0) if len(rope) == 2 else rope
+                if not (isinstance(n_hat, int) and n_hat == 0):
+                    unscaled = (jnp.asarray(rope_frequencies(cfg.rotary_dim, base=cfg.rope_base)[0], jnp.float32), n_hat)
             case "alibi":
                 slopes = jnp.asarray(alibi_slopes(cfg.num_heads), jnp.float32)
             case _:
                 raise ValueError(f"model.posenc must be one of {POSENCS}, got {cfg.posenc!r}")
-        return PositionPlan(absolute, inv_freq, attention_factor, slopes)
+        return PositionPlan(absolute, inv_freq, attention_factor, slopes, unscaled)
 
     def __call__(self, tokens, positions=None, *, seq_len: int | None = None, rope=None, cache: "KVCache | None" = None):
         """Logits of the next byte.
@@ -295,7 +302,8 @@ class Transformer(nnx.Module):
             if inv is not None and inv.ndim == 2:  # per-layer LongRoPE factors
                 inv = inv[i]
             layer_cache = None if cache is None else (cache.k[i], cache.v[i], k_pos, cache.rotate_at_use)
-            x, updated = block(x, positions, inv, plan.attention_factor, plan.alibi_slopes, layer_cache)
+            x, updated = block(x, positions, inv, plan.attention_factor, plan.alibi_slopes, layer_cache,
+                               unscaled=plan.rope_unscaled)
             if updated is not None:
                 new_k.append(updated[0])
                 new_v.append(updated[1])

@@ -42,7 +42,8 @@ def _materialize(cos, sin):
     return cs[..., 0], cs[..., 1]
 
 
-def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor=1.0):
+def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor=1.0, original_inv_freq=None,
+               unscaled_positions=0):
     """Rotates the features of `x` by RoPE angles `positions · inv_freq`.
 
     Args:
@@ -53,6 +54,9 @@ def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor
       layout: `half` or `interleaved` (see the module docstring).
       attention_factor: multiplies cos and sin (YaRN's sqrt(1/t), LongRoPE's factor); scalar or
         array. As in Hugging Face, the pass-through features are not scaled.
+      original_inv_freq, unscaled_positions: LongRoPE's n̂ (arXiv 2402.13753 §3.2): positions
+        p < unscaled_positions use `original_inv_freq` (the unscaled θ) instead of `inv_freq`, so the
+        first n̂ tokens are not interpolated. `unscaled_positions` may be traced.
 
     Returns:
       The rotated `x`, same shape and dtype. Angles and the rotation are computed in float32 or better
@@ -83,7 +87,13 @@ def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor
         ) from None
 
     ft = rope_angles_dtype(inv_freq)
-    angles = positions.astype(ft)[..., None] * jnp.asarray(inv_freq, ft)  # [..., T, r]
+    pos = positions.astype(ft)[..., None]
+    angles = pos * jnp.asarray(inv_freq, ft)  # [..., T, r]
+    if original_inv_freq is not None:
+        original = jnp.asarray(original_inv_freq, ft)
+        if original.shape != inv_freq.shape:
+            raise ValueError(f"apply_rope: original_inv_freq {original.shape} must match inv_freq {inv_freq.shape}")
+        angles = jnp.where(pos < unscaled_positions, pos * original, angles)
     cos, sin = _materialize(jnp.cos(angles) * attention_factor, jnp.sin(angles) * attention_factor)
     cos, sin = cos[..., None, :], sin[..., None, :]  # [..., T, 1, r]: broadcast over heads
     # One fused elementwise pass: split the rotary features into their pairs with a reshape (free), rotate,

@@ -83,6 +83,8 @@ class RopeScaling:
         (0.1·mscale·ln s + 1) / (0.1·mscale_all_dim·ln s + 1), as in Hugging Face.
       short_factor, long_factor: LongRoPE rescale factors λ_i, `[d/2]` or per layer `[num_layers, d/2]`.
       low_freq_factor, high_freq_factor: Llama 3.1 band edges (defaults 1 and 4).
+      unscaled_positions: LongRoPE's n̂: positions below it keep the unscaled θ_i (the initial tokens
+        are not interpolated, LongRoPE §3.2); applied by `apply_rope(..., original_inv_freq=…)`.
     """
 
     kind: str = "none"
@@ -99,6 +101,7 @@ class RopeScaling:
     long_factor: tuple | None = None
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
+    unscaled_positions: int = 0
 
     def __post_init__(self):
         for name in ("short_factor", "long_factor"):
@@ -134,6 +137,12 @@ class RopeScaling:
                 "RopeScaling.low_freq_factor and high_freq_factor must satisfy 0 < low < high, "
                 f"got low_freq_factor={self.low_freq_factor!r}, high_freq_factor={self.high_freq_factor!r}"
             )
+        if isinstance(self.unscaled_positions, bool) or not isinstance(self.unscaled_positions, (int, np.integer)) \
+                or self.unscaled_positions < 0:
+            raise ValueError(f"RopeScaling.unscaled_positions must be an integer >= 0, got {self.unscaled_positions!r}")
+        if self.unscaled_positions and self.kind != "longrope":
+            raise ValueError(f"RopeScaling.unscaled_positions (LongRoPE's n̂) is valid only for kind='longrope', "
+                             f"got kind={self.kind!r}")
         if self.kind == "longrope":
             for name in ("short_factor", "long_factor"):
                 value = getattr(self, name)

@@ -37,6 +37,8 @@ CASES = [
     ("rope", {}, posenc.RopeScaling("dynamic_ntk", 2.0, original_max_len=16)),
     ("rope", {}, posenc.RopeScaling("yarn", original_max_len=16, dynamic=True)),
     ("rope", {}, posenc.RopeScaling("longrope", 3.0, original_max_len=16, short_factor=SHORT, long_factor=LONG)),
+    ("rope", {}, posenc.RopeScaling("longrope", 3.0, original_max_len=16, short_factor=SHORT, long_factor=LONG,
+                                    unscaled_positions=4)),
 ]
 
 

@@ -175,3 +175,18 @@ def test_roformer_decay_bound_at_zero_and_its_decay(d):
         curve = posenc.rope.relative_decay_bound(np.arange(0, 2000), d)
         assert curve[0] == curve.max()
         assert curve[1000:].mean() < 0.5 * curve[0] and curve[10:100].mean() < curve[:10].mean()
+
+
+def test_longrope_initial_positions_keep_unscaled_frequencies():
+    """LongRoPE's n̂: positions p < n̂ rotate with the original θ, the rest with the rescaled θ / λ."""
+    theta = posenc.rope_frequencies(16)[0]
+    scaled = theta / np.linspace(1, 4, 8)
+    x = RNG.normal(size=(10, 2, 16))
+    positions = np.arange(10)
+    with jax.enable_x64(True):
+        out = np.asarray(posenc.apply_rope(jnp.asarray(x), positions, jnp.asarray(scaled), original_inv_freq=jnp.asarray(theta),
+                                           unscaled_positions=4))
+    np.testing.assert_allclose(out[:4], rope64(x, positions, theta)[:4], atol=1e-12)
+    np.testing.assert_allclose(out[4:], rope64(x, positions, scaled)[4:], atol=1e-12)
+    with pytest.raises(ValueError, match="original_inv_freq"):
+        posenc.apply_rope(x, positions, scaled, original_inv_freq=theta[:4], unscaled_positions=4)
