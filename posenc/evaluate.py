@@ -82,7 +82,8 @@ def load_run(workdir: str, name: str | None = None) -> Run:
     return Run(str(workdir), name or pathlib.Path(workdir).name, config, cfg, graphdef, params, step)
 
 
-def scaling_for(run: Run, name: str, length: int, factor: float | None = None) -> RopeScaling:
+def scaling_for(run: Run, name: str, length: int, factor: float | None = None,
+                longrope_file: str | None = None) -> RopeScaling:
     """The `RopeScaling` that scaling `name` means for `run` evaluated at `length`.
 
     Raises:
@@ -98,11 +99,15 @@ def scaling_for(run: Run, name: str, length: int, factor: float | None = None) -
         return run.cfg.rope_scaling
     base = run.base_len
     s = float(factor) if factor else max(1.0, length / base)
+    if name == "longrope" and longrope_file:
+        from posenc.longrope import scaling_from_json  # noqa: PLC0415
+
+        return scaling_from_json(longrope_file)
     if name == "longrope":
         own = run.cfg.rope_scaling
         if own.kind != "longrope":
-            raise ValueError(f"scaling 'longrope' needs LongRoPE factors in run {run.name!r}'s config "
-                             "(model.rope.scaling.factors_file, from scripts/search_longrope.py)")
+            raise ValueError(f"scaling 'longrope' needs LongRoPE factors: --longrope=FILE or run {run.name!r}'s "
+                             "model.rope.scaling.factors_file (from scripts/search_longrope.py)")
         return own
     if name.startswith("dynamic_") and name != "dynamic_ntk":
         return RopeScaling(name.removeprefix("dynamic_"), 1.0, original_max_len=base, dynamic=True)
@@ -195,7 +200,8 @@ def sliding_windows(stream: np.ndarray, num_bytes: int, window: int, stride: int
 
 def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence[str], *, num_bytes: int | None = None,
              factor: float | None = None, stride: int | None = None, split: str = "test",
-             learned_beyond: str | None = None, attn_chunk: int = 1024, progress: bool = True) -> dict[str, Any]:
+             learned_beyond: str | None = None, attn_chunk: int = 1024, progress: bool = True,
+             longrope_file: str | None = None) -> dict[str, Any]:
     """Evaluates runs at lengths under scalings; returns {'rows': [...], 'per_position': {...}}.
 
     Args:
@@ -209,6 +215,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
       stride: sliding-window stride (default train_len / 2).
       split: 'test' (default) or 'validation'.
       learned_beyond: override the learned table's behaviour past max_len ('error' reports it undefined).
+      longrope_file: the JSON of scripts/search_longrope.py, used by the scaling 'longrope'.
 
     Raises:
       ValueError: a run without checkpoint, a length the split cannot supply, a scaling that applies to
@@ -261,7 +268,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
             if reason:
                 row.update(status="undefined", reason=reason, nll=None, bpb=None, ppl=None, factor=None)
             else:
-                sc = scaling_for(run, sname, length, factor)
+                sc = scaling_for(run, sname, length, factor, longrope_file)
                 x, y = data.eval_windows(stream, length=length, num_bytes=num_bytes)
                 nll = ev.nll(x, y, sc)
                 mean = float(nll.mean())
@@ -274,7 +281,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         window = run.train_len
         st = stride or max(1, window // 2)
         x, y, w = sliding_windows(stream, num_bytes, window, st)
-        nll = ev.nll(x, y, scaling_for(run, sname, window, factor))
+        nll = ev.nll(x, y, scaling_for(run, sname, window, factor, longrope_file))
         mean = float((nll * w).sum() / w.sum())
         rows.append({**base_row, "protocol": "sliding", "length": window, "stride": st, "status": "ok", "reason": "",
                      "nll": mean, "bpb": mean / LN2, "ppl": math.exp(mean), "factor": 1.0})

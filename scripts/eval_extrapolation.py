@@ -25,6 +25,7 @@ _SPLIT = flags.DEFINE_enum("split", "test", ["test", "validation"], "Which split
 _LEARNED = flags.DEFINE_enum("learned_beyond", None, ["error", "interpolate"],
                              "Learned tables past max_len: report undefined (error) or resample (interpolate).")
 _CHUNK = flags.DEFINE_integer("attn_chunk", 1024, "Attention query chunk at long lengths (bounds memory).")
+_LONGROPE = flags.DEFINE_string("longrope", None, "LongRoPE JSON (scripts/search_longrope.py) for --scalings=longrope.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default <first workdir>/eval).")
 
 
@@ -38,7 +39,7 @@ def main(argv):
     num_bytes = _NUM_BYTES.value or first.eval.num_bytes
     result = evaluate(_WORKDIRS.value, lengths, scalings, num_bytes=num_bytes, factor=_FACTOR.value,
                       stride=_STRIDE.value, split=_SPLIT.value, learned_beyond=_LEARNED.value,
-                      attn_chunk=_CHUNK.value)
+                      attn_chunk=_CHUNK.value, longrope_file=_LONGROPE.value)
     out = _OUT.value or str(pathlib.Path(_WORKDIRS.value[0]) / "eval")
     paths = write_outputs(result, out)
     print(markdown_table(result))

@@ -1,0 +1,288 @@
+"""LongRoPE's evolutionary search of per-pair (and per-layer) RoPE rescale factors.
+
+Ding et al. 2024, "LongRoPE: Extending LLM Context Window Beyond 2 Million Tokens", arXiv 2402.13753, §3.2
+and Algorithm 1; reference code github.com/microsoft/LongRoPE (`evolution/`).
+
+An individual is a vector λ of rescale factors, one per frequency pair (θ_i → θ_i / λ_i), or one vector per
+layer `[num_layers, d/2]`, plus n̂, the number of initial positions left unscaled. Constraints (the paper's
+search space): 1 ≤ λ_i ≤ `factor_bound` (1.25·s by default) and λ non-decreasing across pairs (lower
+frequencies are stretched at least as much as higher ones); n̂ from `n_hat_choices`.
+
+Algorithm: the initial population holds PI (λ_i = s), NTK-aware (λ_i = θ_i / θ'_i) and YaRN factors,
+filled up with mutations of them. Each generation keeps the `parents` fittest, adds `mutations` mutants and
+`crossovers` children of random parent pairs — each repaired to the constraints, duplicates rejected — and
+re-evaluates. Fitness is the perplexity at the target length on a search split (the validation split, never
+the test split). Everything is seeded; the state is saved every generation and a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+from typing import Callable, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from posenc.rope_scaling import RopeScaling, rope_frequencies
+
+N_HAT_CHOICES = (0, 1, 2, 4, 8, 16, 32, 64, 128)
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    """Defaults as in the paper (population 64, 40 iterations, 16 mutations, 16 crossovers, 32 parents, p = 0.3)."""
+
+    population: int = 64
+    generations: int = 40
+    mutations: int = 16
+    crossovers: int = 16
+    parents: int = 32
+    mutation_prob: float = 0.3
+    factor_bound: float = 1.25  # λ ≤ factor_bound · s
+    mutation_scale: float = 0.1  # a mutated λ_i is multiplied by exp(N(0, mutation_scale))
+    n_hat_choices: tuple = N_HAT_CHOICES
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("population", "generations", "parents"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SearchConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.mutations < 0 or self.crossovers < 0 or self.mutations + self.crossovers < 1:
+            raise ValueError("SearchConfig.mutations and crossovers must be >= 0 and not both 0")
+        if self.parents > self.population:
+            raise ValueError(f"SearchConfig.parents ({self.parents}) must be <= population ({self.population})")
+        if not 0 < self.mutation_prob <= 1:
+            raise ValueError(f"SearchConfig.mutation_prob must be in (0, 1], got {self.mutation_prob}")
+        if self.factor_bound < 1:
+            raise ValueError(f"SearchConfig.factor_bound must be >= 1, got {self.factor_bound}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Individual:
+    factors: np.ndarray  # [r] or [num_layers, r]
+    n_hat: int
+
+    def key(self) -> tuple:
+        return (self.n_hat, tuple(np.round(self.factors, 4).reshape(-1)))
+
+    def to_json(self) -> dict:
+        return {"factors": self.factors.tolist(), "n_hat": int(self.n_hat)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Individual":
+        return cls(np.asarray(d["factors"], np.float64), int(d["n_hat"]))
+
+
+def repair(factors: np.ndarray, bound: float) -> np.ndarray:
+    """Projects λ onto the constraints: within [1, bound] and non-decreasing along the pairs (last axis)."""
+    return np.maximum.accumulate(np.clip(factors, 1.0, bound), axis=-1)
+
+
+def satisfies(ind: Individual, bound: float, n_hat_choices: Sequence[int]) -> bool:
+    f = ind.factors
+    return bool(np.all(f >= 1.0 - 1e-12) and np.all(f <= bound + 1e-12) and np.all(np.diff(f, axis=-1) >= -1e-12)
+                and ind.n_hat in n_hat_choices)
+
+
+def seed_factors(rotary_dim: int, base: float, factor: float, original_max_len: int) -> dict[str, np.ndarray]:
+    """λ of PI, NTK-aware and YaRN at scale s: λ_i = θ_i / θ'_i."""
+    theta = rope_frequencies(rotary_dim, base=base)[0]
+    out = {}
+    for kind in ("linear", "ntk", "yarn"):
+        sc = RopeScaling(kind, factor, original_max_len=original_max_len)
+        out[kind] = theta / rope_frequencies(rotary_dim, base=base, scaling=sc)[0]
+    return out
+
+
+def mutate(ind: Individual, rng: np.random.Generator, cfg: SearchConfig, bound: float) -> Individual:
+    mask = rng.random(ind.factors.shape) < cfg.mutation_prob
+    noise = np.exp(rng.normal(0.0, cfg.mutation_scale, ind.factors.shape))
+    factors = repair(np.where(mask, ind.factors * noise, ind.factors), bound)
+    n_hat = int(rng.choice(cfg.n_hat_choices)) if rng.random() < cfg.mutation_prob else ind.n_hat
+    return Individual(factors, n_hat)
+
+
+def crossover(a: Individual, b: Individual, rng: np.random.Generator, bound: float) -> Individual:
+    pick = rng.random(a.factors.shape) < 0.5
+    return Individual(repair(np.where(pick, a.factors, b.factors), bound), a.n_hat if rng.random() < 0.5 else b.n_hat)
+
+
+def initial_population(seeds: Sequence[Individual], cfg: SearchConfig, bound: float,
+                       rng: np.random.Generator) -> list[Individual]:
+    population, seen = [], set()
+    for ind in seeds:
+        ind = Individual(repair(ind.factors, bound), ind.n_hat)
+        if ind.key() not in seen:
+            seen.add(ind.key())
+            population.append(ind)
+    tries = 0
+    while len(population) < cfg.population and tries < 100 * cfg.population:
+        tries += 1
+        child = mutate(seeds[rng.integers(len(seeds))], rng, dataclasses.replace(cfg, mutation_prob=max(cfg.mutation_prob, 0.5)), bound)
+        if child.key() not in seen:
+            seen.add(child.key())
+            population.append(child)
+    return population[: cfg.population]
+
+
+def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequence[Individual], cfg: SearchConfig,
+           bound: float, state_path: str | pathlib.Path | None = None, desc: str = "LongRoPE search",
+           progress: bool = True) -> tuple[Individual, float, list[dict]]:
+    """Minimises `fitness` (lower is better, e.g. perplexity) over individuals.
+
+    Args:
+      fitness: scores a list of individuals.
+      seeds: starting individuals (PI / NTK / YaRN factors, or the best shared vector tiled per layer).
+      cfg: the search's hyperparameters.
+      bound: the upper limit of every λ_i.
+      state_path: JSON saved after every generation (population, fitness, history, RNG state); a search
+        whose state exists resumes from it.
+
+    Returns:
+      (best individual, its fitness, history: one {generation, best, mean} per generation).
+    """
+    state_path = pathlib.Path(state_path) if state_path else None
+    if state_path and state_path.exists():
+        state = json.loads(state_path.read_text())
+        population = [Individual.from_json(d) for d in state["population"]]
+        scores = list(state["scores"])
+        history = state["history"]
+        rng = np.random.default_rng()
+        rng.bit_generator.state = state["rng"]
+        start = state["generation"] + 1
+    else:
+        rng = np.random.default_rng(cfg.seed)
+        population = initial_population(seeds, cfg, bound, rng)
+        scores = list(map(float, fitness(population)))
+        history = [{"generation": 0, "best": min(scores), "mean": float(np.mean(scores))}]
+        start = 1
+        _save(state_path, population, scores, history, rng, 0)
+    bar = tqdm(range(start, cfg.generations + 1), initial=start - 1, total=cfg.generations, desc=desc,
+               disable=not progress or None, dynamic_ncols=True)
+    for generation in bar:
+        order = np.argsort(scores, kind="stable")
+        parents = [population[i] for i in order[: cfg.parents]]
+        parent_scores = [scores[i] for i in order[: cfg.parents]]
+        seen = {ind.key() for ind in parents}
+        children: list[Individual] = []
+        tries = 0
+        while len(children) < cfg.mutations and tries < 100 * max(cfg.mutations, 1):
+            tries += 1
+            child = mutate(parents[rng.integers(len(parents))], rng, cfg, bound)
+            if child.key() not in seen:
+                seen.add(child.key())
+                children.append(child)
+        tries = 0
+        target = cfg.mutations + cfg.crossovers
+        while len(children) < target and tries < 100 * max(cfg.crossovers, 1) and len(parents) > 1:
+            tries += 1
+            i, j = rng.choice(len(parents), size=2, replace=False)
+            child = crossover(parents[i], parents[j], rng, bound)
+            if child.key() not in seen:
+                seen.add(child.key())
+                children.append(child)
+        child_scores = list(map(float, fitness(children))) if children else []
+        population, scores = parents + children, parent_scores + child_scores
+        history.append({"generation": generation, "best": min(scores), "mean": float(np.mean(scores))})
+        bar.set_postfix(best=f"{min(scores):.4f}")
+        _save(state_path, population, scores, history, rng, generation)
+    bar.close()
+    best = int(np.argmin(scores))
+    return population[best], scores[best], history
+
+
+def _save(path, population, scores, history, rng, generation):
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"generation": generation, "population": [p.to_json() for p in population],
+                               "scores": scores, "history": history, "rng": rng.bit_generator.state}))
+    tmp.replace(path)
+
+
+def longrope_attention_factor(factor: float, original_max_len: int) -> float:
+    return 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original_max_len))
+
+
+def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: bool = False, out: str | None = None,
+               num_bytes: int | None = None, short_generations: int | None = None,
+               progress: bool = True) -> dict:
+    """Both stages of LongRoPE on a trained RoPE run; returns (and writes to `out`) the scaling JSON.
+
+    Stage 1 searches long factors (and n̂) for perplexity at `target_len`; with `per_layer`, a second
+    search starts from the best shared vector tiled over the layers. Stage 2 searches short factors
+    (no n̂) that restore perplexity at the original length. Fitness uses the validation split.
+    """
+    from posenc import data  # noqa: PLC0415
+    from posenc.evaluate import Evaluator, load_run  # noqa: PLC0415
+
+    run = load_run(workdir)
+    cfg_model = run.cfg
+    if cfg_model.posenc != "rope":
+        raise ValueError(f"LongRoPE needs a RoPE run; {workdir!r} has posenc={cfg_model.posenc!r}")
+    orig = run.base_len
+    if target_len <= orig:
+        raise ValueError(f"target_len={target_len} must exceed the run's original length {orig}")
+    s = target_len / orig
+    r = cfg_model.rotary_dim // 2
+    out_dir = pathlib.Path(out or pathlib.Path(workdir) / f"longrope_{target_len}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    corpus = data.load_corpus(run.config.data.path, run.config.data.cache_dir)
+    search_split = corpus.validation  # never the test split
+    evaluator = Evaluator(run)
+    af = longrope_attention_factor(s, orig)
+
+    def make_fitness(length: int):
+        nb = num_bytes or 4 * length
+        x, y = data.eval_windows(search_split, length=length, num_bytes=nb)
+
+        def fitness(population: list[Individual]) -> list[float]:
+            scores = []
+            for ind in population:
+                factors = ind.factors
+                sc = RopeScaling("longrope", s, original_max_len=orig, short_factor=np.ones_like(factors),
+                                 long_factor=factors, attention_factor=af,
+                                 unscaled_positions=ind.n_hat if length > orig else 0)
+                if length <= orig:  # stage 2: these factors act as the short ones
+                    sc = dataclasses.replace(sc, short_factor=sc.long_factor, long_factor=sc.short_factor)
+                scores.append(float(np.exp(evaluator.nll(x, y, sc).mean())))
+            return scores
+
+        return fitness
+
+    bound = cfg.factor_bound * s
+    seeds = [Individual(f, 0) for f in seed_factors(cfg_model.rotary_dim, cfg_model.rope_base, s, orig).values()]
+    best, best_ppl, history = search(make_fitness(target_len), seeds, cfg, bound,
+                                     out_dir / "stage1_shared.json", "stage 1 (shared)", progress)
+    result = {"target_len": target_len, "factor": s, "original_max_len": orig, "attention_factor": af,
+              "stage1_shared": {"ppl": best_ppl, "history": history}}
+    if per_layer:
+        tiled = Individual(np.tile(best.factors, (cfg_model.num_layers, 1)), best.n_hat)
+        layer_seeds = [tiled] + [Individual(np.tile(f.factors, (cfg_model.num_layers, 1)), f.n_hat) for f in seeds]
+        best_l, best_l_ppl, history_l = search(make_fitness(target_len), layer_seeds, cfg, bound,
+                                               out_dir / "stage1_per_layer.json", "stage 1 (per layer)", progress)
+        result["stage1_per_layer"] = {"ppl": best_l_ppl, "history": history_l}
+        if best_l_ppl < best_ppl:
+            best, best_ppl = best_l, best_l_ppl
+    short_cfg = dataclasses.replace(cfg, generations=short_generations or cfg.generations, n_hat_choices=(0,))
+    short_seeds = [Individual(np.ones_like(best.factors), 0)]
+    short_best, short_ppl, short_history = search(make_fitness(orig), short_seeds, short_cfg,
+                                                  max(1.0, cfg.factor_bound), out_dir / "stage2_short.json",
+                                                  "stage 2 (short)", progress)
+    result["stage2_short"] = {"ppl": short_ppl, "history": short_history}
+    result.update(short_factor=short_best.factors.tolist(), long_factor=best.factors.tolist(),
+                  unscaled_positions=int(best.n_hat), per_layer=best.factors.ndim == 2, search_split="validation")
+    (out_dir / "longrope.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def scaling_from_json(path: str | pathlib.Path) -> RopeScaling:
+    """The `longrope` RopeScaling saved by `search_run`."""
+    d = json.loads(pathlib.Path(path).read_text())
+    return RopeScaling("longrope", d["factor"], original_max_len=d["original_max_len"], short_factor=d["short_factor"],
+                       long_factor=d["long_factor"], attention_factor=d.get("attention_factor"),
+                       unscaled_positions=int(d.get("unscaled_positions", 0)))

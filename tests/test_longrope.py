@@ -1,0 +1,125 @@
+"""LongRoPE search: constraints, determinism, progress on a toy objective, reload, and no test-split reads."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc import data, longrope, train
+from posenc.longrope import Individual, SearchConfig
+
+BOUND = 5.0
+SMALL = SearchConfig(population=12, generations=6, mutations=4, crossovers=4, parents=6, seed=0)
+
+
+def random_individual(rng, r=8, layers=None):
+    shape = (r,) if layers is None else (layers, r)
+    return Individual(longrope.repair(rng.uniform(0.5, 7, shape), BOUND), int(rng.choice(longrope.N_HAT_CHOICES)))
+
+
+@pytest.mark.parametrize("layers", [None, 3])
+def test_constraints_hold_after_mutation_and_crossover(layers):
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        a, b = random_individual(rng, layers=layers), random_individual(rng, layers=layers)
+        for child in (longrope.mutate(a, rng, SMALL, BOUND), longrope.crossover(a, b, rng, BOUND)):
+            assert longrope.satisfies(child, BOUND, longrope.N_HAT_CHOICES)
+            assert child.factors.shape == a.factors.shape
+
+
+def test_seed_factors_are_pi_ntk_yarn():
+    seeds = longrope.seed_factors(32, 10000.0, 4.0, 256)
+    np.testing.assert_allclose(seeds["linear"], 4.0)
+    assert seeds["ntk"][0] == pytest.approx(1.0) and seeds["ntk"][-1] == pytest.approx(4.0)
+    assert np.all(np.diff(seeds["yarn"]) >= -1e-12) and seeds["yarn"][-1] == pytest.approx(4.0)
+
+
+def toy_fitness(target):
+    def fitness(population):
+        return [float(np.sum((ind.factors - target) ** 2) + 0.01 * abs(ind.n_hat - 8)) for ind in population]
+
+    return fitness
+
+
+def test_fitness_improves_towards_a_known_optimum_and_is_deterministic(tmp_path):
+    target = np.linspace(1.5, 4.0, 8)  # feasible: non-decreasing within [1, 5]
+    seeds = [Individual(np.full(8, 4.0), 0), Individual(np.ones(8), 0)]
+    cfg = dataclasses.replace(SMALL, generations=30)
+    best, score, history = longrope.search(toy_fitness(target), seeds, cfg, BOUND, progress=False)
+    assert history[-1]["best"] < 0.25 * history[0]["best"]
+    assert all(h2["best"] <= h1["best"] for h1, h2 in zip(history, history[1:]))  # elitist: never worse
+    assert longrope.satisfies(best, BOUND, longrope.N_HAT_CHOICES)
+    again = longrope.search(toy_fitness(target), seeds, cfg, BOUND, progress=False)
+    np.testing.assert_array_equal(again[0].factors, best.factors)
+    assert again[1] == score
+    other = longrope.search(toy_fitness(target), seeds, dataclasses.replace(cfg, seed=1), BOUND, progress=False)
+    assert not np.array_equal(other[0].factors, best.factors)
+
+
+def test_interrupted_search_resumes_to_the_same_result(tmp_path):
+    target = np.linspace(1.5, 4.0, 8)
+    seeds = [Individual(np.full(8, 4.0), 0)]
+    full = longrope.search(toy_fitness(target), seeds, SMALL, BOUND, tmp_path / "a.json", progress=False)
+    longrope.search(toy_fitness(target), seeds, dataclasses.replace(SMALL, generations=3), BOUND, tmp_path / "b.json",
+                    progress=False)  # "interrupted" after 3 generations
+    resumed = longrope.search(toy_fitness(target), seeds, SMALL, BOUND, tmp_path / "b.json", progress=False)
+    np.testing.assert_array_equal(resumed[0].factors, full[0].factors)
+    assert resumed[2] == full[2]
+
+
+def test_bad_search_config():
+    with pytest.raises(ValueError, match="parents"):
+        SearchConfig(population=4, parents=8)
+    with pytest.raises(ValueError, match="mutation_prob"):
+        SearchConfig(mutation_prob=0.0)
+
+
+@pytest.fixture(scope="module")
+def rope_run(tmp_path_factory, cache_dir):
+    root = tmp_path_factory.mktemp("lr")
+    config = train.load_config_file("configs/default.py", "tiny")
+    config.data.cache_dir = cache_dir
+    config.train_steps = 4
+    train.train_and_evaluate(config, str(root / "run"))
+    return str(root / "run")
+
+
+def test_search_run_never_reads_the_test_split_and_reloads(rope_run, tmp_path, monkeypatch):
+    real = data.load_corpus
+
+    class NoTest:
+        def __init__(self, corpus):
+            self.validation, self.train, self.source = corpus.validation, corpus.train, corpus.source
+
+        @property
+        def test(self):
+            raise AssertionError("the LongRoPE search read the test split")
+
+        def split(self, name):
+            return getattr(self, name)
+
+    monkeypatch.setattr(data, "load_corpus", lambda *a, **k: NoTest(real(*a, **k)))
+    cfg = SearchConfig(population=4, generations=2, mutations=2, crossovers=2, parents=2)
+    result = longrope.search_run(rope_run, 64, cfg, per_layer=True, out=str(tmp_path), short_generations=1,
+                                 progress=False)
+    assert result["per_layer"] in (True, False) and result["search_split"] == "validation"
+    saved = json.loads((tmp_path / "longrope.json").read_text())
+    sc = longrope.scaling_from_json(tmp_path / "longrope.json")
+    assert sc.kind == "longrope" and sc.factor == 2.0 and sc.original_max_len == 32
+    long = np.asarray(saved["long_factor"])
+    inv = posenc.rope_frequencies(16, scaling=sc, seq_len=64)[0]
+    np.testing.assert_allclose(inv, posenc.rope_frequencies(16)[0] / long, rtol=1e-12)  # same frequencies
+    assert np.asarray(saved["short_factor"]).shape == long.shape
+    for stage in ("stage1_shared.json", "stage1_per_layer.json", "stage2_short.json"):
+        assert (tmp_path / stage).exists()
+    monkeypatch.undo()
+    from posenc import evaluate as ev  # noqa: PLC0415
+
+    rows = ev.evaluate([rope_run], [32, 64], ["none", "longrope"], num_bytes=128, progress=False,
+                       longrope_file=str(tmp_path / "longrope.json"))["rows"]
+    by = {(r["scaling"], r["length"], r["protocol"]): r for r in rows}
+    assert by[("longrope", 64, "nonoverlap")]["status"] == "ok"
+    assert by[("longrope", 32, "nonoverlap")]["nll"] != by[("none", 32, "nonoverlap")]["nll"] or \
+        np.allclose(saved["short_factor"], 1.0)  # at L <= 32 the short factors apply
