@@ -266,8 +266,8 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
         best_l, best_l_ppl, history_l = search(make_fitness(target_len), layer_seeds, cfg, bound,
                                                out_dir / "stage1_per_layer.json", "stage 1 (per layer)", progress)
         result["stage1_per_layer"] = {"ppl": best_l_ppl, "history": history_l}
-        if best_l_ppl < best_ppl:
-            best, best_ppl = best_l, best_l_ppl
+        # elitism and the tiled shared vector in its first population: never worse on the search split
+        best, best_ppl = best_l, best_l_ppl
     short_cfg = dataclasses.replace(cfg, generations=short_generations or cfg.generations, n_hat_choices=(0,))
     short_seeds = [Individual(np.ones_like(best.factors), 0)]
     short_best, short_ppl, short_history = search(make_fitness(orig), short_seeds, short_cfg,
