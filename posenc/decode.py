@@ -117,9 +117,11 @@ def recompute_logits(graphdef, params, tokens, *, scaling: RopeScaling | None = 
             rope = (jnp.asarray(inv, jnp.float32), af, scaling.unscaled_positions)
         return model(tokens, rope=rope)
     inv_table, af_table = rope_schedule(cfg, scaling, t)
-    n_hat = scaling.unscaled_positions
-    return jnp.stack([model(tokens[:, :p + 1], rope=(jnp.asarray(inv_table[p]), af_table[p], n_hat))[:, -1]
-                      for p in range(t)], axis=1)
+    n_hat = jnp.int32(scaling.unscaled_positions)
+    # Causality: the logits at p over the whole sequence equal those over the prefix 0…p, given the same
+    # frequencies — so one compiled forward over all of `tokens`, with the frequencies of seq_len p + 1.
+    forward = jax.jit(lambda prm, x, inv, af: nnx.merge(graphdef, prm)(x, rope=(inv, af, n_hat)))
+    return jnp.stack([forward(params, tokens, inv_table[p], af_table[p])[:, p] for p in range(t)], axis=1)
 
 
 def _cfg(graphdef, params) -> ModelConfig:
