@@ -10,7 +10,6 @@ tokens/s and the speedup; the last line is JSON.
 """
 
 import json
-import time
 
 import jax
 import jax.numpy as jnp
@@ -19,21 +18,12 @@ from absl import app, flags
 from flax import nnx
 
 from posenc import decode
+from posenc.timing import median_seconds
 from posenc.model import ModelConfig, Transformer
 
 _CONTEXTS = flags.DEFINE_list("contexts", ["256", "512", "1024", "2048", "4096"], "Context lengths.")
 _NEW = flags.DEFINE_integer("new_tokens", 64, "Tokens generated per cached measurement.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Repeats (median).")
-
-
-def _median(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def main(argv):
@@ -46,13 +36,13 @@ def main(argv):
         prompt = np.random.default_rng(0).integers(0, 256, (1, c)).astype(np.int32)
         n = _NEW.value
         size = c + n
-        t_n = _median(lambda: decode.generate(graphdef, params, prompt, n, temperature=0.0, cache_size=size),
+        t_n = median_seconds(lambda: decode.generate(graphdef, params, prompt, n, temperature=0.0, cache_size=size),
                       _REPEATS.value)
-        t_1 = _median(lambda: decode.generate(graphdef, params, prompt, 1, temperature=0.0, cache_size=size),
+        t_1 = median_seconds(lambda: decode.generate(graphdef, params, prompt, 1, temperature=0.0, cache_size=size),
                       _REPEATS.value)
         cached = max(t_n - t_1, 1e-9) / (n - 1)
         x = jnp.asarray(prompt)
-        recompute = _median(lambda: forward(params, x).block_until_ready(), _REPEATS.value)
+        recompute = median_seconds(lambda: forward(params, x).block_until_ready(), _REPEATS.value)
         rows.append({"context": c, "cached_ms_per_token": 1e3 * cached, "recompute_ms_per_token": 1e3 * recompute,
                      "cached_tokens_per_s": 1 / cached, "recompute_tokens_per_s": 1 / recompute,
                      "speedup": recompute / cached})

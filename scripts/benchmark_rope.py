@@ -13,7 +13,6 @@ and prints the ratios (bound time / apply_rope time: 1.0 means as fast as the bo
 from __future__ import annotations
 
 import json
-import time
 
 import jax
 import jax.numpy as jnp
@@ -21,19 +20,10 @@ import numpy as np
 from absl import app, flags
 
 import posenc
+from posenc.timing import median_seconds
 
 _SHAPE = flags.DEFINE_list("shape", ["4", "2048", "16", "128"], "x shape [B, T, N, H].")
 _REPEATS = flags.DEFINE_integer("repeats", 20, "Timed calls per measurement (median reported).")
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    fn()  # compile / warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def main(argv):
@@ -48,14 +38,14 @@ def main(argv):
         x = jax.random.normal(jax.random.key(0), shape, dtype)
         x.block_until_ready()
         elementwise = jax.jit(lambda v: v * jnp.asarray(1.0001, v.dtype) + jnp.asarray(1, v.dtype))
-        t_elem = _median_seconds(lambda: elementwise(x).block_until_ready(), _REPEATS.value)
+        t_elem = median_seconds(lambda: elementwise(x).block_until_ready(), _REPEATS.value)
         src = np.asarray(x)
         dst = np.empty_like(src)
-        t_copy = _median_seconds(lambda: np.copyto(dst, src), _REPEATS.value)
+        t_copy = median_seconds(lambda: np.copyto(dst, src), _REPEATS.value)
         row = {"bytes": int(x.nbytes), "elementwise_ms": 1e3 * t_elem, "numpy_copy_ms": 1e3 * t_copy}
         for layout in posenc.LAYOUTS:
             rope = jax.jit(lambda v, p, f, layout=layout: posenc.apply_rope(v, p, f, layout=layout))
-            t_rope = _median_seconds(lambda: rope(x, positions, inv_freq).block_until_ready(), _REPEATS.value)
+            t_rope = median_seconds(lambda: rope(x, positions, inv_freq).block_until_ready(), _REPEATS.value)
             row[f"rope_{layout}_ms"] = 1e3 * t_rope
             row[f"rope_{layout}_vs_elementwise"] = t_elem / t_rope
             row[f"rope_{layout}_vs_memcopy"] = t_copy / t_rope

@@ -1,0 +1,49 @@
+"""Smoke tests of the benchmark and figure scripts (small sizes): they run and print their ratios."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run(*args):
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_benchmark_rope_prints_ratios():
+    out = run("scripts/benchmark_rope.py", "--shape=2,128,4,32", "--repeats=2")
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["float32"]["rope_half_vs_elementwise"] > 0 and "rope_interleaved_vs_memcopy" in result["bfloat16"]
+
+
+def test_benchmark_decode_prints_speedup():
+    out = run("scripts/benchmark_decode.py", "--contexts=32,64", "--new_tokens=4", "--repeats=1")
+    rows = json.loads(out.strip().splitlines()[-1])["rows"]
+    assert [r["context"] for r in rows] == [32, 64] and all(r["speedup"] > 0 for r in rows)
+
+
+def test_benchmark_train_prints_mfu():
+    out = run("scripts/benchmark_train.py", "--steps=1", "--train_len=32", "--batch_size=2")
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["tokens_per_s"] > 0 and 0 < result["mfu"] < 1
+
+
+def test_figures_script(tmp_path):
+    run("experiments/figures/make_figures.py", f"--out={tmp_path}")
+    for name in ("rope_decay", "sinusoidal_similarity", "yarn_regions", "rope_scores"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("script", ["scripts/train.py", "scripts/eval_extrapolation.py", "scripts/generate.py",
+                                    "scripts/sweep.py", "scripts/search_longrope.py"])
+def test_entry_points_document_themselves(script):
+    """--helpshort prints the module docstring (the exact command) and the flags; absl exits 1 after it."""
+    result = subprocess.run([sys.executable, script, "--helpshort"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 1 and f"python {script}" in result.stdout and "flags:" in result.stdout
