@@ -114,6 +114,17 @@ def scaling_for(run: Run, name: str, length: int, factor: float | None = None,
     return RopeScaling(name, s, original_max_len=base)
 
 
+def default_scalings(workdirs: Sequence[str], configured: Sequence[str]) -> list[str]:
+    """The configured scalings, with `run` first when a run was trained with a scaling of its own (a
+    fine-tuned PI / YaRN run is evaluated with the scaling it was fine-tuned with by default)."""
+    out = list(configured)
+    for w in workdirs:
+        config = checkpoint.load_config(w)
+        if config.model.posenc == "rope" and config.model.rope.scaling.kind != "none" and "run" not in out:
+            out.insert(0, "run")
+    return out
+
+
 def _nll_fn(graphdef, cfg: ModelConfig):
     """Jitted per-position NLL `[B, L]` with RoPE frequencies as traced inputs."""
 

@@ -3,7 +3,8 @@ r"""Perplexity past the training length, with inference-time RoPE scaling: a tab
     python scripts/eval_extrapolation.py --workdir=runs/rope [--workdir=runs/alibi ...] \
         [--lengths=256,512,1024,2048,4096] [--scalings=none,linear,ntk,dynamic_ntk,yarn] [--out=DIR]
 
-Lengths, scalings and the number of test bytes default to the first run's `config.eval`. Writes
+Lengths, scalings and the number of test bytes default to the first run's `config.eval`; a run trained or
+fine-tuned with a RoPE scaling is also evaluated with that scaling (`run`) by default. Writes
 results.csv / results.json / results.md, ppl_vs_length.png and per_position.png to --out (default
 <first workdir>/eval) and prints the markdown table. See posenc/evaluate.py for the protocols.
 """
@@ -13,7 +14,7 @@ import pathlib
 from absl import app, flags, logging
 
 from posenc import checkpoint
-from posenc.evaluate import evaluate, markdown_table, write_outputs
+from posenc.evaluate import default_scalings, evaluate, markdown_table, write_outputs
 
 _WORKDIRS = flags.DEFINE_multi_string("workdir", None, "Run directories (repeat the flag).", required=True)
 _LENGTHS = flags.DEFINE_list("lengths", None, "Evaluation lengths (default: the run's config.eval.lengths).")
@@ -35,7 +36,7 @@ def main(argv):
     logging.set_verbosity(logging.ERROR)  # Orbax warns that a read-only checkpoint directory is read-only
     first = checkpoint.load_config(_WORKDIRS.value[0])
     lengths = [int(n) for n in (_LENGTHS.value or first.eval.lengths.split(","))]
-    scalings = _SCALINGS.value or first.eval.scalings.split(",")
+    scalings = _SCALINGS.value or default_scalings(_WORKDIRS.value, first.eval.scalings.split(","))
     num_bytes = _NUM_BYTES.value or first.eval.num_bytes
     result = evaluate(_WORKDIRS.value, lengths, scalings, num_bytes=num_bytes, factor=_FACTOR.value,
                       stride=_STRIDE.value, split=_SPLIT.value, learned_beyond=_LEARNED.value,

@@ -130,3 +130,19 @@ def test_script_prints_table(runs, tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "| rope | ntk |" in result.stdout and (tmp_path / "ppl_vs_length.png").exists()
+
+
+def test_finetuned_run_is_evaluated_with_its_own_scaling(runs, tmp_path, cache_dir):
+    config = load_config_file(str(ROOT / "configs" / "default.py"), "posenc=yarn,tiny")
+    config.data.cache_dir = cache_dir
+    config.train_steps, config.train_len, config.init_from = 2, 64, runs["rope"]
+    config.model.rope.scaling.factor, config.model.rope.scaling.original_max_len = 2.0, 32
+    train.train_and_evaluate(config, str(tmp_path / "ft"))
+    assert ev.default_scalings([str(tmp_path / "ft")], ["none", "ntk"]) == ["run", "none", "ntk"]
+    assert ev.default_scalings([runs["rope"]], ["none", "ntk"]) == ["none", "ntk"]
+    run = ev.load_run(str(tmp_path / "ft"))
+    assert run.base_len == 32 and ev.scaling_for(run, "run", 64) == run.cfg.rope_scaling
+    assert ev.scaling_for(run, "yarn", 128).factor == 4.0  # L / original_max_len, not L / train_len
+    rows = ev.evaluate([str(tmp_path / "ft")], [64], ["run", "none"], num_bytes=128, progress=False)["rows"]
+    nll = {r["scaling"]: r["nll"] for r in rows if r["protocol"] == "nonoverlap"}
+    assert nll["run"] != nll["none"]
