@@ -15,7 +15,11 @@ Scalings (RoPE runs only; applied at inference time, without retraining; factor 
 with L0 = the run's `original_max_len` if it was trained with a scaling, else its `train_len`):
   `none` (plain RoPE), `run` (the run's own configured scaling: the default for a run fine-tuned with one),
   `linear` (PI), `ntk`, `dynamic_ntk`, `yarn`, `dynamic_linear`, `dynamic_yarn`, `llama3`, and `longrope`
-  (the run's LongRoPE factors, from its config). A fixed `factor` replaces L / L0.
+  (the run's LongRoPE factors, from its config). A fixed `factor` replaces L / L0. `dynamic_linear` and
+  `dynamic_yarn` need no factor (s = max(1, L / L0) by definition). `dynamic_ntk` is Hugging Face's formula,
+  whose `factor` is a slope: with the default factor s = L / L0 its base grows by (s² − s + 1)^(d/(d−2)) at
+  length L, more than NTK's s^(d/(d−2)); `factor=1` gives the pure length-tracking variant, which equals `ntk`
+  at factor L / L0 under the non-overlapping protocol (every window has length L).
 
 RoPE frequencies enter the compiled forward pass as traced inputs, so each (run, length) compiles once
 whatever the number of scalings.
