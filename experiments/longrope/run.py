@@ -124,6 +124,9 @@ all ({', '.join(f'{k.split("/")[1]}: {v:.0f} s' for k, v in timing.items() if k.
 same 2-core CPU, while other experiments ran.
 
 {chr(10).join(lines)}
+The 256 column: LongRoPE at the original length uses its stage-2 short factors together with its attention
+factor sqrt(1 + ln s / ln 256), which (as in Hugging Face and Phi-3) multiplies the logits at every length —
+hence slightly above `none` there. Factors and search histories: `results/longrope_*.json`.
 """
     (HERE / "README.md").write_text(text)
     print(text)
