@@ -47,6 +47,9 @@ blines = ["| beta_fast \\ beta_slow | " + " | ".join(f"{b:g}" for b in bss) + " 
 for f in bfs:
     blines.append(f"| {f:g} | " + " | ".join(f"{bt[(f, b)]:.3f}" if (f, b) in bt else "–" for b in bss) + " |")
 bbest = min(bt, key=bt.get)
+same = [(a, b) for a, b in zip(bfs, bfs[1:]) if all(bt.get((a, x)) == bt.get((b, x)) for x in bss)]
+same_text = "".join(f" Rows beta_fast = {a:g} and {b:g} are identical: at L0 = 256 the dimension of both is below 0 and "
+                    "clipped to pair 0 (experiments/figures/yarn_regions.png)." for a, b in same)
 text = f"""# YaRN on one checkpoint: temperature and betas (eval sweeps, no retraining)
 
 Regenerate (resumable; about a minute or two of evaluation):
@@ -80,7 +83,8 @@ multiplies cos and sin, so the logits by its square):
 ![betas](betas/sweep.png)
 
 Best: beta_fast = {bbest[0]:g}, beta_slow = {bbest[1]:g} ({bt[bbest]:.3f} bits per byte; YaRN's defaults 32 / 1 give
-{bt.get((32.0, 1.0), float('nan')):.3f}).
+{bt.get((32.0, 1.0), float('nan')):.3f}).{same_text} YaRN's defaults were chosen for 2k–4k original contexts;
+at a 256-token original length a much smaller beta_fast keeps more high-frequency pairs intact.
 """
 (HERE / "README.md").write_text(text)
 print(text)
