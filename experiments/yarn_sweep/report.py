@@ -48,8 +48,8 @@ for f in bfs:
     blines.append(f"| {f:g} | " + " | ".join(f"{bt[(f, b)]:.3f}" if (f, b) in bt else "–" for b in bss) + " |")
 bbest = min(bt, key=bt.get)
 same = [(a, b) for a, b in zip(bfs, bfs[1:]) if all(bt.get((a, x)) == bt.get((b, x)) for x in bss)]
-same_text = "".join(f" Rows beta_fast = {a:g} and {b:g} are identical: at L0 = 256 the dimension of both is below 0 and "
-                    "clipped to pair 0 (experiments/figures/yarn_regions.png)." for a, b in same)
+same_text = "".join(f" Rows beta_fast = {a:g} and {b:g} are identical: at L0 = 256 the correction dimension of both floors "
+                    "to pair 0 (experiments/figures/yarn_regions.png)." for a, b in same)
 text = f"""# YaRN on one checkpoint: temperature and betas (eval sweeps, no retraining)
 
 Regenerate (resumable; about a minute or two of evaluation):
