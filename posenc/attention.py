@@ -27,6 +27,24 @@ def _attend(q, k, v, q_pos, k_pos, alibi_slopes):
     return jnp.einsum("bnqk,bknh->bqnh", probs, v)
 
 
+def block_causal_attention(q, k, v, q_pos, k_pos, *, alibi_slopes=None, block: int = 128):
+    """Causal attention for aligned, sorted positions (q_pos == k_pos == 0 … T−1), skipping the blocks of
+    keys that lie entirely in the future of a block of queries: block i of queries attends only to the keys
+    of blocks 0 … i, so about (n + 1) / 2n of the `[T, T]` scores are computed (n = T / block). Masks still
+    come from positions, inside the diagonal block. Falls back to `attention` when T is not a multiple of
+    `block`. Only valid when every key past the last query of a block is in its future: the model calls it
+    for its default positions (training, full-sequence evaluation), never with a cache.
+    """
+    t = q.shape[1]
+    if block <= 0 or t % block or t <= block or k.shape[1] != t:
+        return _attend(q, k, v, q_pos, k_pos, alibi_slopes)
+    outs = []
+    for i in range(t // block):
+        lo, hi = i * block, (i + 1) * block
+        outs.append(_attend(q[:, lo:hi], k[:, :hi], v[:, :hi], q_pos[:, lo:hi], k_pos[:, :hi], alibi_slopes))
+    return jnp.concatenate(outs, axis=1)
+
+
 def attention(q, k, v, q_pos, k_pos, *, alibi_slopes=None, chunk_size: int = 0):
     """softmax(q kᵀ / sqrt(H) + bias, masked causally by position) v.
 

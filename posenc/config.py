@@ -50,7 +50,7 @@ def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
         max_len=config.train_len, learned_beyond=m.learned_beyond, sinusoidal_base=float(m.sinusoidal_base),
         rope_base=float(m.rope.base), rope_layout=m.rope.layout, rope_fraction=float(m.rope.fraction),
         rope_scaling=rope_scaling_from_config(m.rope.scaling) if m.posenc == "rope" else RopeScaling(),
-        attn_chunk=m.attn_chunk, dtype=m.dtype,
+        attn_chunk=m.attn_chunk, attn_block=m.get("attn_block", 0), dtype=m.dtype,
     )
 
 

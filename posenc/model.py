@@ -25,7 +25,7 @@ import numpy as np
 from flax import nnx
 
 from posenc.alibi import alibi_slopes
-from posenc.attention import attention
+from posenc.attention import attention, block_causal_attention
 from posenc.rope import LAYOUTS, apply_rope
 from posenc.rope_scaling import RopeScaling, rope_frequencies
 from posenc.sinusoidal import sinusoidal_encoding
@@ -53,6 +53,7 @@ class ModelConfig:
     rope_fraction: float = 1.0
     rope_scaling: RopeScaling = RopeScaling()
     attn_chunk: int = 0  # query chunk size of attention; 0 = the whole sequence at once
+    attn_block: int = 0  # block-causal attention block for default positions (skips future blocks); 0 = off
     dtype: str = "float32"  # activations; parameters are float32
 
     def __post_init__(self):
@@ -73,6 +74,8 @@ class ModelConfig:
             raise ValueError(f"model.dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.attn_chunk < 0:
             raise ValueError(f"model.attn_chunk must be >= 0 (0 = no chunking), got {self.attn_chunk!r}")
+        if self.attn_block < 0:
+            raise ValueError(f"model.attn_block must be >= 0 (0 = off), got {self.attn_block!r}")
         if self.posenc == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"model.d_model must be even for posenc='sinusoidal', got {self.d_model}")
         if self.posenc == "rope":
@@ -143,7 +146,8 @@ class Attention(nnx.Module):
         self.out = nnx.Linear(d, d, use_bias=False, kernel_init=nnx.initializers.normal(0.02 / (2 * cfg.num_layers) ** 0.5),
                               rngs=rngs)
 
-    def __call__(self, x, positions, inv_freq, attention_factor, alibi_slopes, cache=None, unscaled=None):
+    def __call__(self, x, positions, inv_freq, attention_factor, alibi_slopes, cache=None, unscaled=None,
+                 aligned=False):
         """Self-attention of `x [B, T, d]` at `positions [B|1, T]`.
 
         With `cache = (k [B, S, N, H], v [B, S, N, H], k_pos [B|1, S], rotate_at_use)` (decoding), the new
@@ -166,8 +170,12 @@ class Attention(nnx.Module):
 
         q = rope(q, positions)
         if cache is None:
-            y = attention(q, rope(k, positions), v, positions, positions, alibi_slopes=alibi_slopes,
-                          chunk_size=cfg.attn_chunk)
+            if aligned and cfg.attn_block and not (cfg.attn_chunk and cfg.attn_chunk < t):
+                y = block_causal_attention(q, rope(k, positions), v, positions, positions, alibi_slopes=alibi_slopes,
+                                           block=cfg.attn_block)
+            else:
+                y = attention(q, rope(k, positions), v, positions, positions, alibi_slopes=alibi_slopes,
+                              chunk_size=cfg.attn_chunk)
             return self.out(y.reshape(b, t, cfg.d_model))
         k_cache, v_cache, k_pos, rotate_at_use = cache
         offset = positions.reshape(-1)[0]  # new tokens occupy slots offset … offset + T − 1 in every row
@@ -189,9 +197,11 @@ class Block(nnx.Module):
         self.proj = nnx.Linear(cfg.mlp_dim, cfg.d_model, use_bias=False,
                                kernel_init=nnx.initializers.normal(0.02 / (2 * cfg.num_layers) ** 0.5), rngs=rngs)
 
-    def __call__(self, x, positions, inv_freq, attention_factor, alibi_slopes, cache=None, unscaled=None):
+    def __call__(self, x, positions, inv_freq, attention_factor, alibi_slopes, cache=None, unscaled=None,
+                 aligned=False):
         if cache is None:
-            x = x + self.attn(self.norm1(x), positions, inv_freq, attention_factor, alibi_slopes, unscaled=unscaled)
+            x = x + self.attn(self.norm1(x), positions, inv_freq, attention_factor, alibi_slopes, unscaled=unscaled,
+                              aligned=aligned)
             new_cache = None
         else:
             y, new_cache = self.attn(self.norm1(x), positions, inv_freq, attention_factor, alibi_slopes, cache,
@@ -278,6 +288,7 @@ class Transformer(nnx.Module):
         cfg = self.cfg
         dtype = jnp.dtype(cfg.dtype)
         t = tokens.shape[1]
+        aligned = positions is None  # 0 … T−1 for queries and keys: block-causal attention may skip the future
         if positions is None:
             positions = jnp.arange(t)[None]
             seq_len = t if seq_len is None else seq_len
@@ -303,7 +314,7 @@ class Transformer(nnx.Module):
                 inv = inv[i]
             layer_cache = None if cache is None else (cache.k[i], cache.v[i], k_pos, cache.rotate_at_use)
             x, updated = block(x, positions, inv, plan.attention_factor, plan.alibi_slopes, layer_cache,
-                               unscaled=plan.rope_unscaled)
+                               unscaled=plan.rope_unscaled, aligned=aligned and cache is None)
             if updated is not None:
                 new_k.append(updated[0])
                 new_v.append(updated[1])

@@ -63,3 +63,15 @@ def test_chunked_attention_jits_and_bounds_scores():
     text = f.lower(q, k, v).as_text()
     assert "64x64" not in text.replace(" ", "")  # no [.., 64, 64] score matrix materialised
     np.testing.assert_allclose(f(q, k, v), attention(q, k, v, pos, pos), atol=1e-5)
+
+
+@pytest.mark.parametrize("alibi", [False, True])
+@pytest.mark.parametrize("t,block", [(64, 16), (64, 32), (37, 16), (16, 16)])
+def test_block_causal_equals_full(alibi, t, block):
+    from posenc.attention import block_causal_attention
+
+    q, k, v = qkv(t=t)
+    pos = jnp.arange(t)[None]
+    slopes = posenc.alibi_slopes(4) if alibi else None
+    out = block_causal_attention(q, k, v, pos, pos, alibi_slopes=slopes, block=block)
+    np.testing.assert_allclose(out, reference(q, k, v, pos, pos, slopes), atol=2e-5)

@@ -99,10 +99,11 @@ def test_per_layer_longrope_factors_reach_each_layer():
         make("rope", rope_scaling=dataclasses.replace(sc, short_factor=np.ones((3, 8)), long_factor=np.ones((3, 8))))
 
 
-def test_chunked_model_equals_unchunked():
+def test_chunked_and_block_causal_model_equal_plain():
     for name in ("rope", "alibi"):
         x = tokens(t=16)
         np.testing.assert_allclose(make(name, attn_chunk=5)(x), make(name)(x), atol=1e-5)
+        np.testing.assert_allclose(make(name, attn_block=4)(x), make(name)(x), atol=1e-5)
 
 
 @pytest.mark.parametrize(
