@@ -29,6 +29,7 @@ _STEPS = flags.DEFINE_integer("steps", 10, "Timed steps.")
 _TORCH = flags.DEFINE_bool("torch", False, "Also time the same model in PyTorch eager.")
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Batch size.")
 _LEN = flags.DEFINE_integer("train_len", 512, "Sequence length.")
+_BLOCK = flags.DEFINE_integer("attn_block", None, "model.attn_block (block-causal attention); default: the config's.")
 
 
 def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
@@ -48,6 +49,8 @@ def reference_config():
     config.batch_size, config.train_len = _BATCH.value, _LEN.value
     config.model.d_model, config.model.num_layers, config.model.num_heads, config.model.mlp_dim = 256, 4, 4, 1024
     config.train_steps = 1000
+    if _BLOCK.value is not None:
+        config.model.attn_block = _BLOCK.value
     return config
 
 
@@ -137,7 +140,7 @@ def main(argv):
     flops_per_token = 6 * n_nonembed + 12 * m.num_layers * m.d_model * config.train_len
     result = {"tokens_per_s": tps, "mfu": tps * flops_per_token / peak, "matmul_peak_gflops": peak / 1e9,
               "model_gflops_per_s": tps * flops_per_token / 1e9, "params": n_params,
-              "backend": jax.default_backend(), "devices": len(jax.devices())}
+              "backend": jax.default_backend(), "devices": len(jax.devices()), "attn_block": config.model.attn_block}
     print(f"JAX: {tps:.0f} tokens/s, {tps * flops_per_token / 1e9:.1f} GFLOP/s of model FLOPs; "
           f"float32 matmul peak {peak / 1e9:.1f} GFLOP/s; MFU {result['mfu']:.1%}")
     if _TORCH.value:
