@@ -228,7 +228,6 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
     if target_len <= orig:
         raise ValueError(f"target_len={target_len} must exceed the run's original length {orig}")
     s = target_len / orig
-    r = cfg_model.rotary_dim // 2
     out_dir = pathlib.Path(out or pathlib.Path(workdir) / f"longrope_{target_len}")
     out_dir.mkdir(parents=True, exist_ok=True)
     corpus = data.load_corpus(run.config.data.path, run.config.data.cache_dir)

@@ -25,6 +25,7 @@ def get_config(arg: str | None = None):
     config.model.num_layers = 4
     config.model.num_heads = 4
     config.model.mlp_dim = 512
+    config.model.attn_block = 0  # the results were trained with plain attention (the default became 128 later)
     config.eval_every = 200
     config.checkpoint_every = 200
     return config

@@ -88,11 +88,11 @@ def main(argv):
         workdir = str(runs / name)
         run = ev.load_run(workdir)
         if "-ft-" in name:
-            scalings, extra = ["run", "none"], {}
+            scalings = ["run", "none"]
         elif run.cfg.posenc == "rope":
-            scalings, extra = list(ROPE_SCALINGS), {}
+            scalings = list(ROPE_SCALINGS)
         else:
-            scalings, extra = ["none"], {}
+            scalings = ["none"]
         result = _timed(timing, f"eval/{name}", lambda: ev.evaluate([workdir], LENGTHS, scalings,
                                                                      num_bytes=_NUM_BYTES.value, progress=True))
         if run.cfg.posenc == "learned":  # the seeds' "interpolation" extension, reported separately
