@@ -20,3 +20,4 @@ info = {"train_seconds": train_s, "eval_seconds": eval_s, "final_step": last["st
 pathlib.Path(out, "run_info.json").write_text(json.dumps(info, indent=1) + "\n")
 print(info)
 PY
+.venv/bin/python experiments/quickstart/report.py
