@@ -5,6 +5,14 @@ Where each formula lives:
   posenc/rope.py          apply_rope: half-split and interleaved RoPE (Su et al. 2021)
   posenc/rope_scaling.py  RopeScaling and rope_frequencies: PI, NTK, dynamic NTK, YaRN, LongRoPE, Llama 3
   posenc/alibi.py         ALiBi slopes and bias (Press et al. 2022)
+  posenc/attention.py     causal attention masked by positions; query chunks; block-causal
+  posenc/model.py         the NNX Transformer; Transformer.position_plan is the one dispatch on model.posenc
+  posenc/data.py          byte corpora, splits, (seed, step) -> batch
+  posenc/train.py         train_and_evaluate: resumable, data-parallel training
+  posenc/evaluate.py      extrapolation evaluation: protocols, inference-time scalings, tables, plots
+  posenc/decode.py        KV-cache decoding equal to the full forward pass
+  posenc/sweep.py         train / eval sweeps
+  posenc/longrope.py      LongRoPE's evolutionary search of rescale factors
 """
 
 from posenc.alibi import alibi_bias, alibi_slopes
