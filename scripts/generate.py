@@ -21,6 +21,7 @@ _TOP_K = flags.DEFINE_integer("top_k", 0, "Sample from the k most likely bytes (
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
 _SCALING = flags.DEFINE_enum("scaling", "run", SCALINGS, "RoPE scaling at inference time ('run': the run's own).")
 _FACTOR = flags.DEFINE_float("factor", None, "Fixed scaling factor.")
+_LONGROPE = flags.DEFINE_string("longrope", None, "LongRoPE JSON (scripts/search_longrope.py) for --scaling=longrope.")
 _CACHE = flags.DEFINE_integer("cache_size", None, "KV cache slots (default prompt + max_new_tokens).")
 
 
@@ -31,7 +32,7 @@ def main(argv):
     run = load_run(_WORKDIR.value)
     prompt = data.encode(_PROMPT.value)[None]
     total = prompt.shape[1] + _MAX_NEW.value
-    scaling = scaling_for(run, _SCALING.value, total, _FACTOR.value)
+    scaling = scaling_for(run, _SCALING.value, total, _FACTOR.value, _LONGROPE.value)
     out = decode.generate(run.graphdef, run.params, prompt, _MAX_NEW.value, temperature=_TEMPERATURE.value,
                           top_k=_TOP_K.value, seed=_SEED.value, scaling=scaling, cache_size=_CACHE.value)
     print(data.decode(np.asarray(out[0])))

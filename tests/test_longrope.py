@@ -123,3 +123,22 @@ def test_search_run_never_reads_the_test_split_and_reloads(rope_run, tmp_path, m
     assert by[("longrope", 64, "nonoverlap")]["status"] == "ok"
     assert by[("longrope", 32, "nonoverlap")]["nll"] != by[("none", 32, "nonoverlap")]["nll"] or \
         np.allclose(saved["short_factor"], 1.0)  # at L <= 32 the short factors apply
+
+
+
+def test_saved_factors_load_through_the_config(rope_run, tmp_path):
+    """training / generation read a search result via model.rope.scaling.factors_file."""
+    from posenc.config import model_config  # noqa: PLC0415
+
+    path = tmp_path / "longrope.json"
+    path.write_text(json.dumps({"factor": 2.0, "original_max_len": 32, "attention_factor": 1.1,
+                                "short_factor": [1.0] * 8, "long_factor": list(np.linspace(1, 2, 8)),
+                                "unscaled_positions": 4}))
+    config = train.load_config_file("configs/default.py", "posenc=longrope,tiny")
+    config.model.rope.scaling.factors_file = str(path)
+    cfg = model_config(config)
+    assert cfg.rope_scaling == longrope.scaling_from_json(path)
+    assert cfg.rope_scaling.unscaled_positions == 4 and cfg.rope_scaling.attention_factor == 1.1
+    config.model.rope.scaling.factors_file = str(tmp_path / "missing.json")
+    with pytest.raises(ValueError, match="factors_file=.*does not exist"):
+        model_config(config)
