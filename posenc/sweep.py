@@ -31,7 +31,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posenc import data
-from posenc.evaluate import LN2, Evaluator, load_run
+from posenc.evaluate import LN2, Evaluator, check_num_bytes, load_run
 from posenc.rope_scaling import RopeScaling
 
 MODES = ("train", "eval")
@@ -156,16 +156,6 @@ def _bpb_rows(evaluator: Evaluator, stream: np.ndarray, lengths: Sequence[int], 
     return out
 
 
-def _num_bytes(stream: np.ndarray, lengths: Sequence[int], num_bytes: int | None) -> int:
-    longest = max(lengths)
-    available = (len(stream) - 1) // longest * longest
-    nb = num_bytes or min(available, 8 * longest)
-    if nb % longest or nb > available or nb < longest:
-        raise ValueError(f"num_bytes={nb} must be a positive multiple of the longest length {longest} and at most "
-                         f"{available} (the split has {len(stream)} bytes)")
-    return nb
-
-
 def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: list[tuple[str, dict]], *,
                     lengths: Sequence[int], scaling: str = "none", num_bytes: int | None = None,
                     train_fn: Callable | None = None, progress: bool = True) -> list[dict[str, Any]]:
@@ -188,7 +178,7 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
             train_fn(config, workdir)
             run = load_run(workdir, name)
             stream = data.load_corpus(config.data.path, config.data.cache_dir).test
-            nb = _num_bytes(stream, lengths, num_bytes)
+            nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what="the test split")
             ev = Evaluator(run)
             record.update(_bpb_rows(ev, stream, lengths, nb, lambda n: scaling_for(run, scaling, n)),
                           status="done", scaling=scaling, num_bytes=nb, train_len=run.train_len)
@@ -222,7 +212,7 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
     if run.cfg.posenc != "rope":
         raise ValueError(f"an eval sweep over RoPE scaling needs a RoPE run; {workdir!r} has posenc={run.cfg.posenc!r}")
     stream = data.load_corpus(run.config.data.path, run.config.data.cache_dir).split(split)
-    nb = _num_bytes(stream, lengths, num_bytes)
+    nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what=f"the {split} split")
     ev = Evaluator(run)
     records = []
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):

@@ -124,7 +124,7 @@ def _init_from(other: str, cfg: ModelConfig, params):
     def take(path, new, old):
         if new.shape == old.shape:
             return old
-        if path[-1] == jax.tree_util.DictKey("pos_table") or "pos_table" in str(path):
+        if "pos_table" in jax.tree_util.keystr(path):
             if new.shape[0] < old.shape[0]:
                 return old[: new.shape[0]]
             if cfg.learned_beyond != "interpolate":
