@@ -5,6 +5,18 @@ Masks and biases come from positions, never from array indices: query i sees key
 evaluation (a block of queries against all keys) and a KV cache (new queries at the end; empty cache
 slots carry position −1). `jax.nn.dot_product_attention(is_causal=True)` would align the mask top-left
 and be wrong whenever there are fewer queries than keys.
+
+The public functions take the model's `[B, T, N, H]` layout and transpose once to head-major
+`[B, N, T, H]`, the layout XLA's batched products want (the per-block slices and products of
+`block_causal_attention` then need no transposed copies). The softmax-attention itself (`_softmax_attend`)
+has a hand-written backward pass, the one of FlashAttention (Dao et al. 2022, arXiv 2205.14135, Alg. 2):
+with P the probabilities and O = P V,
+
+    dV = Pᵀ dO,   dP = dO Vᵀ,   dS = P ∘ (dP − rowsum(dO ∘ O)),   dQ = dS K,   dK = dSᵀ Q,
+
+where rowsum(dO ∘ O) = rowsum(P ∘ dP) is computed from the `[Tq, H]` outputs instead of the `[Tq, Tk]`
+scores: one pass over the score matrix fewer than autodiff of the softmax, ~25% off a training step's
+attention on CPU (tested against autodiff in float64).
 """
 
 from __future__ import annotations
@@ -14,17 +26,64 @@ import jax.numpy as jnp
 
 from posenc.alibi import alibi_bias
 
+_MASKED = float(jnp.finfo(jnp.float32).min)
+
+
+def _acc(dtype):
+    """Accumulation dtype of scores and probabilities: float32, or float64 for float64 inputs."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+def _probs(q, k, bias):
+    scores = jnp.einsum("bnqh,bnkh->bnqk", q, k, preferred_element_type=_acc(q.dtype)) + bias
+    return jax.nn.softmax(scores, axis=-1)
+
+
+@jax.custom_vjp
+def _softmax_attend(q, k, v, bias):
+    """softmax(q kᵀ + bias) v, head-major: q `[B, N, Tq, H]` (already scaled), k/v `[B, N, Tk, H]`, bias
+    `[B|1, N|1, Tq, Tk]` (float32; the mask as −3.4e38) → `[B, N, Tq, H]`. No gradient flows to bias."""
+    return jnp.einsum("bnqk,bnkh->bnqh", _probs(q, k, bias).astype(v.dtype), v)
+
+
+def _softmax_attend_fwd(q, k, v, bias):
+    p = _probs(q, k, bias)
+    out = jnp.einsum("bnqk,bnkh->bnqh", p.astype(v.dtype), v)
+    return out, (q, k, v, p, out)
+
+
+def _softmax_attend_bwd(residuals, d_out):
+    q, k, v, p, out = residuals
+    acc = _acc(p.dtype)
+    dp = jnp.einsum("bnqh,bnkh->bnqk", d_out, v, preferred_element_type=acc)
+    row = jnp.sum(d_out.astype(acc) * out.astype(acc), axis=-1, keepdims=True)
+    ds = p * (dp - row)
+    dq = jnp.einsum("bnqk,bnkh->bnqh", ds.astype(k.dtype), k).astype(q.dtype)
+    dk = jnp.einsum("bnqk,bnqh->bnkh", ds.astype(q.dtype), q).astype(k.dtype)
+    dv = jnp.einsum("bnqk,bnqh->bnkh", p.astype(d_out.dtype), d_out).astype(v.dtype)
+    return dq, dk, dv, None
+
+
+_softmax_attend.defvjp(_softmax_attend_fwd, _softmax_attend_bwd)
+
+
+def _bias(q_pos, k_pos, alibi_slopes):
+    """The causal mask from positions (0 or −3.4e38), plus ALiBi's −m·(i − j): `[B|1, N|1, Tq, Tk]`."""
+    visible = (k_pos[:, None, None, :] <= q_pos[:, None, :, None]) & (k_pos[:, None, None, :] >= 0)
+    bias = jnp.where(visible, 0.0, _MASKED).astype(jnp.float32)  # float64 scores promote it
+    if alibi_slopes is not None:
+        bias = bias + alibi_bias(alibi_slopes, q_pos, k_pos)  # [B|1, N, Tq, Tk]
+    return bias
+
+
+def _head_major(q, k, v):
+    scale = q.shape[-1] ** -0.5
+    return (q * jnp.asarray(scale, q.dtype)).swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2)
+
 
 def _attend(q, k, v, q_pos, k_pos, alibi_slopes):
-    """Unchunked attention. q [B,Tq,N,H], k/v [B,Tk,N,H], q_pos [B|1,Tq], k_pos [B|1,Tk] -> [B,Tq,N,H]."""
-    scale = q.shape[-1] ** -0.5
-    scores = jnp.einsum("bqnh,bknh->bnqk", q, k, preferred_element_type=jnp.float32) * scale
-    if alibi_slopes is not None:
-        scores = scores + alibi_bias(alibi_slopes, q_pos, k_pos)  # [B|1, N, Tq, Tk]
-    visible = (k_pos[:, None, None, :] <= q_pos[:, None, :, None]) & (k_pos[:, None, None, :] >= 0)
-    scores = jnp.where(visible, scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("bnqk,bknh->bqnh", probs, v)
+    """Head-major unchunked attention. q [B,N,Tq,H] (scaled), k/v [B,N,Tk,H], q_pos [B|1,Tq], k_pos [B|1,Tk]."""
+    return _softmax_attend(q, k, v, _bias(q_pos, k_pos, alibi_slopes))
 
 
 def block_causal_attention(q, k, v, q_pos, k_pos, *, alibi_slopes=None, block: int = 128):
@@ -37,12 +96,13 @@ def block_causal_attention(q, k, v, q_pos, k_pos, *, alibi_slopes=None, block: i
     """
     t = q.shape[1]
     if block <= 0 or t % block or t <= block or k.shape[1] != t:
-        return _attend(q, k, v, q_pos, k_pos, alibi_slopes)
+        return attention(q, k, v, q_pos, k_pos, alibi_slopes=alibi_slopes)
+    q, k, v = _head_major(q, k, v)
     outs = []
     for i in range(t // block):
         lo, hi = i * block, (i + 1) * block
-        outs.append(_attend(q[:, lo:hi], k[:, :hi], v[:, :hi], q_pos[:, lo:hi], k_pos[:, :hi], alibi_slopes))
-    return jnp.concatenate(outs, axis=1)
+        outs.append(_attend(q[:, :, lo:hi], k[:, :, :hi], v[:, :, :hi], q_pos[:, lo:hi], k_pos[:, :hi], alibi_slopes))
+    return jnp.concatenate(outs, axis=2).swapaxes(1, 2)
 
 
 def attention(q, k, v, q_pos, k_pos, *, alibi_slopes=None, chunk_size: int = 0):
@@ -59,16 +119,17 @@ def attention(q, k, v, q_pos, k_pos, *, alibi_slopes=None, chunk_size: int = 0):
       `[B, Tq, N, H]`.
     """
     tq = q.shape[1]
+    q, k, v = _head_major(q, k, v)
     if chunk_size <= 0 or chunk_size >= tq:
-        return _attend(q, k, v, q_pos, k_pos, alibi_slopes)
+        return _attend(q, k, v, q_pos, k_pos, alibi_slopes).swapaxes(1, 2)
     num_chunks = -(-tq // chunk_size)
     pad = num_chunks * chunk_size - tq
     q_pos = jnp.broadcast_to(q_pos, (q.shape[0], tq))
     if pad:  # padded queries get the last position: harmless rows, sliced off below
-        q = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))
+        q = jnp.pad(q, ((0, 0), (0, 0), (0, pad), (0, 0)))
         q_pos = jnp.pad(q_pos, ((0, 0), (0, pad)), mode="edge")
-    b, _, n, h = q.shape
-    q_chunks = q.reshape(b, num_chunks, chunk_size, n, h).swapaxes(0, 1)
+    b, n, _, h = q.shape
+    q_chunks = q.reshape(b, n, num_chunks, chunk_size, h).transpose(2, 0, 1, 3, 4)
     pos_chunks = q_pos.reshape(b, num_chunks, chunk_size).swapaxes(0, 1)
     out = jax.lax.map(lambda c: _attend(c[0], k, v, c[1], k_pos, alibi_slopes), (q_chunks, pos_chunks))
-    return out.swapaxes(0, 1).reshape(b, num_chunks * chunk_size, n, h)[:, :tq]
+    return out.transpose(1, 0, 3, 2, 4).reshape(b, num_chunks * chunk_size, n, h)[:, :tq]
