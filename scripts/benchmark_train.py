@@ -1,18 +1,31 @@
 r"""Training throughput of the reference model, against the matmul peak measured in the same run.
 
-    python scripts/benchmark_train.py [--steps=10] [--torch]
+    python scripts/benchmark_train.py [--steps=10] [--rounds=3] [--torch] [--profile]
 
 Reference model: bytes, d_model 256, 4 layers, 4 heads, MLP 1024 (GELU), RMSNorm, RoPE, train_len 512,
-batch 8, float32, AdamW. Times the jitted train step (compilation excluded), and a 2048x2048 float32
-matmul (the machine's peak for this workload). Model FLOPs per token (PaLM, arXiv 2204.02311, App. B):
-6·N (N = non-embedding parameters, head included) + 12·layers·d_model·T. MFU = model FLOP/s / peak.
-With --torch (needs `pip install torch==2.13.0`), the same model in PyTorch eager is timed too and the
-ratio printed. The last line is JSON.
+batch 8, float32, AdamW. Times the jitted train step (compilation excluded) over `steps` steps, `rounds`
+times, and reports the median round. The peak is the best of repeated 2048x2048 float32 matmuls, before and
+after the rounds (the machine's best for this workload; the best, not the median, so that MFU is not
+flattered by a slow moment). Model FLOPs per token (PaLM, arXiv 2204.02311, App. B): 6·N (N = non-embedding parameters, head
+included) + 12·layers·d_model·T. MFU = model FLOP/s / peak.
+
+With --torch (needs `pip install torch==2.13.0`), the same model in PyTorch eager
+(`scaled_dot_product_attention`, AdamW) is timed in the same rounds, alternating with JAX so that both
+see the same machine load, and the median of the per-round ratios is printed.
+
+With --profile, one more round runs under `jax.profiler` and the XLA ops that took the most time are
+printed with their shapes (op times overlap when XLA runs independent ops concurrently, so they add up to
+more than the step). The last line is JSON.
 """
 
 from __future__ import annotations
 
+import collections
+import glob
+import gzip
 import json
+import re
+import tempfile
 import time
 
 import jax
@@ -25,14 +38,34 @@ from posenc.config import validate
 from posenc.model import count_params
 from posenc.train import load_config_file, make_optimizer, make_train_step
 
-_STEPS = flags.DEFINE_integer("steps", 10, "Timed steps.")
+_STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per round.")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Rounds (the median round is reported).")
 _TORCH = flags.DEFINE_bool("torch", False, "Also time the same model in PyTorch eager.")
+_PROFILE = flags.DEFINE_bool("profile", False, "Print the XLA ops of the step that take the most time.")
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Batch size.")
 _LEN = flags.DEFINE_integer("train_len", 512, "Sequence length.")
 _BLOCK = flags.DEFINE_integer("attn_block", None, "model.attn_block (block-causal attention); default: the config's.")
+_WITHOUT = flags.DEFINE_list("without", [], "Ablations, to measure what each optimisation is worth: dense_vjp "
+                             "(nnx.Linear's plain product and autodiff), attention_vjp (autodiff through the softmax).")
+ABLATIONS = ("dense_vjp", "attention_vjp")
 
 
-def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
+def apply_ablations(names) -> None:
+    """Swap an optimisation for the plain version it replaced (before the model is built)."""
+    import posenc.attention  # noqa: PLC0415
+    import posenc.model  # noqa: PLC0415
+
+    for name in names:
+        if name == "dense_vjp":
+            posenc.model.dense_dot_general = jax.lax.dot_general
+        elif name == "attention_vjp":
+            posenc.attention._softmax_attend = posenc.attention._softmax_attend.fun
+        else:
+            raise ValueError(f"--without: unknown ablation {name!r}; valid: {ABLATIONS}")
+
+
+def matmul_peak(n: int = 2048, repeats: int = 20) -> float:
+    """FLOP/s of the fastest of `repeats` jitted float32 [n, n] @ [n, n] products."""
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
     f = jax.jit(lambda x: x @ x)
     f(a).block_until_ready()
@@ -41,7 +74,7 @@ def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
         t0 = time.perf_counter()
         f(a).block_until_ready()
         times.append(time.perf_counter() - t0)
-    return 2 * n**3 / float(np.median(times))
+    return 2 * n**3 / min(times)
 
 
 def reference_config():
@@ -54,24 +87,31 @@ def reference_config():
     return config
 
 
-def time_jax(config, steps: int) -> float:
+def jax_runner(config):
+    """A function `run(steps) -> tokens/s` that trains the reference model in JAX (compiled on creation)."""
     cfg = validate(config)
     tx, _ = make_optimizer(config)
     graphdef, _ = checkpoint.abstract_model(cfg)
-    params = checkpoint.init_params(cfg, 0)
-    opt_state = tx.init(params)
+    state = {"params": checkpoint.init_params(cfg, 0)}
+    state["opt"] = tx.init(state["params"])
     step = make_train_step(graphdef, tx)
     corpus = data.load_corpus(config.data.path, config.data.cache_dir)
     batches = [data.train_batch(corpus.train, seed=0, step=i, batch_size=config.batch_size, length=config.train_len)
-               for i in range(steps + 2)]
-    for x, y in batches[:2]:  # compile + one warm step
-        params, opt_state, loss, _ = step(params, opt_state, x, y)
-    float(loss)
-    t0 = time.perf_counter()
-    for x, y in batches[2:]:
-        params, opt_state, loss, _ = step(params, opt_state, x, y)
-    float(loss)
-    return steps * config.batch_size * config.train_len / (time.perf_counter() - t0), count_params_of(cfg)
+               for i in range(16)]
+
+    def run(steps: int) -> float:
+        params, opt_state = state["params"], state["opt"]
+        t0 = time.perf_counter()
+        for i in range(steps):
+            x, y = batches[i % len(batches)]
+            params, opt_state, loss, _ = step(params, opt_state, x, y)
+        float(loss)
+        seconds = time.perf_counter() - t0
+        state["params"], state["opt"] = params, opt_state
+        return steps * config.batch_size * config.train_len / seconds
+
+    run(2)  # compile + one warm step
+    return run, step, state, batches[0]
 
 
 def count_params_of(cfg):
@@ -82,7 +122,8 @@ def count_params_of(cfg):
     return count_params(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
 
 
-def time_torch(config, steps: int) -> float:
+def torch_runner(config):
+    """The same model in PyTorch eager: `run(steps) -> tokens/s`."""
     import torch  # noqa: PLC0415
     import torch.nn.functional as F  # noqa: PLC0415
 
@@ -122,31 +163,77 @@ def time_torch(config, steps: int) -> float:
         loss.backward()
         opt.step()
 
-    step()
-    step()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return steps * config.batch_size * t / (time.perf_counter() - t0)
+    def run(steps: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        return steps * config.batch_size * t / (time.perf_counter() - t0)
+
+    run(2)
+    return run, torch.get_num_threads()
+
+
+def profile_ops(step, state, batch, repeats: int = 3, top: int = 15) -> list[dict]:
+    """The XLA ops of one train step with the largest total time (ms per step), from a jax.profiler trace."""
+    x, y = batch
+    params, opt_state = state["params"], state["opt"]
+    hlo = step.lower(params, opt_state, x, y).compile().as_text()
+    shapes = {m.group(1): m.group(2) for m in re.finditer(r"%([\w.\-]+) = (\S+) ", hlo)}
+    names = {m.group(1): m.group(2) for m in re.finditer(r'%([\w.\-]+) = .*?op_name="([^"]+)"', hlo)}
+    with tempfile.TemporaryDirectory() as tmp:
+        jax.profiler.start_trace(tmp, create_perfetto_trace=True)
+        for _ in range(repeats):
+            params, opt_state, loss, _ = step(params, opt_state, x, y)
+        float(loss)
+        jax.profiler.stop_trace()
+        trace = json.load(gzip.open(glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True)[0]))
+    totals = collections.Counter()
+    for event in trace["traceEvents"] if isinstance(trace, dict) else trace:
+        if event.get("ph") == "X" and event.get("name") in shapes:
+            totals[event["name"]] += event["dur"] / 1e3 / repeats
+    return [{"op": op, "ms": round(ms, 2), "shape": shapes[op], "source": names.get(op, "")}
+            for op, ms in totals.most_common(top)]
 
 
 def main(argv):
     del argv
+    apply_ablations(_WITHOUT.value)
     config = reference_config()
-    peak = matmul_peak()
-    tps, n_params = time_jax(config, _STEPS.value)
     m = config.model
-    n_nonembed = n_params - 256 * m.d_model
-    flops_per_token = 6 * n_nonembed + 12 * m.num_layers * m.d_model * config.train_len
+    cfg = validate(config)
+    n_params = count_params_of(cfg)
+    flops_per_token = 6 * (n_params - cfg.vocab_size * m.d_model) + 12 * m.num_layers * m.d_model * config.train_len
+    peak = matmul_peak()
+    run_jax, step, state, batch = jax_runner(config)
+    run_torch, torch_threads = torch_runner(config) if _TORCH.value else (None, None)
+    jax_tps, torch_tps = [], []
+    for _ in range(_ROUNDS.value):  # alternate, so both see the same machine load
+        jax_tps.append(run_jax(_STEPS.value))
+        if run_torch:
+            torch_tps.append(run_torch(_STEPS.value))
+    peak = max(peak, matmul_peak())  # again after the rounds: the machine's best of both moments
+    tps = float(np.median(jax_tps))
     result = {"tokens_per_s": tps, "mfu": tps * flops_per_token / peak, "matmul_peak_gflops": peak / 1e9,
-              "model_gflops_per_s": tps * flops_per_token / 1e9, "params": n_params,
-              "backend": jax.default_backend(), "devices": len(jax.devices()), "attn_block": config.model.attn_block}
-    print(f"JAX: {tps:.0f} tokens/s, {tps * flops_per_token / 1e9:.1f} GFLOP/s of model FLOPs; "
-          f"float32 matmul peak {peak / 1e9:.1f} GFLOP/s; MFU {result['mfu']:.1%}")
-    if _TORCH.value:
-        ttps = time_torch(config, _STEPS.value)
-        result.update(torch_tokens_per_s=ttps, jax_over_torch=tps / ttps)
-        print(f"PyTorch eager: {ttps:.0f} tokens/s; JAX / PyTorch = {tps / ttps:.2f}")
+              "model_gflops_per_s": tps * flops_per_token / 1e9, "flops_per_token": flops_per_token,
+              "params": n_params, "rounds_tokens_per_s": jax_tps, "steps": _STEPS.value,
+              "batch_size": config.batch_size, "train_len": config.train_len, "attn_block": m.attn_block,
+              "without": _WITHOUT.value,              "backend": jax.default_backend(), "devices": len(jax.devices()), "jax": jax.__version__}
+    print(f"JAX: {tps:.0f} tokens/s (rounds: {', '.join(f'{r:.0f}' for r in jax_tps)}), "
+          f"{result['model_gflops_per_s']:.1f} GFLOP/s of model FLOPs; float32 matmul peak {peak / 1e9:.1f} GFLOP/s; "
+          f"MFU {result['mfu']:.1%}")
+    if run_torch:
+        ratio = float(np.median(np.asarray(jax_tps) / np.asarray(torch_tps)))
+        import torch  # noqa: PLC0415
+
+        result.update(torch_tokens_per_s=float(np.median(torch_tps)), rounds_torch_tokens_per_s=torch_tps,
+                      jax_over_torch=ratio, torch=torch.__version__, torch_threads=torch_threads)
+        print(f"PyTorch eager ({torch_threads} threads): {result['torch_tokens_per_s']:.0f} tokens/s "
+              f"(rounds: {', '.join(f'{r:.0f}' for r in torch_tps)}); JAX / PyTorch = {ratio:.2f} (median of rounds)")
+    if _PROFILE.value:
+        result["profile"] = profile_ops(step, state, batch)
+        print("XLA ops with the most time per step (ms, shape, source):")
+        for row in result["profile"]:
+            print(f"  {row['ms']:7.2f}  {row['op']:32s} {row['shape']:28s} {row['source'][:70]}")
     print(json.dumps(result))
 
 

@@ -29,9 +29,10 @@ def test_benchmark_decode_prints_speedup():
 
 
 def test_benchmark_train_prints_mfu():
-    out = run("scripts/benchmark_train.py", "--steps=1", "--train_len=32", "--batch_size=2")
+    out = run("scripts/benchmark_train.py", "--steps=1", "--rounds=2", "--train_len=32", "--batch_size=2", "--profile")
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["tokens_per_s"] > 0 and 0 < result["mfu"] < 1
+    assert result["tokens_per_s"] > 0 and 0 < result["mfu"] < 1 and len(result["rounds_tokens_per_s"]) == 2
+    assert result["profile"] and all(row["ms"] >= 0 and "[" in row["shape"] for row in result["profile"])
 
 
 def test_figures_script(tmp_path):
