@@ -5,8 +5,9 @@ Where each formula lives:
   posenc/rope.py          apply_rope: half-split and interleaved RoPE (Su et al. 2021)
   posenc/rope_scaling.py  RopeScaling and rope_frequencies: PI, NTK, dynamic NTK, YaRN, LongRoPE, Llama 3
   posenc/alibi.py         ALiBi slopes and bias (Press et al. 2022)
-  posenc/attention.py     causal attention masked by positions; query chunks; block-causal
-  posenc/model.py         the NNX Transformer; Transformer.position_plan is the one dispatch on model.posenc
+  posenc/attention.py     causal attention masked by positions; query chunks; block-causal; FlashAttention's backward
+  posenc/model.py         the NNX Transformer; Transformer.position_plan is the one dispatch on model.posenc;
+                          dense (the layers' product, with a backward laid out for XLA:CPU)
   posenc/data.py          byte corpora, splits, (seed, step) -> batch
   posenc/train.py         train_and_evaluate: resumable, data-parallel training
   posenc/evaluate.py      extrapolation evaluation: protocols, inference-time scalings, tables, plots

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Regenerates experiments/benchmarks/: training throughput of the reference model (issue 3's target:
+# >= 1.0x PyTorch eager, MFU >= 40%), with ablations that undo each optimisation, then the README.
+# Needs PyTorch for the comparison: .venv/bin/pip install torch==2.13.0
+# Run from the repository root on an otherwise idle machine: bash experiments/benchmarks/run.sh
+set -euo pipefail
+out=experiments/benchmarks
+rounds=${ROUNDS:-5}
+run() {  # name, flags...
+  local name=$1; shift
+  .venv/bin/python scripts/benchmark_train.py --torch --rounds="$rounds" "$@" 2>/dev/null | tee "$out/$name.log" | tail -n 1 > "$out/$name.json"
+}
+run current --profile
+run without_dense_vjp --without=dense_vjp --profile
+run without_attention_vjp --without=attention_vjp
+run without_block_causal --attn_block=0
+run baseline --without=dense_vjp,attention_vjp --attn_block=0
+echo "$(lscpu | grep 'Model name' | cut -d: -f2 | xargs), $(nproc) cores" > "$out/cpu.txt"
+.venv/bin/python experiments/benchmarks/report.py
