@@ -116,3 +116,19 @@ def test_gradients_equal_float64_autodiff(mode, alibi):
     for a, b in zip(ours, oracle, strict=True):
         assert a.dtype == jnp.float64
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_bfloat16_gradients_keep_dtype_and_track_float64():
+    """bf16 inputs: outputs and gradients stay bf16 (scores and probabilities accumulate in float32) and
+    agree with the float64 oracle to bf16 precision."""
+    q, k, v, g = (RNG.normal(size=(2, 32, 4, 8)) for _ in range(4))
+    pos = np.arange(32)[None]
+    args = [jnp.asarray(a, jnp.bfloat16) for a in (q, k, v)]
+    ours = jax.grad(lambda *a: jnp.sum(attention(*a, pos, pos).astype(jnp.float32) * g), argnums=(0, 1, 2))(*args)
+    with jax.enable_x64(True):
+        exact = [np.asarray(a, np.float64) for a in args]  # the same bf16-rounded inputs
+        oracle = jax.grad(lambda *a: jnp.sum(_plain_attention_64(*a, jnp.asarray(pos), jnp.asarray(pos)) * g),
+                          argnums=(0, 1, 2))(*map(jnp.asarray, exact))
+    for a, b in zip(ours, oracle, strict=True):
+        assert a.dtype == jnp.bfloat16
+        np.testing.assert_allclose(np.asarray(a, np.float64), b, atol=0.03 * np.abs(b).max())
