@@ -15,8 +15,8 @@ with P the probabilities and O = P V,
     dV = Pᵀ dO,   dP = dO Vᵀ,   dS = P ∘ (dP − rowsum(dO ∘ O)),   dQ = dS K,   dK = dSᵀ Q,
 
 where rowsum(dO ∘ O) = rowsum(P ∘ dP) is computed from the `[Tq, H]` outputs instead of the `[Tq, Tk]`
-scores: one pass over the score matrix fewer than autodiff of the softmax, ~25% off a training step's
-attention on CPU (tested against autodiff in float64).
+scores: one pass over the score matrix fewer than autodiff of the softmax (tested against autodiff in
+float64; what it is worth: experiments/benchmarks, `scripts/benchmark_train.py --without=attention_vjp`).
 """
 
 from __future__ import annotations
