@@ -45,7 +45,28 @@ mfu_ok, ratio_ok = cur["mfu"] >= 0.40, cur["jax_over_torch"] >= 1.0
 verdict = ("Both targets are met" if mfu_ok and ratio_ok else "Not met: " + ", ".join(
     t for t, ok in (("MFU < 40%", mfu_ok), ("JAX slower than PyTorch eager", ratio_ok)) if not ok))
 gain = {name: step_ms(res[name]) - step_ms(cur) for name in res if name != "current"}
-text = f"""# Training throughput of the reference model
+
+
+def last_json(name):
+    path = HERE / name
+    return json.loads(path.read_text().strip().splitlines()[-1]) if path.exists() else None
+
+
+rope, decode = last_json("rope.log"), last_json("decode.log")
+rope_rows = ["| dtype | layout | apply_rope ms | jitted elementwise pass ms | ratio | NumPy copy ms | ratio |",
+             "|---|---|---|---|---|---|---|"]
+for dtype in ("float32", "bfloat16"):
+    for layout in ("half", "interleaved"):
+        if rope:
+            r = rope[dtype]
+            rope_rows.append(f"| {dtype} | {layout} | {r[f'rope_{layout}_ms']:.1f} | {r['elementwise_ms']:.1f} | "
+                             f"{r[f'rope_{layout}_vs_elementwise']:.2f} | {r['numpy_copy_ms']:.1f} | "
+                             f"{r[f'rope_{layout}_vs_memcopy']:.2f} |")
+decode_rows = ["| context | cached ms/token | recompute ms/token | speedup |", "|---|---|---|---|"]
+for r in decode["rows"] if decode else []:
+    decode_rows.append(f"| {r['context']} | {r['cached_ms_per_token']:.2f} | {r['recompute_ms_per_token']:.1f} | "
+                       f"{r['speedup']:.0f}× |")
+text = f"""# Benchmarks: training throughput, RoPE, decoding
 
 Regenerate (needs `.venv/bin/pip install torch==2.13.0`; about 5 minutes; run it on an idle machine):
 
@@ -102,6 +123,21 @@ concurrently on the two cores, so they add up to more than the step):
 {prof}
 
 The dense products (`ynn_fusion` with `[4096, ·]` shapes) dominate, as they should.
+
+## RoPE on its own (`scripts/benchmark_rope.py`, `rope.log`)
+
+`apply_rope` on `[4, 2048, 16, 128]`, jitted, against a jitted elementwise pass over the same bytes (the same
+reads and writes, no trigonometry) and NumPy's in-place copy (the memory bound; a jitted pass allocates a fresh
+output, which is part of why it is far from it):
+
+{chr(10).join(rope_rows)}
+
+## Decoding with the KV cache (`scripts/benchmark_decode.py`, `decode.log`)
+
+Default model, batch 1, RoPE: per-token time with the cache against one full forward pass over the context
+(what each token costs without a cache). The cached time grows with the context, as attention over it must.
+
+{chr(10).join(decode_rows)}
 """
 (HERE / "README.md").write_text(text)
 print(text)

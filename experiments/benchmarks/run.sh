@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates experiments/benchmarks/: training throughput of the reference model (issue 3's target:
-# >= 1.0x PyTorch eager, MFU >= 40%), with ablations that undo each optimisation, then the README.
+# >= 1.0x PyTorch eager, MFU >= 40%), with ablations that undo each optimisation; apply_rope against an
+# elementwise pass; KV-cache decoding against recomputation; then the README.
 # Needs PyTorch for the comparison: .venv/bin/pip install torch==2.13.0
 # Run from the repository root on an otherwise idle machine: bash experiments/benchmarks/run.sh
 set -euo pipefail
@@ -15,5 +16,7 @@ run without_dense_vjp --without=dense_vjp --profile
 run without_attention_vjp --without=attention_vjp
 run without_block_causal --attn_block=0
 run baseline --without=dense_vjp,attention_vjp --attn_block=0
+.venv/bin/python scripts/benchmark_rope.py 2>/dev/null | tee "$out/rope.log"
+.venv/bin/python scripts/benchmark_decode.py 2>/dev/null | tee "$out/decode.log"
 echo "$(lscpu | grep 'Model name' | cut -d: -f2 | xargs), $(nproc) cores" > "$out/cpu.txt"
 .venv/bin/python experiments/benchmarks/report.py
