@@ -13,6 +13,7 @@ ROWS = [
 ]
 res = {name: json.loads((HERE / f"{name}.json").read_text()) for name, _, _ in ROWS if (HERE / f"{name}.json").exists()}
 cur = res["current"]
+timing = json.loads((HERE / "timing.json").read_text()) if (HERE / "timing.json").exists() else {}
 cpu = (HERE / "cpu.txt").read_text().strip() if (HERE / "cpu.txt").exists() else "?"
 table = ["| configuration | flags | JAX tokens/s | MFU | PyTorch eager tokens/s | JAX / PyTorch |", "|---|---|---|---|---|---|"]
 for name, label, flags in ROWS:
@@ -68,7 +69,8 @@ for r in decode["rows"] if decode else []:
                        f"{r['speedup']:.0f}× |")
 text = f"""# Benchmarks: training throughput, RoPE, decoding
 
-Regenerate (needs `.venv/bin/pip install torch==2.13.0`; about 5 minutes; run it on an idle machine):
+Regenerate (needs `.venv/bin/pip install torch==2.13.0`; the last run took {timing.get('wall_seconds', float('nan')) / 60:.0f}
+minutes; run it on an otherwise idle machine; no seeds matter beyond the fixed ones in the scripts):
 
 ```bash
 bash experiments/benchmarks/run.sh

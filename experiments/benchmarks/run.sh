@@ -7,6 +7,7 @@
 set -euo pipefail
 out=experiments/benchmarks
 rounds=${ROUNDS:-5}
+start=$(date +%s)
 run() {  # name, flags...
   local name=$1; shift
   .venv/bin/python scripts/benchmark_train.py --torch --rounds="$rounds" "$@" 2>/dev/null | tee "$out/$name.log" | tail -n 1 > "$out/$name.json"
@@ -18,5 +19,6 @@ run without_block_causal --attn_block=0
 run baseline --without=dense_vjp,attention_vjp --attn_block=0
 .venv/bin/python scripts/benchmark_rope.py 2>/dev/null | tee "$out/rope.log"
 .venv/bin/python scripts/benchmark_decode.py 2>/dev/null | tee "$out/decode.log"
+echo "{\"wall_seconds\": $(($(date +%s) - start))}" > "$out/timing.json"
 echo "$(lscpu | grep 'Model name' | cut -d: -f2 | xargs), $(nproc) cores" > "$out/cpu.txt"
 .venv/bin/python experiments/benchmarks/report.py
