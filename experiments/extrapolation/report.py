@@ -335,7 +335,7 @@ mean ± std over seeds.
 Small scale caveat: a 0.85 M-parameter byte model trained on 1.6 M bytes is far from the papers' 7B-parameter
 models and billions of tokens, and undertrained (the default model of the Quickstart, 3.3 M parameters, reaches
 {quick_1x} bits per byte at 1× with the same 400 steps); a verdict here says what happens at this scale, not that a
-paper is wrong. Wall times include other experiments and tests sharing the 2 cores.
+paper is wrong. Wall times are those of the last run on this shared 2-core machine and vary with its load.
 """
     (here / "README.md").write_text(text)
     return text

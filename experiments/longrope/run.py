@@ -121,7 +121,7 @@ perplexity at the target length on 4 windows of the validation split. Per-layer 
 shared vector. Stage 2 searches short factors at 256 ({max(1, _GENS.value // 2)} generations). Evaluation: the first
 {_NUM_BYTES.value} test bytes, non-overlapping windows, no fine-tuning. Search wall time: {total / 60:.1f} min in
 all ({', '.join(f'{k.split("/")[1]}: {v:.0f} s' for k, v in timing.items() if k.startswith('search/'))}), on the
-same 2-core CPU, while other experiments ran.
+same 2-core CPU (the last run; a shared machine, so it varies with the load).
 
 {chr(10).join(lines)}
 The 256 column: LongRoPE at the original length uses its stage-2 short factors together with its attention

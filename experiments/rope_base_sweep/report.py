@@ -54,7 +54,7 @@ bash experiments/rope_base_sweep/run.sh
 Each point trains the extrapolation study's model (`experiments/extrapolation/config.py`: d_model 128,
 4 layers, head_dim 32, train_len 256, 400 steps, seed 0) with RoPE base b, and scores the first 16,384 test
 bytes with non-overlapping windows at 1×–16× the training length, without any scaling. Wall time
-{timing.get('wall_seconds', float('nan')) / 60:.1f} min on the 2-core CPU (while other experiments ran).
+{timing.get('wall_seconds', float('nan')) / 60:.1f} min on the 2-core CPU (the last run; a shared machine, so it varies with the load).
 Bits per byte (lower is better):
 
 {chr(10).join(lines)}
