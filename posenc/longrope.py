@@ -130,7 +130,7 @@ def initial_population(seeds: Sequence[Individual], cfg: SearchConfig, bound: fl
 
 def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequence[Individual], cfg: SearchConfig,
            bound: float, state_path: str | pathlib.Path | None = None, desc: str = "LongRoPE search",
-           progress: bool = True) -> tuple[Individual, float, list[dict]]:
+           progress: bool = True, meta: dict | None = None) -> tuple[Individual, float, list[dict]]:
     """Minimises `fitness` (lower is better, e.g. perplexity) over individuals.
 
     Args:
@@ -140,13 +140,25 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
       bound: the upper limit of every λ_i.
       state_path: JSON saved after every generation (population, fitness, history, RNG state); a search
         whose state exists resumes from it.
+      meta: what the search is for (run, target length, bound, settings), saved with the state; resuming
+        a state saved with other values is a ValueError naming them.
 
     Returns:
       (best individual, its fitness, history: one {generation, best, mean} per generation).
     """
     state_path = pathlib.Path(state_path) if state_path else None
     if state_path and state_path.exists():
-        state = json.loads(state_path.read_text())
+        try:
+            state = json.loads(state_path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"search state {state_path} is not valid JSON ({e}); remove it to restart that "
+                             "stage") from None
+        saved = state.get("meta", {})
+        differ = {k: (saved.get(k), v) for k, v in (meta or {}).items() if saved.get(k) != v}
+        if differ:
+            raise ValueError(f"{state_path.parent} holds another search ({state_path.name}): "
+                             + "; ".join(f"{k}={a!r} there, {b!r} now" for k, (a, b) in differ.items())
+                             + ". Use another --out, or the same settings to resume it.")
         population = [Individual.from_json(d) for d in state["population"]]
         scores = list(state["scores"])
         history = state["history"]
@@ -159,7 +171,7 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
         scores = list(map(float, fitness(population)))
         history = [{"generation": 0, "best": min(scores), "mean": float(np.mean(scores))}]
         start = 1
-        _save(state_path, population, scores, history, rng, 0)
+        _save(state_path, population, scores, history, rng, 0, meta)
     bar = tqdm(range(start, cfg.generations + 1), initial=start - 1, total=cfg.generations, desc=desc,
                disable=not progress or None, dynamic_ncols=True)
     for generation in bar:
@@ -188,19 +200,20 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
         population, scores = parents + children, parent_scores + child_scores
         history.append({"generation": generation, "best": min(scores), "mean": float(np.mean(scores))})
         bar.set_postfix(best=f"{min(scores):.4f}")
-        _save(state_path, population, scores, history, rng, generation)
+        _save(state_path, population, scores, history, rng, generation, meta)
     bar.close()
     best = int(np.argmin(scores))
     return population[best], scores[best], history
 
 
-def _save(path, population, scores, history, rng, generation):
+def _save(path, population, scores, history, rng, generation, meta=None):
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"generation": generation, "population": [p.to_json() for p in population],
-                               "scores": scores, "history": history, "rng": rng.bit_generator.state}))
+                               "scores": scores, "history": history, "rng": rng.bit_generator.state,
+                               "meta": meta or {}}))
     tmp.replace(path)
 
 
@@ -254,16 +267,20 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
         return fitness
 
     bound = cfg.factor_bound * s
+    meta = {"run": str(pathlib.Path(workdir).expanduser().resolve()), "step": run.step, "target_len": target_len,
+            "num_bytes": num_bytes,  # and every search setting but the generations, which a rerun may extend
+            **{k: v for k, v in json.loads(json.dumps(dataclasses.asdict(cfg))).items() if k != "generations"}}
     seeds = [Individual(f, 0) for f in seed_factors(cfg_model.rotary_dim, cfg_model.rope_base, s, orig).values()]
     best, best_ppl, history = search(make_fitness(target_len), seeds, cfg, bound,
-                                     out_dir / "stage1_shared.json", "stage 1 (shared)", progress)
+                                     out_dir / "stage1_shared.json", "stage 1 (shared)", progress, meta)
     result = {"target_len": target_len, "factor": s, "original_max_len": orig, "attention_factor": af,
               "stage1_shared": {"ppl": best_ppl, "history": history}}
     if per_layer:
         tiled = Individual(np.tile(best.factors, (cfg_model.num_layers, 1)), best.n_hat)
         layer_seeds = [tiled] + [Individual(np.tile(f.factors, (cfg_model.num_layers, 1)), f.n_hat) for f in seeds]
         best_l, best_l_ppl, history_l = search(make_fitness(target_len), layer_seeds, cfg, bound,
-                                               out_dir / "stage1_per_layer.json", "stage 1 (per layer)", progress)
+                                               out_dir / "stage1_per_layer.json", "stage 1 (per layer)", progress,
+                                               meta)
         result["stage1_per_layer"] = {"ppl": best_l_ppl, "history": history_l}
         # elitism and the tiled shared vector in its first population: never worse on the search split
         best, best_ppl = best_l, best_l_ppl
@@ -271,7 +288,7 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
     short_seeds = [Individual(np.ones_like(best.factors), 0)]
     short_best, short_ppl, short_history = search(make_fitness(orig), short_seeds, short_cfg,
                                                   max(1.0, cfg.factor_bound), out_dir / "stage2_short.json",
-                                                  "stage 2 (short)", progress)
+                                                  "stage 2 (short)", progress, meta)
     result["stage2_short"] = {"ppl": short_ppl, "history": short_history}
     result.update(short_factor=short_best.factors.tolist(), long_factor=best.factors.tolist(),
                   unscaled_positions=int(best.n_hat), per_layer=best.factors.ndim == 2, search_split="validation")
@@ -279,9 +296,33 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
     return result
 
 
-def scaling_from_json(path: str | pathlib.Path) -> RopeScaling:
+def read_factors(path: str | pathlib.Path, what: str = "--longrope") -> dict:
+    """The JSON written by `search_run` (`longrope.json`), checked for the keys a scaling needs.
+
+    Raises:
+      ValueError: naming `what` and the path, when the file is missing, not JSON, or lacks a key.
+    """
+    p = pathlib.Path(path).expanduser()
+    if not p.is_file():
+        raise ValueError(f"{what}={str(path)!r} does not exist (scripts/search_longrope.py writes <out>/longrope.json)")
+    try:
+        d = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{what}={str(path)!r} is not valid JSON ({e}); is it truncated? Rerun "
+                         "scripts/search_longrope.py to rewrite it") from None
+    missing = [k for k in ("short_factor", "long_factor") if k not in d] if isinstance(d, dict) else ["a JSON object"]
+    if missing:
+        raise ValueError(f"{what}={str(path)!r} has no {', '.join(map(repr, missing))} "
+                         "(expected the longrope.json of scripts/search_longrope.py)")
+    return d
+
+
+def scaling_from_json(path: str | pathlib.Path, what: str = "--longrope") -> RopeScaling:
     """The `longrope` RopeScaling saved by `search_run`."""
-    d = json.loads(pathlib.Path(path).read_text())
+    d = read_factors(path, what)
+    for key in ("factor", "original_max_len"):
+        if key not in d:
+            raise ValueError(f"{what}={str(path)!r} has no {key!r}")
     return RopeScaling("longrope", d["factor"], original_max_len=d["original_max_len"], short_factor=d["short_factor"],
                        long_factor=d["long_factor"], attention_factor=d.get("attention_factor"),
                        unscaled_positions=int(d.get("unscaled_positions", 0)))

@@ -142,3 +142,37 @@ def test_saved_factors_load_through_the_config(rope_run, tmp_path):
     config.model.rope.scaling.factors_file = str(tmp_path / "missing.json")
     with pytest.raises(ValueError, match="factors_file=.*does not exist"):
         model_config(config)
+
+
+def test_search_rerun_into_an_out_of_another_target_refuses(rope_run, tmp_path):
+    cfg = SearchConfig(population=4, generations=1, mutations=2, crossovers=2, parents=2)
+    longrope.search_run(rope_run, 64, cfg, out=str(tmp_path), short_generations=1, progress=False)
+    with pytest.raises(ValueError, match=r"holds another search \(stage1_shared.json\): target_len=64 there, 128 now"):
+        longrope.search_run(rope_run, 128, cfg, out=str(tmp_path), short_generations=1, progress=False)
+    with pytest.raises(ValueError, match="mutation_prob=0.3 there, 0.5 now"):
+        longrope.search_run(rope_run, 64, SearchConfig(population=4, generations=1, mutations=2, crossovers=2,
+                                                       parents=2, mutation_prob=0.5),
+                            out=str(tmp_path), short_generations=1, progress=False)
+    # more generations are the same search, resumed
+    longer = longrope.search_run(rope_run, 64, SearchConfig(population=4, generations=2, mutations=2, crossovers=2,
+                                                            parents=2), out=str(tmp_path), short_generations=1,
+                                 progress=False)
+    assert [h["generation"] for h in longer["stage1_shared"]["history"]] == [0, 1, 2]
+
+
+def test_factors_file_errors_name_the_field_and_file(tmp_path):
+    from posenc.config import model_config  # noqa: PLC0415
+
+    config = train.load_config_file("configs/default.py", "posenc=longrope,tiny")
+    with pytest.raises(ValueError, match="kind='longrope' needs model.rope.scaling.factors_file"):
+        model_config(config)
+    truncated = tmp_path / "longrope.json"
+    truncated.write_text('{"factor": 2.0, "short_factor": [1.0, 1.')
+    config.model.rope.scaling.factors_file = str(truncated)
+    with pytest.raises(ValueError, match=r"factors_file='.*longrope.json' is not valid JSON .*truncated"):
+        model_config(config)
+    with pytest.raises(ValueError, match=r"--longrope='.*longrope.json' is not valid JSON"):
+        longrope.scaling_from_json(truncated)
+    truncated.write_text('{"factor": 2.0}')
+    with pytest.raises(ValueError, match="has no 'short_factor', 'long_factor'"):
+        model_config(config)
