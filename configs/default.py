@@ -42,7 +42,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config = ml_collections.ConfigDict()
     config.seed = 0  # parameter init and the (seed, step) -> batch stream
-    config.train_steps = 400  # optimiser steps (~5.5 min on 2 CPU cores)
+    config.train_steps = 400  # optimiser steps: the run stops here
+    # cosine schedule length (unset: train_steps); past it the learning rate stays at learning_rate *
+    # min_lr_ratio. Pin it to extend a finished run: --config.train_steps=600 --config.schedule_steps=400
+    config.schedule_steps = config_dict.placeholder(int)
     config.train_len = 256  # tokens (bytes) per training window; also the learned table's size
     config.batch_size = 16  # windows per step, split over all devices
     config.learning_rate = 3e-3  # peak AdamW learning rate

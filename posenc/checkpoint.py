@@ -1,19 +1,34 @@
-"""Run directories: the config, Orbax checkpoints of parameters and optimiser state, and loading a run.
+"""Run directories: the config, verified Orbax checkpoints, the run's identity, and one writer at a time.
 
-A workdir holds `config.json` (the run's full ConfigDict), `checkpoints/<step>/` (Orbax items `params`
-and `opt_state`, and `meta` = {step}; the data position is the step, since batches are a function of
-(seed, step)), `metrics.jsonl` and TensorBoard events. Orbax writes a
-checkpoint to a temporary directory and renames it when complete, so a crash never leaves a half-written
-checkpoint as the latest.
+A workdir holds
+  * `config.json`: the latest command's full ConfigDict;
+  * `run.json`: what the run is (its corpus's fingerprint) and what happened to it (divergences, the
+    optimiser changes made to recover from them), see `posenc.train`;
+  * `checkpoints/<step>/`: Orbax items `params`, `opt_state` and `meta` = {step, sha256 of params and of
+    opt_state}; the data position is the step, since batches are a function of (seed, step);
+  * `checksums/<step>.json`: the SHA-256 of each file of checkpoint <step>;
+  * `metrics.jsonl`, TensorBoard events, and `.lock` (held by the process training in it).
+
+Orbax writes a checkpoint to a temporary directory and renames it when complete, so a crash never leaves a
+half-written checkpoint as the latest. A checkpoint is only written with finite parameters, and restoring
+one checks its files and then its values against their checksums: a corrupt checkpoint (flipped bytes, garbage, a missing file) is reported and
+the previous one is used instead (`restore_latest_good`).
 """
 
 from __future__ import annotations
 
+import datetime
+import fcntl
+import hashlib
 import json
+import os
 import pathlib
+import socket
+import warnings
 
 import jax
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
@@ -25,8 +40,8 @@ def manager(workdir: str | pathlib.Path, keep: int = 2, read_only: bool = False)
     path = pathlib.Path(workdir).expanduser().resolve() / "checkpoints"
     if read_only:
         options = ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0)
-    else:
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
+    else:  # synchronous, so that the files can be checksummed as soon as `save` returns
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False)
     return ocp.CheckpointManager(path, options=options)
 
 
@@ -54,12 +69,102 @@ def init_params(cfg: ModelConfig, seed: int):
     return jax.jit(lambda: nnx.state(Transformer(cfg, rngs=nnx.Rngs(seed))))()
 
 
+class CorruptCheckpointError(ValueError):
+    """A checkpoint whose contents do not match its checksums, or that cannot be read at all."""
+
+
+class CheckpointWarning(UserWarning):
+    """A corrupt checkpoint was skipped in favour of an older one."""
+
+
+class WorkdirBusyError(RuntimeError):
+    """Another process is training in the same workdir."""
+
+
+def tree_sha256(tree) -> str:
+    """SHA-256 over a pytree's leaves in path order: each leaf's path, dtype, shape and bytes.
+
+    Replicated arrays spread over several processes are read from their local copy.
+    """
+    h = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            leaf = leaf.addressable_data(0)
+        arr = np.ascontiguousarray(np.asarray(leaf))
+        h.update(f"{jax.tree_util.keystr(path)}|{arr.dtype}|{arr.shape}|".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+def all_finite(tree) -> bool:
+    return all(bool(np.isfinite(np.asarray(x)).all()) for x in jax.tree.leaves(tree)
+               if np.issubdtype(np.asarray(x).dtype, np.inexact))
+
+
+def _sums_path(mngr: ocp.CheckpointManager, step: int) -> pathlib.Path:
+    return pathlib.Path(mngr.directory).parent / "checksums" / f"{step}.json"
+
+
+def _file_sums(step_dir: pathlib.Path) -> dict[str, str]:
+    return {str(f.relative_to(step_dir)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(step_dir.rglob("*")) if f.is_file()}
+
+
 def save(mngr: ocp.CheckpointManager, step: int, params, opt_state) -> None:
+    """Saves a checkpoint and its two checksums: the SHA-256 of the parameter and optimiser-state values
+    (in its `meta` item, written with it) and of every file it consists of (`workdir/checksums/<step>.json`,
+    written once the save has committed). A checkpoint without the file checksums (a crash in between) is
+    still verified by its values.
+
+    Raises:
+      FloatingPointError: a parameter is not finite (nothing is written).
+    """
+    pure = nnx.to_pure_dict(params)
+    if not all_finite(pure):
+        raise FloatingPointError(f"step {step}: parameters are not finite; no checkpoint written")
+    sums = _sums_path(mngr, step)
+    is_main = jax.process_index() == 0
+    if is_main:
+        sums.unlink(missing_ok=True)  # a stale file of an earlier checkpoint at this step
     mngr.save(step, args=ocp.args.Composite(
-        params=ocp.args.StandardSave(nnx.to_pure_dict(params)),
+        params=ocp.args.StandardSave(pure),
         opt_state=ocp.args.StandardSave(opt_state),
-        meta=ocp.args.JsonSave({"step": step}),
+        meta=ocp.args.JsonSave({"step": step, "sha256": {"params": tree_sha256(pure),
+                                                         "opt_state": tree_sha256(opt_state)}}),
     ))
+    mngr.wait_until_finished()
+    if is_main:
+        sums.parent.mkdir(exist_ok=True)
+        tmp = sums.with_suffix(".tmp")
+        tmp.write_text(json.dumps(_file_sums(pathlib.Path(mngr.directory) / str(step)), indent=0))
+        tmp.replace(sums)
+        kept = {str(s) for s in mngr.all_steps()}
+        for old in sums.parent.glob("*.json"):
+            if old.stem not in kept:
+                old.unlink(missing_ok=True)
+
+
+def verify_files(mngr: ocp.CheckpointManager, step: int) -> None:
+    """Compares checkpoint `step`'s files with the checksums written after its save (if any).
+
+    Raises:
+      CorruptCheckpointError: naming the first file that is missing or changed.
+    """
+    sums = _sums_path(mngr, step)
+    if not sums.exists():
+        return
+    where = pathlib.Path(mngr.directory) / str(step)
+    try:
+        expected = json.loads(sums.read_text())
+    except json.JSONDecodeError:
+        raise CorruptCheckpointError(f"checkpoint {where}: its checksum file {sums} is not valid JSON") from None
+    for rel, digest in expected.items():
+        f = where / rel
+        if not f.is_file():
+            raise CorruptCheckpointError(f"checkpoint {where}: file {rel} is missing")
+        if hashlib.sha256(f.read_bytes()).hexdigest() != digest:
+            raise CorruptCheckpointError(f"checkpoint {where}: file {rel} does not match its SHA-256 "
+                                         "(changed after it was written)")
 
 
 def _abstract(tree):
@@ -67,29 +172,119 @@ def _abstract(tree):
 
 
 def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_opt_state=None):
-    """Restores (params as nnx.State, opt_state or None) at `step`, shaped like the abstract targets."""
-    items = {"params": ocp.args.StandardRestore(_abstract(nnx.to_pure_dict(abstract_params)))}
+    """Restores and verifies (params as nnx.State, opt_state or None) at `step`, shaped like the targets.
+
+    Raises:
+      CorruptCheckpointError: the checkpoint cannot be read, its checksums do not match, or it holds
+        non-finite parameters.
+    """
+    items = {"params": ocp.args.StandardRestore(_abstract(nnx.to_pure_dict(abstract_params))),
+             "meta": ocp.args.JsonRestore()}
     if abstract_opt_state is not None:
         items["opt_state"] = ocp.args.StandardRestore(_abstract(abstract_opt_state))
-    restored = mngr.restore(step, args=ocp.args.Composite(**items))
+    where = f"checkpoint {mngr.directory / str(step)}"
+    verify_files(mngr, step)
+    try:
+        restored = mngr.restore(step, args=ocp.args.Composite(**items))
+    except Exception as e:  # noqa: BLE001 — any failure to read is corruption to the caller
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise CorruptCheckpointError(f"{where} cannot be read ({type(e).__name__}: {first})") from None
+    sums = (restored["meta"] or {}).get("sha256", {})
+    for name in ("params", "opt_state"):
+        if name in restored and name in sums and tree_sha256(restored[name]) != sums[name]:
+            raise CorruptCheckpointError(f"{where}: the {name} do not match their saved SHA-256 (the files changed "
+                                         "after they were written)")
+    if not all_finite(restored["params"]):
+        raise CorruptCheckpointError(f"{where} holds non-finite parameters")
     params = jax.tree.map(lambda x: x, abstract_params)
     nnx.replace_by_pure_dict(params, restored["params"])
     return params, restored.get("opt_state") if abstract_opt_state is not None else None
 
 
+def restore_latest_good(mngr: ocp.CheckpointManager, abstract_params, abstract_opt_state=None):
+    """Restores the newest checkpoint that verifies, newest first; warns about each corrupt one skipped.
+
+    Returns:
+      (step, params, opt_state, skipped): `skipped` lists (step, reason) of the corrupt newer checkpoints;
+      step is None when there is no checkpoint at all.
+
+    Raises:
+      CorruptCheckpointError: there are checkpoints, and none of them verifies.
+    """
+    skipped: list[tuple[int, str]] = []
+    for step in sorted(mngr.all_steps(), reverse=True):
+        try:
+            params, opt_state = restore(mngr, step, abstract_params, abstract_opt_state)
+        except CorruptCheckpointError as e:
+            skipped.append((step, str(e)))
+            continue
+        for bad, reason in skipped:
+            warnings.warn(f"{reason}; using the older checkpoint {step} instead of {bad}", CheckpointWarning,
+                          stacklevel=2)
+        return step, params, opt_state, skipped
+    if skipped:
+        raise CorruptCheckpointError(
+            f"no good checkpoint left in {mngr.directory}: " + "; ".join(reason for _, reason in skipped)
+            + ". Move the checkpoints directory away to start the run afresh.")
+    return None, None, None, skipped
+
+
 def restore_params(workdir: str | pathlib.Path, step: int | None = None):
     """Loads a run for evaluation: (config, ModelConfig, graphdef, params, step).
 
+    Without `step`, the newest checkpoint that verifies (a warning names each corrupt one skipped).
+
     Raises:
-      ValueError: the workdir has no config or no checkpoint.
+      ValueError: the workdir has no config or no checkpoint; CorruptCheckpointError: `step` (or, without
+        it, every checkpoint) is corrupt.
     """
     config = load_config(workdir)
     cfg = validate(config)
     mngr = manager(workdir, read_only=True)
-    step = mngr.latest_step() if step is None else step
-    if step is None:
-        raise ValueError(f"workdir={str(workdir)!r} has no checkpoint (train it first: scripts/train.py)")
     graphdef, abstract = abstract_model(cfg)
-    params, _ = restore(mngr, step, abstract)
-    mngr.close()
+    try:
+        if step is None:
+            step, params, _, _ = restore_latest_good(mngr, abstract)
+            if step is None:
+                raise ValueError(f"workdir={str(workdir)!r} has no checkpoint (train it first: scripts/train.py)")
+        else:
+            if step not in mngr.all_steps():
+                raise ValueError(f"workdir={str(workdir)!r} has no checkpoint at step {step} "
+                                 f"(it has {mngr.all_steps()})")
+            params, _ = restore(mngr, step, abstract)
+    finally:
+        mngr.close()
     return config, cfg, graphdef, params, step
+
+
+class WorkdirLock:
+    """An exclusive `flock` on `workdir/.lock`: one training process per workdir.
+
+    The kernel drops the lock when its process ends, however it ends, so a crashed run never blocks the
+    next one; the file itself stays and names the last holder.
+    """
+
+    def __init__(self, workdir: str | pathlib.Path):
+        self.path = pathlib.Path(workdir) / ".lock"
+        self._fd: int | None = None
+
+    def __enter__(self) -> "WorkdirLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise WorkdirBusyError(f"workdir {self.path.parent} is in use by {holder}; wait for it to finish, "
+                                   "or train in another --workdir") from None
+        os.ftruncate(fd, 0)
+        stamp = datetime.datetime.now().isoformat(timespec="seconds")
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

@@ -3,17 +3,88 @@
 A `ml_collections.ConfigDict` is what users edit (`configs/*.py`, `--config.field=value`); nothing jitted
 ever sees one. `model_config(config)` returns the hashable `ModelConfig` the model is built from, and
 `validate(config)` raises a `ValueError` naming the field and its valid values.
+
+A workdir holds one run. `run_changes(stored, new)` lists the fields in which a rerun's config differs from
+the run's own in what the run computes: everything except `RESUMABLE_FIELDS` (cadences, caches, the layout
+of the same math, the evaluation defaults) and `train_steps`, which may change as long as the learning-rate
+schedule does not (`schedule_steps`). After a divergence a rerun may also change `RECOVERY_FIELDS`.
 """
 
 from __future__ import annotations
 
-import json
-import pathlib
+from typing import Any, Sequence
 
 import ml_collections
 
+from posenc.longrope import read_factors
 from posenc.model import ModelConfig
 from posenc.rope_scaling import RopeScaling
+
+
+# Fields a rerun may change: how often things happen and how the same math is laid out, not what it computes.
+RESUMABLE_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "data.cache_dir",
+                    "model.attn_chunk", "model.attn_block")
+RESUMABLE_PREFIXES = ("eval.",)  # the defaults of the evaluation after training
+# Fields a rerun may change after the run diverged, to recover from its last good checkpoint.
+RECOVERY_FIELDS = ("learning_rate", "warmup_steps", "min_lr_ratio", "grad_clip")
+
+
+def schedule_steps(config: ml_collections.ConfigDict) -> int:
+    """The cosine schedule's length: `config.schedule_steps`, or `train_steps` when unset."""
+    return config.get("schedule_steps") or config.train_steps
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _resumable(field: str) -> bool:
+    return field in RESUMABLE_FIELDS or field.startswith(RESUMABLE_PREFIXES)
+
+
+def defining_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """{dotted field: value} of what defines the run: every field but the resumable ones and train_steps,
+    with `schedule_steps` resolved."""
+    flat = {k: v for k, v in _flatten(config.to_dict()).items() if not _resumable(k) and k != "train_steps"}
+    flat["schedule_steps"] = schedule_steps(config)
+    return flat
+
+
+def run_changes(stored: ml_collections.ConfigDict, new: ml_collections.ConfigDict) -> dict[str, tuple[Any, Any]]:
+    """{field: (stored value, new value)} for each field that defines the run and differs.
+
+    `train_steps` is not compared (the run may stop earlier or go on); the effective `schedule_steps` is.
+    A field missing from one side (a config written before the field existed) counts as None; 10000 and
+    10000.0 are the same value.
+    """
+    old, cur = defining_fields(stored), defining_fields(new)
+    changes = {}
+    for key in sorted(set(old) | set(cur)):
+        a, b = old.get(key), cur.get(key)
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+        if (float(a) != float(b)) if numbers else (a != b):
+            changes[key] = (a, b)
+    return changes
+
+
+def parse_lengths(values: str | Sequence[str], what: str = "--lengths") -> list[int]:
+    """'256,512' or ['256', '512'] -> [256, 512]; anything but positive integers is a ValueError naming `what`."""
+    items = values.split(",") if isinstance(values, str) else list(values)
+    out = []
+    for item in items:
+        text = str(item).strip()
+        if not text.isdigit() or int(text) <= 0:
+            raise ValueError(f"{what}: {text!r} is not a positive integer; give token counts such as 256,512,1024")
+        out.append(int(text))
+    if not out:
+        raise ValueError(f"{what} is empty; give token counts such as 256,512,1024")
+    return out
 
 
 def rope_scaling_from_config(s: ml_collections.ConfigDict) -> RopeScaling:
@@ -24,14 +95,12 @@ def rope_scaling_from_config(s: ml_collections.ConfigDict) -> RopeScaling:
         attention_factor=s.attention_factor, low_freq_factor=float(s.low_freq_factor),
         high_freq_factor=float(s.high_freq_factor),
     )
+    if s.kind == "longrope" and not s.get("factors_file"):
+        raise ValueError("model.rope.scaling.kind='longrope' needs model.rope.scaling.factors_file: the "
+                         "longrope.json written by scripts/search_longrope.py")
     if s.get("factors_file"):
-        path = pathlib.Path(s.factors_file).expanduser()
-        if not path.exists():
-            raise ValueError(f"model.rope.scaling.factors_file={s.factors_file!r} does not exist")
-        saved = json.loads(path.read_text())
+        saved = read_factors(s.factors_file, what="model.rope.scaling.factors_file")
         for key in ("short_factor", "long_factor"):
-            if key not in saved:
-                raise ValueError(f"model.rope.scaling.factors_file={s.factors_file!r} has no {key!r}")
             kwargs[key] = saved[key]
         for key in ("factor", "attention_factor", "original_max_len"):
             if saved.get(key) is not None and kwargs.get(key) in (None, 1.0):
@@ -65,6 +134,9 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
     for name in ("train_steps", "train_len", "batch_size", "checkpoint_every", "eval_every", "eval_windows",
                  "log_every", "keep_checkpoints"):
         positive_int(name)
+    sched = config.get("schedule_steps")
+    if sched is not None and (isinstance(sched, bool) or not isinstance(sched, int) or sched <= 0):
+        raise ValueError(f"config.schedule_steps must be a positive integer or unset (= train_steps), got {sched!r}")
     if config.warmup_steps < 0:
         raise ValueError(f"config.warmup_steps must be >= 0, got {config.warmup_steps!r}")
     if not config.learning_rate > 0:
@@ -73,4 +145,6 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
         raise ValueError(f"config.min_lr_ratio must be in [0, 1], got {config.min_lr_ratio!r}")
     if not config.grad_clip > 0:
         raise ValueError(f"config.grad_clip must be > 0, got {config.grad_clip!r}")
+    if "eval" in config:
+        parse_lengths(config.eval.lengths, "config.eval.lengths")
     return model_config(config)

@@ -17,6 +17,7 @@ sees exactly the batches an uninterrupted one would.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import os
@@ -40,6 +41,16 @@ class Corpus:
     validation: np.ndarray
     test: np.ndarray
     source: str
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        """A fingerprint of the three splits' bytes (16 hex digits): the same corpus, whatever its path."""
+        h = hashlib.sha256()
+        for name in SPLITS:
+            arr = getattr(self, name)
+            h.update(f"{name}|{len(arr)}|".encode())
+            h.update(np.ascontiguousarray(arr).tobytes())
+        return h.hexdigest()[:16]
 
     def split(self, name: str) -> np.ndarray:
         if name not in SPLITS:

@@ -31,6 +31,7 @@ import csv
 import dataclasses
 import json
 import math
+import os
 import pathlib
 from typing import Any, Sequence
 
@@ -49,6 +50,9 @@ SCALINGS = ("none", "run", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_line
             "longrope")
 PROTOCOLS = ("nonoverlap", "per_position", "sliding")
 LN2 = math.log(2.0)
+# A mean NLL (nats) above this has no finite perplexity (exp overflows float64): a model there has diverged
+# even if its loss is still a finite number.
+MAX_NLL = math.log(np.finfo(np.float64).max)
 
 
 @dataclasses.dataclass
@@ -102,7 +106,9 @@ def scaling_for(run: Run, name: str, length: int, factor: float | None = None,
     if name == "run":
         return run.cfg.rope_scaling
     base = run.base_len
-    s = float(factor) if factor else max(1.0, length / base)
+    if factor is not None and not factor > 0:
+        raise ValueError(f"factor must be > 0 (or unset for L / L0), got {factor!r}")
+    s = float(factor) if factor is not None else max(1.0, length / base)
     if name == "longrope" and longrope_file:
         from posenc.longrope import scaling_from_json  # noqa: PLC0415
 
@@ -118,15 +124,34 @@ def scaling_for(run: Run, name: str, length: int, factor: float | None = None,
     return RopeScaling(name, s, original_max_len=base)
 
 
-def default_scalings(workdirs: Sequence[str], configured: Sequence[str]) -> list[str]:
-    """The configured scalings, with `run` first when a run was trained with a scaling of its own (a
-    fine-tuned PI / YaRN run is evaluated with the scaling it was fine-tuned with by default)."""
-    out = list(configured)
-    for w in workdirs:
-        config = checkpoint.load_config(w)
-        if config.model.posenc == "rope" and config.model.rope.scaling.kind != "none" and "run" not in out:
-            out.insert(0, "run")
+def applies(run: Run, scaling: str) -> bool:
+    """Whether inference-time scaling `scaling` applies to `run` (`none` and `run` apply to every run)."""
+    return scaling in ("none", "run") or run.cfg.posenc == "rope"
+
+
+def default_scalings(config) -> list[str]:
+    """A run's own default scalings: its `config.eval.scalings` that apply to its encoding (a non-RoPE run
+    gets `none`), with `run` first when it was trained with a scaling of its own (a fine-tuned PI / YaRN run
+    is evaluated with the scaling it was fine-tuned with by default)."""
+    out = [s.strip() for s in config.eval.scalings.split(",") if s.strip()]
+    if config.model.posenc != "rope":
+        return [s for s in out if s in ("none", "run")] or ["none"]
+    if config.model.rope.scaling.kind != "none" and "run" not in out:
+        out.insert(0, "run")
     return out
+
+
+def prepare_out_dir(out: str | pathlib.Path, what: str = "--out") -> pathlib.Path:
+    """Creates `out` and checks that a file can be written there, before any work is done."""
+    path = pathlib.Path(out).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write_test.{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ValueError(f"{what}={str(out)!r} is not a writable directory ({e.strerror or e})") from None
+    return path
 
 
 def _nll_fn(graphdef, cfg: ModelConfig):
@@ -181,7 +206,14 @@ class Evaluator:
         batch = max(1, self.tokens_per_batch // length)
         out = [np.asarray(fn(self.run.params, x[i:i + batch], y[i:i + batch], inv, af, n_hat))
                for i in range(0, len(x), batch)]
-        return np.concatenate(out).astype(np.float64)
+        nll = np.concatenate(out).astype(np.float64)
+        if not np.isfinite(nll).all() or nll.mean() > MAX_NLL:
+            raise FloatingPointError(
+                f"run {self.run.name!r} (step {self.run.step}) gives non-finite losses or perplexity at length "
+                f"{length} under scaling {scaling.kind!r} (mean NLL {nll.mean()}; {int((~np.isfinite(nll)).sum())} "
+                f"of {nll.size} positions non-finite): its weights or this scaling overflow; no numbers are "
+                "reported for it")
+        return nll
 
 
 def check_num_bytes(stream, lengths: Sequence[int], num_bytes: int | None, *, default_windows: int,
@@ -192,7 +224,9 @@ def check_num_bytes(stream, lengths: Sequence[int], num_bytes: int | None, *, de
     available = (len(stream) - 1) // longest * longest
     if available < longest:
         raise ValueError(f"{what} has {len(stream)} bytes: too few for one window of {longest} tokens (+1)")
-    nb = num_bytes or min(available, default_windows * longest)
+    if num_bytes is not None and (isinstance(num_bytes, bool) or not isinstance(num_bytes, int) or num_bytes <= 0):
+        raise ValueError(f"num_bytes must be a positive integer (or unset for the default), got {num_bytes!r}")
+    nb = num_bytes if num_bytes is not None else min(available, default_windows * longest)
     if nb % longest or nb > available or nb < longest:
         raise ValueError(f"num_bytes={nb} must be a positive multiple of the longest length {longest} and at most "
                          f"{available} ({what} has {len(stream)} bytes)")
@@ -221,20 +255,22 @@ def sliding_windows(stream: np.ndarray, num_bytes: int, window: int, stride: int
     return x, y, w
 
 
-def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence[str], *, num_bytes: int | None = None,
-             factor: float | None = None, stride: int | None = None, split: str = "test",
-             learned_beyond: str | None = None, attn_chunk: int = 1024, progress: bool = True,
+def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence[str] | None = None, *,
+             num_bytes: int | None = None, factor: float | None = None, stride: int | None = None,
+             split: str = "test", learned_beyond: str | None = None, attn_chunk: int = 1024, progress: bool = True,
              longrope_file: str | None = None) -> dict[str, Any]:
-    """Evaluates runs at lengths under scalings; returns {'rows': [...], 'per_position': {...}}.
+    """Evaluates runs at lengths under scalings; returns {'rows': [...], 'per_position': {...}, ...}.
+
+    Each run is scored on the `split` of its own corpus (`data.path`); rows and the table name it.
 
     Args:
       workdirs: trained runs.
       lengths: evaluation lengths L (tokens).
       scalings: names from `SCALINGS`; the ones that do not apply to a run's encoding are skipped for that
-        run (a ValueError if one applies to none of the runs).
+        run (a ValueError if one applies to none of the runs). None: each run's own `default_scalings`.
       num_bytes: test bytes scored at every length (default: the largest multiple of max(lengths) the split
         holds, capped at 16 windows of the longest length).
-      factor: a fixed scale instead of L / L0.
+      factor: a fixed scale instead of L / L0 (> 0).
       stride: sliding-window stride (default train_len / 2).
       split: 'test' (default) or 'validation'.
       learned_beyond: override the learned table's behaviour past max_len ('error' reports it undefined).
@@ -242,32 +278,43 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
 
     Raises:
       ValueError: a run without checkpoint, a length the split cannot supply, a scaling that applies to
-        no run.
+        no run, a non-positive factor, stride or num_bytes.
+      FloatingPointError: a run gives non-finite losses (no table of NaN is ever returned).
     """
     lengths = sorted(set(int(n) for n in lengths))
     if not lengths or lengths[0] <= 0:
         raise ValueError(f"lengths must be positive integers, got {lengths}")
+    if factor is not None and not factor > 0:
+        raise ValueError(f"factor must be > 0 (or unset for L / L0), got {factor!r}")
+    if stride is not None and stride <= 0:
+        raise ValueError(f"stride must be a positive integer (or unset for train_len / 2), got {stride!r}")
+    for name in scalings or ():
+        if name not in SCALINGS:
+            raise ValueError(f"scaling must be one of {SCALINGS}, got {name!r}")
     runs = [load_run(w) for w in workdirs]
     names = [r.name for r in runs]
     if len(set(names)) != len(names):  # same basename: use the whole path
         runs = [dataclasses.replace(r, name=str(r.workdir)) for r in runs]
-    for name in scalings:
-        if name not in SCALINGS:
-            raise ValueError(f"scaling must be one of {SCALINGS}, got {name!r}")
-        if name not in ("none", "run") and not any(r.cfg.posenc == "rope" for r in runs):
+    for name in scalings or ():
+        if not any(applies(r, name) for r in runs):
             raise ValueError(f"scaling {name!r} does not apply to any of the runs (posenc: "
                              f"{sorted({r.cfg.posenc for r in runs})}); only RoPE runs can be rescaled")
-    corpus = data.load_corpus(runs[0].config.data.path, runs[0].config.data.cache_dir)
-    stream = corpus.split(split)
+    streams, corpora = {}, {}
+    for run in runs:
+        path = run.config.data.path
+        if path not in corpora:
+            corpus = data.load_corpus(path, run.config.data.cache_dir)
+            stream = corpus.split(split)
+            nb = check_num_bytes(stream, lengths, num_bytes, default_windows=16,
+                                 what=f"the {split} split of data.path={path!r}")
+            streams[path] = stream
+            corpora[path] = {"sha256": corpus.sha256, "num_bytes": nb}
     longest = lengths[-1]
-    num_bytes = check_num_bytes(stream, lengths, num_bytes, default_windows=16,
-                                what=f"the {split} split of data.path={runs[0].config.data.path!r}")
 
     jobs = []
     for run in runs:
-        run_scalings = [s for s in scalings if run.cfg.posenc == "rope" or s in ("none", "run")]
-        if run.cfg.posenc != "rope":
-            run_scalings = ["none"]
+        wanted = scalings if scalings is not None else default_scalings(run.config)
+        run_scalings = [s for s in wanted if applies(run, s)] or ["none"]
         for s in dict.fromkeys(run_scalings):
             jobs.append((run, s))
     rows, per_position = [], {}
@@ -276,7 +323,9 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
     evaluators = {r.workdir: Evaluator(r, attn_chunk=attn_chunk, learned_beyond=learned_beyond) for r in runs}
     for run, sname in jobs:
         ev = evaluators[run.workdir]
-        base_row = {**run.summary(), "scaling": sname, "split": split, "num_bytes": num_bytes}
+        corpus_path = run.config.data.path
+        stream, nb = streams[corpus_path], corpora[corpus_path]["num_bytes"]
+        base_row = {**run.summary(), "scaling": sname, "split": split, "corpus": corpus_path, "num_bytes": nb}
         for length in lengths:
             bar.set_postfix_str(f"{run.name} {sname} L={length}")
             row = {**base_row, "protocol": "nonoverlap", "length": length, "status": "ok", "reason": ""}
@@ -285,7 +334,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                 row.update(status="undefined", reason=reason, nll=None, bpb=None, ppl=None, factor=None)
             else:
                 sc = scaling_for(run, sname, length, factor, longrope_file)
-                x, y = data.eval_windows(stream, length=length, num_bytes=num_bytes)
+                x, y = data.eval_windows(stream, length=length, num_bytes=nb)
                 nll = ev.nll(x, y, sc)
                 mean = float(nll.mean())
                 row.update(nll=mean, bpb=mean / LN2, ppl=math.exp(mean), factor=sc.factor if sc.kind != "none" else 1.0)
@@ -295,15 +344,17 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
             bar.update()
         # (c) sliding windows of train_len: never past the training length
         window = run.train_len
-        st = stride or max(1, window // 2)
-        x, y, w = sliding_windows(stream, num_bytes, window, st)
+        st = stride if stride is not None else max(1, window // 2)
+        x, y, w = sliding_windows(stream, nb, window, st)
         nll = ev.nll(x, y, scaling_for(run, sname, window, factor, longrope_file))
         mean = float((nll * w).sum() / w.sum())
         rows.append({**base_row, "protocol": "sliding", "length": window, "stride": st, "status": "ok", "reason": "",
                      "nll": mean, "bpb": mean / LN2, "ppl": math.exp(mean), "factor": 1.0})
         bar.update()
     bar.close()
-    return {"rows": rows, "per_position": per_position, "lengths": lengths, "num_bytes": num_bytes, "split": split}
+    sizes = {c["num_bytes"] for c in corpora.values()}
+    return {"rows": rows, "per_position": per_position, "lengths": lengths, "split": split, "corpora": corpora,
+            "num_bytes": sizes.pop() if len(sizes) == 1 else None}
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -311,7 +362,8 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
 
 
 COLUMNS = ("run", "posenc", "scaling", "protocol", "length", "factor", "status", "nll", "bpb", "ppl", "train_len",
-           "step", "rope_base", "run_scaling", "d_model", "num_layers", "split", "num_bytes", "stride", "reason")
+           "step", "rope_base", "run_scaling", "d_model", "num_layers", "split", "corpus", "num_bytes", "stride",
+           "reason")
 
 
 def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
@@ -324,10 +376,22 @@ def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
         col = f"L={r['length']}" if r["protocol"] == "nonoverlap" else f"sliding {r['length']}/{r.get('stride')}"
         table.setdefault(key, {})[col] = cell
     cols = [f"L={n}" for n in lengths] + sorted({c for v in table.values() for c in v if c.startswith("sliding")})
-    lines = [f"{metric} on {result['num_bytes']} {result['split']} bytes (lower is better)", "",
-             "| run | scaling | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    corpora = result.get("corpora") or {}
+    if len(corpora) <= 1:
+        where = "".join(f" of data.path={p!r}" for p in corpora)
+        lines = [f"{metric} on {result['num_bytes']} {result['split']} bytes{where} (lower is better)", "",
+                 "| run | scaling | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+        for (run, scaling), cells in table.items():
+            lines.append(f"| {run} | {scaling} | " + " | ".join(cells.get(c, "") for c in cols) + " |")
+        return "\n".join(lines)
+    corpus_of = {r["run"]: r["corpus"] for r in result["rows"]}
+    lines = [f"{metric} on the {result['split']} split of each run's own corpus: rows on different corpora are "
+             "not comparable (lower is better)", "",
+             "| run | corpus | bytes | scaling | " + " | ".join(cols) + " |", "|---|---|---|---|" + "---|" * len(cols)]
     for (run, scaling), cells in table.items():
-        lines.append(f"| {run} | {scaling} | " + " | ".join(cells.get(c, "") for c in cols) + " |")
+        c = corpus_of[run]
+        lines.append(f"| {run} | {c} | {corpora[c]['num_bytes']} | {scaling} | "
+                     + " | ".join(cells.get(col, "") for col in cols) + " |")
     return "\n".join(lines)
 
 
@@ -365,7 +429,7 @@ def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("evaluation length (tokens)")
     ax.set_ylabel("bits per byte (non-overlapping windows)")
-    ax.set_title(f"Extrapolation on {result['num_bytes']} {result['split']} bytes")
+    ax.set_title(f"Extrapolation on {result['num_bytes'] or 'each run’s'} {result['split']} bytes")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(paths["ppl_vs_length.png"], dpi=110)

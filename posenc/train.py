@@ -4,13 +4,21 @@ One jitted step (AdamW with warmup + cosine decay and global-norm clipping) over
 the NNX model (`nnx.split` once, `nnx.merge` inside the step: no per-step Python graph traversal). The
 batch is sharded over a 1-D device mesh ('data'), parameters and optimiser state are replicated.
 
-Rerunning the same command resumes from the latest checkpoint in `workdir`: parameters, optimiser state
-and the step, which fixes the data position (batches are a function of (seed, step)). A non-finite loss
-stops the run with an error and leaves the last good checkpoint as the latest.
+Rerunning the same command resumes from the newest good checkpoint in `workdir`: parameters, optimiser
+state and the step, which fixes the data position (batches are a function of (seed, step)). A rerun is the
+same run or an error: a config that differs in what the run computes is refused with the fields named
+(`posenc.config.run_changes`), and so is a corpus whose bytes changed. `train_steps` may grow only with the
+schedule pinned (`schedule_steps`). One process trains in a workdir at a time (`checkpoint.WorkdirLock`).
+
+A non-finite loss, gradient norm or updated parameter, or a non-finite validation loss at a checkpoint,
+stops the run before anything is written, names the last good checkpoint, and records the divergence in
+`run.json`; the rerun that resumes from it may lower the learning rate (`RECOVERY_FIELDS`), and `run.json`
+keeps that change in its history.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -27,14 +35,18 @@ from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
 from posenc import checkpoint, data
-from posenc.config import validate
+from posenc.config import RECOVERY_FIELDS, RESUMABLE_FIELDS, run_changes, schedule_steps, validate
+from posenc.evaluate import LN2, MAX_NLL
 from posenc.model import ModelConfig, interpolate_table
 
-LN2 = float(np.log(2.0))
 
 
 class NonFiniteLossError(RuntimeError):
-    pass
+    """The run diverged: a non-finite loss, gradient, parameter or validation loss."""
+
+
+class RunMismatchError(ValueError):
+    """A rerun whose config defines another run than the one in its workdir."""
 
 
 def load_config_file(path: str, arg: str | None = None) -> ml_collections.ConfigDict:
@@ -51,7 +63,7 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
     """AdamW (decay on matrices only) with linear warmup, cosine decay to lr·min_lr_ratio, and clipping."""
     schedule = optax.warmup_cosine_decay_schedule(
         init_value=0.0, peak_value=config.learning_rate, warmup_steps=config.warmup_steps,
-        decay_steps=max(config.train_steps, config.warmup_steps + 1),
+        decay_steps=max(schedule_steps(config), config.warmup_steps + 1),
         end_value=config.learning_rate * config.min_lr_ratio,
     )
     decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)  # noqa: E731
@@ -69,6 +81,12 @@ def cross_entropy(graphdef, params, inputs, targets, **model_kwargs):
 
 
 def make_train_step(graphdef, tx):
+    """`step(params, opt_state, inputs, targets) -> (params, opt_state, metrics)`, jitted, donating the state.
+
+    metrics: `loss` (mean NLL before the update), `grad_norm`, and `finite`: whether the loss (and its
+    perplexity, `MAX_NLL`), the gradient norm and every updated parameter are finite (a finite loss can still
+    be followed by an update that overflows the weights).
+    """
     def loss_fn(params, inputs, targets):
         total, count = cross_entropy(graphdef, params, inputs, targets)
         return total / count
@@ -76,7 +94,12 @@ def make_train_step(graphdef, tx):
     def step(params, opt_state, inputs, targets):
         loss, grads = jax.value_and_grad(loss_fn)(params, inputs, targets)
         updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss, optax.tree.norm(grads)
+        params = optax.apply_updates(params, updates)
+        grad_norm = optax.tree.norm(grads)
+        finite = jnp.isfinite(loss) & (loss <= MAX_NLL) & jnp.isfinite(grad_norm)
+        for leaf in jax.tree.leaves(params):
+            finite &= jnp.isfinite(leaf).all()
+        return params, opt_state, {"loss": loss, "grad_norm": grad_norm, "finite": finite}
 
     return jax.jit(step, donate_argnums=(0, 1))
 
@@ -106,7 +129,7 @@ def evaluate_windows(eval_step, params, inputs, targets, batch_size: int, shardi
         total += float(eval_step(params, x, y))
         count += y.size
     nll = total / count
-    return {"nll": nll, "bpb": nll / LN2, "ppl": float(np.exp(nll))}
+    return {"nll": nll, "bpb": nll / LN2, "ppl": float(np.exp(nll)) if nll <= MAX_NLL else float("inf")}
 
 
 def _init_from(other: str, cfg: ModelConfig, params):
@@ -149,8 +172,98 @@ def _read_metrics(path: pathlib.Path, upto_step: int) -> list[str]:
     return [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= upto_step]
 
 
+def read_run_info(workdir: pathlib.Path) -> dict:
+    """`workdir/run.json`: the corpus fingerprint, a pending divergence, and the recovery history."""
+    path = workdir / "run.json"
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); it records the run's identity, restore it or start "
+                         "the run in another --workdir") from None
+
+
+def write_run_info(workdir: pathlib.Path, info: dict) -> None:
+    tmp = workdir / "run.json.tmp"
+    tmp.write_text(json.dumps(info, indent=1))
+    tmp.replace(workdir / "run.json")
+
+
+def _fmt_changes(changes: dict) -> str:
+    return "; ".join(f"{k}: {a!r} in the run, {b!r} now" for k, (a, b) in changes.items())
+
+
+def check_rerun(workdir: pathlib.Path, config: ml_collections.ConfigDict, corpus: data.Corpus, info: dict,
+                latest_step: int) -> dict:
+    """Refuses a rerun that is not the run in `workdir`; returns the recovery changes it may apply.
+
+    Raises:
+      RunMismatchError: naming each differing field with both values, or the corpus whose bytes changed.
+    """
+    stored = checkpoint.load_config(workdir)
+    changes = run_changes(stored, config)
+    recovering = "diverged" in info
+    recovery = {k: v for k, v in changes.items() if recovering and k in RECOVERY_FIELDS}
+    blocking = {k: v for k, v in changes.items() if k not in recovery}
+    if blocking:
+        hint = ""
+        if "schedule_steps" in blocking and config.train_steps != stored.train_steps:
+            hint = (f" To train on past step {schedule_steps(stored)} at the schedule's final learning rate "
+                    f"(learning_rate * min_lr_ratio), keep the schedule: --config.schedule_steps="
+                    f"{schedule_steps(stored)}.")
+        raise RunMismatchError(
+            f"workdir {workdir} holds another run (at step {latest_step}): {_fmt_changes(blocking)}. A rerun resumes "
+            f"the same run: use another --workdir, or the run's own values (its config.json).{hint} A rerun may "
+            f"change only {', '.join(RESUMABLE_FIELDS)}, eval.*, and train_steps (to stop earlier or go on) "
+            + (f"and, after a divergence, {', '.join(RECOVERY_FIELDS)}." if not recovering else
+               f"and, since the run diverged, {', '.join(RECOVERY_FIELDS)}."))
+    fingerprint = info.get("corpus", {}).get("sha256")
+    if fingerprint and fingerprint != corpus.sha256:
+        raise RunMismatchError(f"workdir {workdir}: data.path={config.data.path!r} now holds other bytes than the "
+                               f"run was trained on (corpus sha256 {corpus.sha256} now, {fingerprint} in the run)")
+    if config.train_steps < latest_step:
+        raise RunMismatchError(f"workdir {workdir} is at step {latest_step} already; config.train_steps="
+                               f"{config.train_steps} is behind it (a run cannot be shortened after the fact)")
+    return recovery
+
+
+def _restore_or_init(workdir: pathlib.Path, mngr, cfg, config, tx, abstract_params):
+    """(start step, params, opt_state, manager) from the newest good checkpoint, or a fresh initialisation.
+
+    Corrupt newer checkpoints are moved to `workdir/corrupt_checkpoints/` (kept, not deleted) so that the
+    run can write those steps again.
+    """
+    abstract_opt = jax.eval_shape(tx.init, abstract_params)
+    start, params, opt_state, skipped = checkpoint.restore_latest_good(mngr, abstract_params, abstract_opt)
+    if skipped and jax.process_index() == 0:
+        aside = workdir / "corrupt_checkpoints"
+        aside.mkdir(exist_ok=True)
+        for bad, _ in skipped:
+            target = aside / f"{bad}.{int(time.time())}"
+            os.replace(mngr.directory / str(bad), target)
+            tqdm.write(f"moved corrupt checkpoint {bad} to {target}")
+    if skipped:
+        mngr.close()
+        mngr = checkpoint.manager(workdir, keep=config.keep_checkpoints)
+    if start is not None:
+        tqdm.write(f"resuming {workdir} from step {start}")
+        return start, params, opt_state, mngr
+    params = checkpoint.init_params(cfg, config.seed)
+    if config.init_from:
+        params = _init_from(config.init_from, cfg, params)
+    return 0, params, tx.init(params), mngr
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
-    """Trains (or resumes) the run in `workdir`; returns the final metrics."""
+    """Trains (or resumes) the run in `workdir`; returns the final metrics.
+
+    Raises:
+      RunMismatchError: `workdir` holds another run (see `check_rerun`).
+      checkpoint.WorkdirBusyError: another process is training in `workdir`.
+      checkpoint.CorruptCheckpointError: `workdir` has checkpoints and none of them verifies.
+      NonFiniteLossError: the run diverged; its last good checkpoint is kept and named.
+    """
     cfg = validate(config)
     workdir_path = pathlib.Path(workdir).expanduser().resolve()
     workdir_path.mkdir(parents=True, exist_ok=True)
@@ -163,32 +276,54 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     devices = jax.devices()
     if config.batch_size % len(devices):
         raise ValueError(f"config.batch_size={config.batch_size} must be divisible by the {len(devices)} devices")
+    is_main = jax.process_index() == 0  # one process writes metrics, events, run.json and holds the lock
+    with checkpoint.WorkdirLock(workdir_path) if is_main else contextlib.nullcontext():
+        return _train(config, cfg, workdir_path, corpus, val_x, val_y, devices, is_main)
+
+
+def _train(config, cfg, workdir_path, corpus, val_x, val_y, devices, is_main) -> dict[str, float]:
     mesh = Mesh(np.asarray(devices), ("data",))
     batch_sharding, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
 
     tx, schedule = make_optimizer(config)
     graphdef, abstract_params = checkpoint.abstract_model(cfg)
     mngr = checkpoint.manager(workdir_path, keep=config.keep_checkpoints)
-    start = mngr.latest_step()
-    if start is not None:
-        abstract_opt = jax.eval_shape(tx.init, abstract_params)
-        params, opt_state = checkpoint.restore(mngr, start, abstract_params, abstract_opt)
-        tqdm.write(f"resuming {workdir_path} from step {start}")
+    info = read_run_info(workdir_path)
+    recovery = {}
+    if mngr.all_steps():
+        recovery = check_rerun(workdir_path, config, corpus, info, mngr.latest_step())
     else:
-        start = 0
-        params = checkpoint.init_params(cfg, config.seed)
-        if config.init_from:
-            params = _init_from(config.init_from, cfg, params)
-        opt_state = tx.init(params)
-    checkpoint.save_config(workdir_path, config)  # the latest command's config (eval reads it)
+        info = {}  # nothing trained yet: whatever ran here before left no state to resume
+    start, params, opt_state, mngr = _restore_or_init(workdir_path, mngr, cfg, config, tx, abstract_params)
+    if "diverged" in info:
+        if recovery:
+            tqdm.write(f"recovering from the divergence at step {info['diverged']['step']}: {_fmt_changes(recovery)}")
+        info.setdefault("history", []).append({"resumed_at": start, "after_divergence": info.pop("diverged"),
+                                               "changed": {k: list(v) for k, v in recovery.items()}})
+    info["corpus"] = {"path": config.data.path, "sha256": corpus.sha256}
+    if is_main:
+        write_run_info(workdir_path, info)
+        checkpoint.save_config(workdir_path, config)  # the latest command's config (eval reads it)
     params, opt_state = jax.device_put((params, opt_state), replicated)
 
     train_step, eval_step = make_train_step(graphdef, tx), make_eval_step(graphdef)
-    is_main = jax.process_index() == 0  # one process writes metrics and events
     metrics_path = workdir_path / "metrics.jsonl"
     if is_main:
         kept = _read_metrics(metrics_path, start)
         metrics_path.write_text("".join(line + "\n" for line in kept))
+
+    def diverged(reason: str, step: int):
+        mngr.wait_until_finished()
+        last = mngr.latest_step()
+        info["diverged"] = {"step": step, "last_good": last, "reason": reason}
+        if is_main:
+            write_run_info(workdir_path, info)
+        where = (f"its last good checkpoint (step {last}) is kept in {workdir_path / 'checkpoints'}. Rerun the same "
+                 f"command with a lower --config.learning_rate (or a larger --config.warmup_steps) to resume from "
+                 f"step {last}: after a divergence a rerun may change {', '.join(RECOVERY_FIELDS)}, and run.json "
+                 "records the change." if last is not None else
+                 "no checkpoint was written before it. Rerun with a lower --config.learning_rate.")
+        return NonFiniteLossError(f"{reason} at step {step}; the run stopped and {where}")
 
     from tensorboardX import SummaryWriter  # noqa: PLC0415  (import cost only when training)
 
@@ -196,6 +331,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     tokens_per_step = config.batch_size * config.train_len
     timed_tokens, timed_seconds = 0, 0.0
     last: dict[str, float] = {}
+    if start >= config.train_steps:
+        tqdm.write(f"{workdir_path} is complete (step {start} of train_steps={config.train_steps})")
     bar = tqdm(range(start, config.train_steps), initial=start, total=config.train_steps, desc=workdir_path.name,
                disable=None, dynamic_ncols=True)
     try:
@@ -205,31 +342,35 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                                         length=config.train_len)
                 x, y = shard_batch(x, batch_sharding), shard_batch(y, batch_sharding)
                 t0 = time.perf_counter()
-                params, opt_state, loss, grad_norm = train_step(params, opt_state, x, y)
-                loss = float(loss)
+                params, opt_state, out = train_step(params, opt_state, x, y)
+                loss = float(out["loss"])
                 dt = time.perf_counter() - t0
                 if step > start:  # the first step of a session includes compilation
                     timed_tokens, timed_seconds = timed_tokens + tokens_per_step, timed_seconds + dt
                 done = step + 1
-                if not np.isfinite(loss):
-                    raise NonFiniteLossError(
-                        f"non-finite training loss ({loss}) at step {done}; the run stopped and its last good "
-                        f"checkpoint (step {mngr.latest_step()}) is kept in {workdir_path / 'checkpoints'}. "
-                        "Lower config.learning_rate or raise config.warmup_steps, then rerun to resume."
-                    )
+                if not bool(out["finite"]):
+                    what = ("training loss" if not np.isfinite(loss) or loss > MAX_NLL
+                            else "gradient norm or updated parameters")
+                    raise diverged(f"non-finite {what} (loss {loss})", done)
                 tps = timed_tokens / timed_seconds if timed_seconds else None
-                row = {"step": done, "train_loss": loss, "train_bpb": loss / LN2, "grad_norm": float(grad_norm),
+                row = {"step": done, "train_loss": loss, "train_bpb": loss / LN2, "grad_norm": float(out["grad_norm"]),
                        "learning_rate": float(schedule(step)), "tokens_per_s": tps}
+                save_now = done % config.checkpoint_every == 0 or done == config.train_steps
                 if done % config.eval_every == 0 or done == config.train_steps:
                     val = evaluate_windows(eval_step, params, val_x, val_y, config.batch_size, batch_sharding)
                     row.update({"val_loss": val["nll"], "val_bpb": val["bpb"], "val_ppl": val["ppl"]})
+                elif save_now:  # a checkpoint is good only if it evaluates to finite numbers
+                    n = config.batch_size
+                    val = {"nll": evaluate_windows(eval_step, params, val_x[:n], val_y[:n], n, batch_sharding)["nll"]}
+                if (save_now or "val_loss" in row) and not val["nll"] <= MAX_NLL:  # NaN fails too
+                    raise diverged(f"non-finite validation perplexity (loss {val['nll']})", done)
                 if is_main and (done % config.log_every == 0 or "val_loss" in row):
                     metrics_file.write(json.dumps(row) + "\n")
                     metrics_file.flush()
                     for key, value in row.items():
                         if key != "step" and value is not None:
                             writer.add_scalar(key, value, done)
-                if done % config.checkpoint_every == 0 or done == config.train_steps:
+                if save_now:
                     checkpoint.save(mngr, done, params, opt_state)
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps or 0:.0f}")
                 last = row

@@ -104,8 +104,8 @@ def jax_runner(config):
         t0 = time.perf_counter()
         for i in range(steps):
             x, y = batches[i % len(batches)]
-            params, opt_state, loss, _ = step(params, opt_state, x, y)
-        float(loss)
+            params, opt_state, metrics = step(params, opt_state, x, y)
+        float(metrics["loss"])
         seconds = time.perf_counter() - t0
         state["params"], state["opt"] = params, opt_state
         return steps * config.batch_size * config.train_len / seconds
@@ -183,8 +183,8 @@ def profile_ops(step, state, batch, repeats: int = 3, top: int = 15) -> list[dic
     with tempfile.TemporaryDirectory() as tmp:
         jax.profiler.start_trace(tmp, create_perfetto_trace=True)
         for _ in range(repeats):
-            params, opt_state, loss, _ = step(params, opt_state, x, y)
-        float(loss)
+            params, opt_state, metrics = step(params, opt_state, x, y)
+        float(metrics["loss"])
         jax.profiler.stop_trace()
         trace = json.load(gzip.open(glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True)[0]))
     totals = collections.Counter()

@@ -3,8 +3,10 @@ r"""Perplexity past the training length, with inference-time RoPE scaling: a tab
     python scripts/eval_extrapolation.py --workdir=runs/rope [--workdir=runs/alibi ...] \
         [--lengths=256,512,1024,2048,4096] [--scalings=none,linear,ntk,dynamic_ntk,yarn] [--out=DIR]
 
-Lengths, scalings and the number of test bytes default to the first run's `config.eval`; a run trained or
-fine-tuned with a RoPE scaling is also evaluated with that scaling (`run`) by default. Writes
+Lengths and the number of test bytes default to the first run's `config.eval`, scalings to each run's own
+`config.eval.scalings` that apply to its encoding (a non-RoPE run gets `none`; a run trained or fine-tuned
+with a RoPE scaling is also evaluated with that scaling, `run`). Each run is scored on its own corpus, named
+in the table. Writes
 results.csv / results.json / results.md, ppl_vs_length.png and per_position.png to --out (default
 <first workdir>/eval) and prints the markdown table. See posenc/evaluate.py for the protocols.
 """
@@ -14,11 +16,12 @@ import pathlib
 from absl import app, flags, logging
 
 from posenc import checkpoint
-from posenc.evaluate import default_scalings, evaluate, markdown_table, write_outputs
+from posenc.config import parse_lengths
+from posenc.evaluate import evaluate, markdown_table, prepare_out_dir, write_outputs
 
 _WORKDIRS = flags.DEFINE_multi_string("workdir", None, "Run directories (repeat the flag).", required=True)
 _LENGTHS = flags.DEFINE_list("lengths", None, "Evaluation lengths (default: the run's config.eval.lengths).")
-_SCALINGS = flags.DEFINE_list("scalings", None, "Scalings (default: the run's config.eval.scalings).")
+_SCALINGS = flags.DEFINE_list("scalings", None, "Scalings (default: each run's config.eval.scalings that apply).")
 _FACTOR = flags.DEFINE_float("factor", None, "Fixed scaling factor instead of L / train_len.")
 _NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Test bytes scored at every length (default: config.eval.num_bytes).")
 _STRIDE = flags.DEFINE_integer("stride", None, "Sliding-window stride (default train_len / 2).")
@@ -34,14 +37,17 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.ERROR)  # Orbax warns that a read-only checkpoint directory is read-only
+    for flag in (_FACTOR, _NUM_BYTES, _STRIDE):
+        if flag.value is not None and not flag.value > 0:
+            raise app.UsageError(f"--{flag.name} must be > 0 (or left out for its default), got {flag.value}")
+    out = prepare_out_dir(_OUT.value or pathlib.Path(_WORKDIRS.value[0]) / "eval")  # fails before any work
     first = checkpoint.load_config(_WORKDIRS.value[0])
-    lengths = [int(n) for n in (_LENGTHS.value or first.eval.lengths.split(","))]
-    scalings = _SCALINGS.value or default_scalings(_WORKDIRS.value, first.eval.scalings.split(","))
+    lengths = parse_lengths(_LENGTHS.value or first.eval.lengths,
+                            "--lengths" if _LENGTHS.value else f"config.eval.lengths of {_WORKDIRS.value[0]}")
     num_bytes = _NUM_BYTES.value or first.eval.num_bytes
-    result = evaluate(_WORKDIRS.value, lengths, scalings, num_bytes=num_bytes, factor=_FACTOR.value,
+    result = evaluate(_WORKDIRS.value, lengths, _SCALINGS.value, num_bytes=num_bytes, factor=_FACTOR.value,
                       stride=_STRIDE.value, split=_SPLIT.value, learned_beyond=_LEARNED.value,
                       attn_chunk=_CHUNK.value, longrope_file=_LONGROPE.value)
-    out = _OUT.value or str(pathlib.Path(_WORKDIRS.value[0]) / "eval")
     paths = write_outputs(result, out)
     print(markdown_table(result))
     undefined = {r["reason"] for r in result["rows"] if r["status"] != "ok"}

@@ -28,3 +28,26 @@ def tiny_config(cache_dir):
         return config
 
     return make
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, cache_dir):
+    """A finished tiny RoPE run (8 steps, checkpoints 4 and 8); copy it before changing it (`copy_run`)."""
+    from posenc import train  # noqa: PLC0415
+
+    config = load_config_file(str(ROOT / "configs" / "default.py"), "tiny")
+    config.data.cache_dir = cache_dir
+    workdir = tmp_path_factory.mktemp("trained") / "rope"
+    train.train_and_evaluate(config, str(workdir))
+    return workdir
+
+
+@pytest.fixture
+def copy_run(trained_run, tmp_path):
+    """`copy_run(name)`: a private copy of `trained_run` under tmp_path."""
+    import shutil  # noqa: PLC0415
+
+    def make(name="run"):
+        return pathlib.Path(shutil.copytree(trained_run, tmp_path / name))
+
+    return make

