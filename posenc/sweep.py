@@ -10,8 +10,10 @@ An axis is `field=v1,v2,…`. Axes combine as a grid (every combination) or zipp
   recompilation either: RoPE frequencies are traced inputs, so every point reuses one compiled forward per
   length. Results land in `ROOT/points/<point name>.json`.
 
-A finished point (its JSON has status `done`) is skipped; a failing point is recorded with its error
-(status `failed`) and the sweep goes on. Each point is also an independent command (`--points=NAME` or
+A finished point (its JSON has status `done`) is skipped only if it was computed from the same config (train)
+or the same run and step (eval), scaling, split and test bytes; if only lengths were added, it is extended
+with them; otherwise it is recomputed. A failing point is recorded with its error (status `failed`) and the
+sweep goes on; a sweep whose every point failed exits non-zero. Each point is also an independent command (`--points=NAME` or
 `--shard=i/n`), so points can be spread over machines and gathered into one table with `--aggregate_only`.
 """
 
@@ -31,6 +33,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posenc import data
+from posenc.config import defining_fields
 from posenc.evaluate import LN2, Evaluator, check_num_bytes, load_run
 from posenc.rope_scaling import RopeScaling
 
@@ -136,10 +139,10 @@ def select(points: list[dict[str, Any]], names: Sequence[str] | None = None, sha
             raise ValueError(f"unknown point(s) {unknown}; points are {sorted(known)}")
         named = [(n, p) for n, p in named if n in names]
     if shard:
-        i, _, n = shard.partition("/")
+        i, sep, n = shard.partition("/")
+        if not (sep and i.strip().isdigit() and n.strip().isdigit()) or not 0 <= int(i) < int(n):
+            raise ValueError(f"shard must be i/n with integers 0 <= i < n (such as 0/3), got {shard!r}")
         i, n = int(i), int(n)
-        if not 0 <= i < n:
-            raise ValueError(f"shard must be i/n with 0 <= i < n, got {shard!r}")
         named = named[i::n]
     return named
 
@@ -156,10 +159,32 @@ def _bpb_rows(evaluator: Evaluator, stream: np.ndarray, lengths: Sequence[int], 
     return out
 
 
+def missing_lengths(record: dict[str, Any] | None, key: dict[str, Any], lengths: Sequence[int]) -> list[int]:
+    """The lengths a point still needs: none if `record` is done for the same `key` (what it was computed
+    from: config or run and step, scaling, split, bytes) at every length; the missing ones if only lengths
+    were added; all of them otherwise (another key, a failed or unfinished record)."""
+    if not record or record.get("status") != "done" or record.get("key") != key:
+        return list(lengths)
+    return [n for n in lengths if f"bpb_L{n}" not in record]
+
+
+def _record(old: dict[str, Any] | None, key: dict[str, Any], lengths: Sequence[int], base: dict[str, Any]):
+    """The record to extend (the old one when only lengths are missing) or a fresh one."""
+    todo = missing_lengths(old, key, lengths)
+    if old and old.get("status") == "done" and old.get("key") == key:
+        return dict(old), todo
+    return {**base, "key": key, "status": "running"}, todo
+
+
 def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: list[tuple[str, dict]], *,
                     lengths: Sequence[int], scaling: str = "none", num_bytes: int | None = None,
                     train_fn: Callable | None = None, progress: bool = True) -> list[dict[str, Any]]:
-    """Trains (or resumes) and evaluates each point; returns the point records."""
+    """Trains (or resumes) and evaluates each point; returns the point records.
+
+    A point is reused only for the same config, scaling and test bytes, and extended with lengths it lacks.
+    A point whose run directory holds a run of another config fails with the training's error naming the
+    fields (a run directory is never retrained under another config).
+    """
     from posenc.evaluate import scaling_for  # noqa: PLC0415
     from posenc.train import train_and_evaluate  # noqa: PLC0415
 
@@ -167,21 +192,24 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
     records = []
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
         path = pathlib.Path(root) / name / "sweep_point.json"
-        record = _read(path)
-        if record and record.get("status") == "done":
-            records.append(record)
-            continue
+        old = _read(path)
         record = {"name": name, "point": point, "mode": "train", "status": "running"}
         try:
             config = apply_overrides(base_config, point)
+            stream = data.load_corpus(config.data.path, config.data.cache_dir).test
+            nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what="the test split")
+            key = {"config": json.loads(json.dumps(defining_fields(config))), "scaling": scaling, "split": "test",
+                   "num_bytes": nb}
+            record, todo = _record(old, key, lengths, record)
+            if not todo:
+                records.append(record)
+                continue
             workdir = str(pathlib.Path(root) / name)
             train_fn(config, workdir)
             run = load_run(workdir, name)
-            stream = data.load_corpus(config.data.path, config.data.cache_dir).test
-            nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what="the test split")
             ev = Evaluator(run)
-            record.update(_bpb_rows(ev, stream, lengths, nb, lambda n: scaling_for(run, scaling, n)),
-                          status="done", scaling=scaling, num_bytes=nb, train_len=run.train_len)
+            record.update(_bpb_rows(ev, stream, todo, nb, lambda n: scaling_for(run, scaling, n)),
+                          status="done", scaling=scaling, num_bytes=nb, train_len=run.train_len, step=run.step)
         except Exception as e:  # noqa: BLE001 — one failing point must not stop the sweep
             record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-2000:])
         _write(path, record)
@@ -214,17 +242,19 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
     stream = data.load_corpus(run.config.data.path, run.config.data.cache_dir).split(split)
     nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what=f"the {split} split")
     ev = Evaluator(run)
+    key = {"run": str(pathlib.Path(workdir).expanduser().resolve()), "step": run.step, "scaling": scaling,
+           "split": split, "num_bytes": nb}
     records = []
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
         path = pathlib.Path(root) / "points" / f"{name}.json"
-        record = _read(path)
-        if record and record.get("status") == "done":
+        record, todo = _record(_read(path), key, lengths, {
+            "name": name, "point": point, "mode": "eval", "run": workdir, "step": run.step, "scaling": scaling,
+            "split": split, "num_bytes": nb, "train_len": run.train_len})
+        if not todo:
             records.append(record)
             continue
-        record = {"name": name, "point": point, "mode": "eval", "run": workdir, "scaling": scaling, "split": split,
-                  "num_bytes": nb, "train_len": run.train_len}
         try:
-            record.update(_bpb_rows(ev, stream, lengths, nb, lambda n: eval_scaling(run, point, scaling, n)),
+            record.update(_bpb_rows(ev, stream, todo, nb, lambda n: eval_scaling(run, point, scaling, n)),
                           status="done")
         except Exception as e:  # noqa: BLE001
             record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-2000:])

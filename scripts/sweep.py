@@ -11,15 +11,20 @@ Eval: one trained run re-evaluated at every point, without retraining or recompi
     python scripts/sweep.py --mode=eval --workdir=runs/default --root=runs/yarn_sweep --scaling=yarn \
         --axis=factor=2,4,8,16 --axis=attention_factor=1.0,1.1,1.2,1.3 --lengths=1024
 
-Rerunning resumes (finished points are skipped). To spread points over machines, give each machine its
-shard (--shard=0/3, 1/3, 2/3) or named points (--points=NAME,...), copy the point directories back under
-one --root, and rebuild the table with --aggregate_only. Writes results.csv, results.md, sweep.png in --root.
+Rerunning resumes: points finished with the same config, run, scaling and bytes are skipped, and extended
+with lengths they lack. A sweep whose every point failed exits non-zero. To spread points over machines,
+give each machine its shard (--shard=0/3, 1/3, 2/3) or named points (--points=NAME,...), copy the point
+directories back under one --root, and rebuild the table with --aggregate_only. Writes results.csv, results.md, sweep.png in --root.
 """
+
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from posenc import sweep
+from posenc.config import parse_lengths
+from posenc.evaluate import prepare_out_dir
 
 _MODE = flags.DEFINE_enum("mode", None, sweep.MODES, "train: a run per point; eval: re-evaluate one run.",
                           required=True)
@@ -45,21 +50,28 @@ def main(argv):
     logging.set_verbosity(logging.ERROR)
     axes = sweep.parse_axes(_AXES.value)
     fields = [f for f, _ in axes]
-    lengths = [int(n) for n in _LENGTHS.value]
+    lengths = parse_lengths(_LENGTHS.value)
     points = sweep.select(sweep.expand(axes, _COMBINE.value), _POINTS.value, _SHARD.value)
+    prepare_out_dir(_ROOT.value, "--root")
+    ran = []
     if not _AGGREGATE.value:
         if _MODE.value == "train":
-            sweep.run_train_sweep(_CONFIG.value, _ROOT.value, points, lengths=lengths, scaling=_SCALING.value or "none",
-                                  num_bytes=_NUM_BYTES.value)
+            ran = sweep.run_train_sweep(_CONFIG.value, _ROOT.value, points, lengths=lengths,
+                                        scaling=_SCALING.value or "none", num_bytes=_NUM_BYTES.value)
         else:
             if not _WORKDIR.value:
                 raise app.UsageError("--mode=eval needs --workdir (the trained run)")
-            sweep.run_eval_sweep(_WORKDIR.value, _ROOT.value, points, lengths=lengths, scaling=_SCALING.value or "yarn",
-                                 num_bytes=_NUM_BYTES.value)
+            ran = sweep.run_eval_sweep(_WORKDIR.value, _ROOT.value, points, lengths=lengths,
+                                       scaling=_SCALING.value or "yarn", num_bytes=_NUM_BYTES.value)
     records = sweep.gather(_ROOT.value, _MODE.value)
     paths = sweep.write_outputs(records, _ROOT.value, fields, lengths, _PLOT_LENGTH.value)
     print(paths["md"].read_text())
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    failed = [r for r in ran if r["status"] == "failed"]
+    if ran and len(failed) == len(ran):
+        sys.exit(f"every point of the sweep failed ({len(ran)}); the first error: {failed[0]['error']}")
+    if failed:
+        print(f"{len(failed)} of {len(ran)} points failed: {', '.join(r['name'] for r in failed)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

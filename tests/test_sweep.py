@@ -100,3 +100,43 @@ def test_script_eval_sweep_heatmap(tiny_config, tmp_path, cache_dir):
     assert len(list((tmp_path / "s" / "points").glob("*.json"))) == 4
     record = json.loads((tmp_path / "s" / "points" / "factor=2,attention_factor=1.json").read_text())
     assert record["status"] == "done"
+
+
+def test_train_sweep_reuses_a_point_only_for_its_config_and_extends_lengths(tiny_config, tmp_path):
+    points = sweep.select(sweep.expand(sweep.parse_axes(["model.rope.base=100"])))
+    base = tiny_config(train_steps=4)
+    first = sweep.run_train_sweep(base, str(tmp_path), points, lengths=[32], num_bytes=128, progress=False)[0]
+    # more lengths: the point is extended, its old number kept
+    extended = sweep.run_train_sweep(base, str(tmp_path), points, lengths=[32, 64], num_bytes=128, progress=False)[0]
+    assert extended["bpb_L32"] == first["bpb_L32"] and extended["bpb_L64"] > 0 and extended["status"] == "done"
+    # another base config: never the old numbers; the run directory refuses to become another run
+    longer = tiny_config(train_steps=6)
+    rerun = sweep.run_train_sweep(longer, str(tmp_path), points, lengths=[32, 64], num_bytes=128, progress=False)[0]
+    assert rerun["status"] == "failed" and "RunMismatchError" in rerun["error"] and "schedule_steps" in rerun["error"]
+    assert "bpb_L32" not in rerun
+
+
+def test_eval_sweep_extends_lengths_and_recomputes_for_other_bytes(trained_run, tmp_path):
+    points = sweep.select(sweep.expand(sweep.parse_axes(["factor=2.0"])))
+    root = str(tmp_path / "sweep")
+    first = sweep.run_eval_sweep(str(trained_run), root, points, lengths=[32], num_bytes=128, progress=False)[0]
+    more = sweep.run_eval_sweep(str(trained_run), root, points, lengths=[32, 64], num_bytes=128, progress=False)[0]
+    assert more["bpb_L32"] == first["bpb_L32"] and more["bpb_L64"] > 0
+    other = sweep.run_eval_sweep(str(trained_run), root, points, lengths=[64], num_bytes=64 * 4, progress=False)[0]
+    assert other["num_bytes"] == 256 and "bpb_L32" not in other and other["bpb_L64"] != more["bpb_L64"]
+
+
+def sweep_script(*args):
+    return subprocess.run([sys.executable, "scripts/sweep.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_script_errors_and_a_sweep_that_failed_everywhere_exits_non_zero(trained_run, tmp_path):
+    common = ["--mode=eval", f"--workdir={trained_run}", f"--root={tmp_path / 's'}", "--num_bytes=128"]
+    result = sweep_script(*common, "--axis=kind=cubic,quartic", "--lengths=32")
+    assert result.returncode != 0 and "every point of the sweep failed (2)" in result.stderr
+    assert "Failed points" in (tmp_path / "s" / "results.md").read_text()  # the table is still written
+    result = sweep_script(*common, "--axis=factor=2", "--lengths=32", "--shard=abc")
+    assert result.returncode != 0 and "shard must be i/n with integers 0 <= i < n (such as 0/3), got 'abc'" in result.stderr
+    result = sweep_script(*common, "--axis=factor=2", "--lengths=32.5")
+    assert result.returncode != 0 and "--lengths: '32.5' is not a positive integer" in result.stderr
