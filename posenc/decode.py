@@ -20,6 +20,7 @@ float32) and indexed by the traced step, so the decode loop (`lax.scan`) compile
 from __future__ import annotations
 
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -175,17 +176,53 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
         raise ValueError(f"prompt must be [batch, length] token ids, got shape {prompt.shape}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature < 0 or top_k < 0:
-        raise ValueError(f"temperature and top_k must be >= 0, got {temperature}, {top_k}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if not 0 <= top_k <= cfg.vocab_size:
+        raise ValueError(f"top_k must be in [0, vocab_size={cfg.vocab_size}] (0 = all), got {top_k}")
     total = prompt.shape[1] + max_new_tokens
+    if cache_size is not None and cache_size <= 0:
+        raise ValueError(f"cache_size must be a positive number of slots (or unset for prompt + max_new_tokens = "
+                         f"{total}), got {cache_size}")
     cache_size = cache_size or total
     _check_request(cfg, prompt.shape[1], total, cache_size)
     if scaling is not None and scaling.kind != "none" and cfg.posenc != "rope":
         raise ValueError(f"a RoPE scaling does not apply to posenc={cfg.posenc!r}")
     scaling = cfg.rope_scaling if scaling is None else scaling
-    inv, af = (jnp.asarray(a) for a in rope_schedule(cfg, scaling, cache_size))
+    need = cache_bytes(cfg, prompt.shape[0], cache_size)
+
+    def too_big(why: str) -> MemoryError:
+        return MemoryError(f"cache_size={cache_size}: the KV cache needs {need / 2**30:.2f} GiB ({cfg.num_layers} "
+                           f"layers x keys and values x batch {prompt.shape[0]} x {cache_size} slots x d_model "
+                           f"{cfg.d_model} x {jnp.dtype(cfg.dtype).itemsize} bytes) and {why}; lower --cache_size "
+                           f"(at least prompt + max_new_tokens = {total})")
+
+    available = device_memory_bytes()
+    if need > available:
+        raise too_big(f"the device has {available / 2**30:.2f} GiB")
     rotate = cfg.posenc == "rope" and is_length_dependent(scaling)
-    out = _generate(graphdef, params, prompt, inv, af, jnp.int32(scaling.unscaled_positions), jax.random.key(seed),
-                    max_new_tokens=max_new_tokens,
-                    cache_size=cache_size, rotate_at_use=rotate, temperature=float(temperature), top_k=int(top_k))
-    return np.asarray(out)
+    try:
+        inv, af = (jnp.asarray(a) for a in rope_schedule(cfg, scaling, cache_size))
+        out = _generate(graphdef, params, prompt, inv, af, jnp.int32(scaling.unscaled_positions), jax.random.key(seed),
+                        max_new_tokens=max_new_tokens, cache_size=cache_size, rotate_at_use=rotate,
+                        temperature=float(temperature), top_k=int(top_k))
+        return np.asarray(out)
+    except MemoryError:
+        raise too_big("the host could not allocate its tables") from None
+    except jax.errors.JaxRuntimeError as e:
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        raise too_big("the device could not allocate it") from None
+
+
+def cache_bytes(cfg: ModelConfig, batch_size: int, cache_size: int) -> int:
+    """Bytes of a KV cache: keys and values of every layer, `[B, S, N, H]` each."""
+    return 2 * cfg.num_layers * batch_size * cache_size * cfg.d_model * jnp.dtype(cfg.dtype).itemsize
+
+
+def device_memory_bytes() -> int:
+    """The first local device's memory limit (accelerators), or the host's physical memory (CPU)."""
+    stats = jax.local_devices()[0].memory_stats() or {}
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -113,3 +113,14 @@ def test_cache_flag_is_static():
     cache = model.init_cache(1, 8, rotate_at_use=True)
     assert len(jax.tree.leaves(cache)) == 2 * TINY["num_layers"] + 1
     assert jax.tree.map(lambda a: a, cache).rotate_at_use is True
+
+
+def test_bad_sampling_and_cache_requests_are_clear_errors():
+    graphdef, params = model_parts()
+    prompt = tokens(4, b=1)
+    with pytest.raises(ValueError, match=r"top_k must be in \[0, vocab_size=256\]"):
+        decode.generate(graphdef, params, prompt, 2, top_k=300)
+    with pytest.raises(ValueError, match="cache_size must be a positive number of slots"):
+        decode.generate(graphdef, params, prompt, 2, cache_size=0)
+    with pytest.raises(MemoryError, match=r"cache_size=1000000000: the KV cache needs 476.84 GiB.*the device has .*lower --cache_size"):
+        decode.generate(graphdef, params, prompt, 2, cache_size=10**9)
