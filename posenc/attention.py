@@ -17,14 +17,16 @@ with P the probabilities and O = P V,
 where rowsum(dO ∘ O) = rowsum(P ∘ dP) is computed from the `[Tq, H]` outputs instead of the `[Tq, Tk]`
 scores: one pass over the score matrix fewer than autodiff of the softmax (tested against autodiff in
 float64; what it is worth: experiments/benchmarks, `scripts/benchmark_train.py --without=attention_vjp`).
+
+Logit biases (`bias_fn(q_pos, k_pos) -> [B|1, N|1, Tq, Tk]`: ALiBi, T5, KERPLE, FIRE, …) are added to the
+scores, in whole, chunked and block-causal attention alike, and get the gradient dS (summed over the axes
+they broadcast along): a learned bias trains. When the bias is only the mask, XLA removes that sum.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-
-from posenc.alibi import alibi_bias
 
 _MASKED = float(jnp.finfo(jnp.float32).min)
 
@@ -42,18 +44,24 @@ def _probs(q, k, bias):
 @jax.custom_vjp
 def _softmax_attend(q, k, v, bias):
     """softmax(q kᵀ + bias) v, head-major: q `[B, N, Tq, H]` (already scaled), k/v `[B, N, Tk, H]`, bias
-    `[B|1, N|1, Tq, Tk]` (float32; the mask as −3.4e38) → `[B, N, Tq, H]`. No gradient flows to bias."""
+    `[B|1, N|1, Tq, Tk]` (float32; the mask as −3.4e38) → `[B, N, Tq, H]`. The bias's gradient is dS."""
     return jnp.einsum("bnqk,bnkh->bnqh", _probs(q, k, bias).astype(v.dtype), v)
 
 
 def _softmax_attend_fwd(q, k, v, bias):
     p = _probs(q, k, bias)
     out = jnp.einsum("bnqk,bnkh->bnqh", p.astype(v.dtype), v)
-    return out, (q, k, v, p, out)
+    return out, (q, k, v, p, out, jnp.zeros((0,) + bias.shape, bias.dtype))
+
+
+def _sum_to(x, shape):
+    """Sums `x` over the axes where `shape` has size 1 (the axes a bias was broadcast along)."""
+    axes = tuple(i for i, (a, b) in enumerate(zip(x.shape, shape)) if b == 1 and a != 1)
+    return jnp.sum(x, axis=axes, keepdims=True) if axes else x
 
 
 def _softmax_attend_bwd(residuals, d_out):
-    q, k, v, p, out = residuals
+    q, k, v, p, out, bias_like = residuals
     acc = _acc(p.dtype)
     dp = jnp.einsum("bnqh,bnkh->bnqk", d_out, v, preferred_element_type=acc)
     row = jnp.sum(d_out.astype(acc) * out.astype(acc), axis=-1, keepdims=True)
@@ -61,18 +69,18 @@ def _softmax_attend_bwd(residuals, d_out):
     dq = jnp.einsum("bnqk,bnkh->bnqh", ds.astype(k.dtype), k).astype(q.dtype)
     dk = jnp.einsum("bnqk,bnqh->bnkh", ds.astype(q.dtype), q).astype(k.dtype)
     dv = jnp.einsum("bnqk,bnqh->bnkh", p.astype(d_out.dtype), d_out).astype(v.dtype)
-    return dq, dk, dv, None
+    return dq, dk, dv, _sum_to(ds, bias_like.shape[1:]).astype(bias_like.dtype)
 
 
 _softmax_attend.defvjp(_softmax_attend_fwd, _softmax_attend_bwd)
 
 
-def _bias(q_pos, k_pos, alibi_slopes):
-    """The causal mask from positions (0 or −3.4e38), plus ALiBi's −m·(i − j): `[B|1, N|1, Tq, Tk]`."""
+def _bias(q_pos, k_pos, bias_fn):
+    """The causal mask from positions (0 or −3.4e38), plus `bias_fn(q_pos, k_pos)`: `[B|1, N|1, Tq, Tk]`."""
     visible = (k_pos[:, None, None, :] <= q_pos[:, None, :, None]) & (k_pos[:, None, None, :] >= 0)
     bias = jnp.where(visible, 0.0, _MASKED).astype(jnp.float32)  # float64 scores promote it
-    if alibi_slopes is not None:
-        bias = bias + alibi_bias(alibi_slopes, q_pos, k_pos)  # [B|1, N, Tq, Tk]
+    if bias_fn is not None:
+        bias = bias + bias_fn(q_pos, k_pos)
     return bias
 
 
@@ -81,12 +89,12 @@ def _head_major(q, k, v):
     return (q * jnp.asarray(scale, q.dtype)).swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2)
 
 
-def _attend(q, k, v, q_pos, k_pos, alibi_slopes):
+def _attend(q, k, v, q_pos, k_pos, bias_fn):
     """Head-major unchunked attention. q [B,N,Tq,H] (scaled), k/v [B,N,Tk,H], q_pos [B|1,Tq], k_pos [B|1,Tk]."""
-    return _softmax_attend(q, k, v, _bias(q_pos, k_pos, alibi_slopes))
+    return _softmax_attend(q, k, v, _bias(q_pos, k_pos, bias_fn))
 
 
-def block_causal_attention(q, k, v, q_pos, k_pos, *, alibi_slopes=None, block: int = 128):
+def block_causal_attention(q, k, v, q_pos, k_pos, *, bias_fn=None, block: int = 128):
     """Causal attention for aligned, sorted positions (q_pos == k_pos == 0 … T−1), skipping the blocks of
     keys that lie entirely in the future of a block of queries: block i of queries attends only to the keys
     of blocks 0 … i, so about (n + 1) / 2n of the `[T, T]` scores are computed (n = T / block). Masks still
@@ -96,22 +104,23 @@ def block_causal_attention(q, k, v, q_pos, k_pos, *, alibi_slopes=None, block: i
     """
     t = q.shape[1]
     if block <= 0 or t % block or t <= block or k.shape[1] != t:
-        return attention(q, k, v, q_pos, k_pos, alibi_slopes=alibi_slopes)
+        return attention(q, k, v, q_pos, k_pos, bias_fn=bias_fn)
     q, k, v = _head_major(q, k, v)
     outs = []
     for i in range(t // block):
         lo, hi = i * block, (i + 1) * block
-        outs.append(_attend(q[:, :, lo:hi], k[:, :, :hi], v[:, :, :hi], q_pos[:, lo:hi], k_pos[:, :hi], alibi_slopes))
+        outs.append(_attend(q[:, :, lo:hi], k[:, :, :hi], v[:, :, :hi], q_pos[:, lo:hi], k_pos[:, :hi], bias_fn))
     return jnp.concatenate(outs, axis=2).swapaxes(1, 2)
 
 
-def attention(q, k, v, q_pos, k_pos, *, alibi_slopes=None, chunk_size: int = 0):
+def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0):
     """softmax(q kᵀ / sqrt(H) + bias, masked causally by position) v.
 
     Args:
       q: `[B, Tq, N, H]`; k, v: `[B, Tk, N, H]`.
       q_pos: `[B|1, Tq]`, k_pos: `[B|1, Tk]` integer positions; keys at position < 0 are never attended.
-      alibi_slopes: `[N]` to add ALiBi's −m·(i − j), or None.
+      bias_fn: `bias_fn(q_pos [B|1, Tq'], k_pos [B|1, Tk']) -> [B|1, N|1, Tq', Tk']`, a logit bias from
+        positions (ALiBi's −m·(i − j), T5's buckets, …; called per chunk or block), or None.
       chunk_size: if 0 < chunk_size < Tq, process the queries in chunks of this size with `lax.map`, so that
         at most `[B, N, chunk_size, Tk]` scores exist at once (memory O(T) instead of O(T²)).
 
@@ -121,7 +130,7 @@ def attention(q, k, v, q_pos, k_pos, *, alibi_slopes=None, chunk_size: int = 0):
     tq = q.shape[1]
     q, k, v = _head_major(q, k, v)
     if chunk_size <= 0 or chunk_size >= tq:
-        return _attend(q, k, v, q_pos, k_pos, alibi_slopes).swapaxes(1, 2)
+        return _attend(q, k, v, q_pos, k_pos, bias_fn).swapaxes(1, 2)
     num_chunks = -(-tq // chunk_size)
     pad = num_chunks * chunk_size - tq
     q_pos = jnp.broadcast_to(q_pos, (q.shape[0], tq))
@@ -131,5 +140,5 @@ def attention(q, k, v, q_pos, k_pos, *, alibi_slopes=None, chunk_size: int = 0):
     b, n, _, h = q.shape
     q_chunks = q.reshape(b, n, num_chunks, chunk_size, h).transpose(2, 0, 1, 3, 4)
     pos_chunks = q_pos.reshape(b, num_chunks, chunk_size).swapaxes(0, 1)
-    out = jax.lax.map(lambda c: _attend(c[0], k, v, c[1], k_pos, alibi_slopes), (q_chunks, pos_chunks))
+    out = jax.lax.map(lambda c: _attend(c[0], k, v, c[1], k_pos, bias_fn), (q_chunks, pos_chunks))
     return out.transpose(1, 0, 3, 2, 4).reshape(b, num_chunks * chunk_size, n, h)[:, :tq]

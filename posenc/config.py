@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import ml_collections
 
+from posenc.encodings import get_encoding
 from posenc.longrope import read_factors
 from posenc.model import ModelConfig
 from posenc.rope_scaling import RopeScaling
@@ -118,8 +119,11 @@ def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
         d_model=m.d_model, num_layers=m.num_layers, num_heads=m.num_heads, mlp_dim=m.mlp_dim, posenc=m.posenc,
         max_len=config.train_len, learned_beyond=m.learned_beyond, sinusoidal_base=float(m.sinusoidal_base),
         rope_base=float(m.rope.base), rope_layout=m.rope.layout, rope_fraction=float(m.rope.fraction),
-        rope_scaling=rope_scaling_from_config(m.rope.scaling) if m.posenc == "rope" else RopeScaling(),
+        rope_scaling=(rope_scaling_from_config(m.rope.scaling) if get_encoding(m.posenc).takes_rope_scaling
+                      else RopeScaling()),
         attn_chunk=m.attn_chunk, attn_block=m.get("attn_block", 0), dtype=m.dtype,
+        encoding_options=(tuple(sorted(m[m.posenc].to_dict().items())) if get_encoding(m.posenc).options
+                          and m.posenc in m else ()),
     )
 
 

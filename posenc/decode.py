@@ -14,13 +14,14 @@ the cached keys per layer and step, O(S·d) — the same order as attending to t
 each key once, before caching.
 
 The frequencies of every possible length are tabulated once (`rope_schedule`, `[S, r]`, float64 NumPy →
-float32) and indexed by the traced step, so the decode loop (`lax.scan`) compiles once.
+float32 with their float64 residual) and indexed by the traced step, so the decode loop (`lax.scan`) compiles once.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,25 +29,38 @@ import numpy as np
 from flax import nnx
 
 from posenc.model import ModelConfig
-from posenc.rope_scaling import RopeScaling, rope_frequencies
+from posenc.rope_scaling import RopeScaling, is_length_dependent, rope_inputs
 
 
-def is_length_dependent(scaling: RopeScaling) -> bool:
-    """Whether the frequencies change with the sequence length."""
-    return scaling.kind in ("dynamic_ntk", "longrope") or scaling.dynamic
+class RopeSchedule(NamedTuple):
+    """Row t = what the forward pass at seq_len t + 1 rotates with (`rope_inputs`): a jit argument, indexed
+    by the traced step."""
+
+    inv_freq: jax.Array  # [S, r] or [S, num_layers, r]
+    attention_factor: jax.Array  # [S]
+    inv_freq_lo: jax.Array  # [S, ...] like inv_freq
+
+    def at(self, t, n_hat):
+        """The `rope` override of the model at step t."""
+        return self.inv_freq[t], self.attention_factor[t], n_hat, self.inv_freq_lo[t]
 
 
-def rope_schedule(cfg: ModelConfig, scaling: RopeScaling, max_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row t = (inv_freq, attention_factor) for seq_len = t + 1, t < max_len: `[max_len, (layers,) r]`, `[max_len]`."""
-    if cfg.posenc != "rope":
-        return np.zeros((max_len, 1), np.float32), np.ones((max_len,), np.float32)
-    rows = [rope_frequencies(cfg.rotary_dim, base=cfg.rope_base, scaling=scaling, seq_len=t + 1)
+def rope_schedule(cfg: ModelConfig, scaling: RopeScaling, max_len: int) -> RopeSchedule:
+    """The `RopeSchedule` of steps t < max_len (placeholders for an encoding that takes no RoPE scaling)."""
+    if not cfg.encoding.takes_rope_scaling:
+        zeros = jnp.zeros((max_len, 1), jnp.float32)
+        return RopeSchedule(zeros, jnp.ones((max_len,), jnp.float32), zeros)
+    rows = [rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, t + 1)
             for t in (range(max_len) if is_length_dependent(scaling) else [max_len - 1])]
-    inv = np.stack([r[0] for r in rows]).astype(np.float32)
-    af = np.asarray([r[1] for r in rows], np.float32)
+    inv, af, lo = (np.stack([r[i] for r in rows]).astype(np.float32) for i in (0, 1, 3))
     if len(rows) == 1:
-        inv, af = np.repeat(inv, max_len, axis=0), np.repeat(af, max_len)
-    return inv, af
+        inv, af, lo = (np.repeat(a, max_len, axis=0) for a in (inv, af, lo))
+    return RopeSchedule(jnp.asarray(inv), jnp.asarray(af), jnp.asarray(lo))
+
+
+def _rotate_at_use(cfg: ModelConfig, scaling: RopeScaling) -> bool:
+    """Whether the cache keeps keys unrotated: the encoding's values at a position depend on the length."""
+    return cfg.encoding.length_dependent(cfg, scaling)
 
 
 def _check_request(cfg: ModelConfig, prompt_len: int, total: int, cache_size: int) -> None:
@@ -55,30 +69,32 @@ def _check_request(cfg: ModelConfig, prompt_len: int, total: int, cache_size: in
     if total > cache_size:
         raise ValueError(f"cache_size={cache_size} is smaller than the request: prompt ({prompt_len}) + "
                          f"max_new_tokens ({total - prompt_len}) = {total} tokens")
-    if cfg.posenc == "learned" and total > cfg.max_len and cfg.learned_beyond == "error":
-        raise ValueError(f"prompt + continuation = {total} tokens is longer than the learned position table "
-                         f"(model.max_len={cfg.max_len}); set model.learned_beyond='interpolate' or ask for fewer")
+    limit = cfg.encoding.max_positions(cfg)
+    if limit is not None and total > limit:
+        raise ValueError(f"prompt + continuation = {total} tokens is longer than the learned position table of "
+                         f"posenc={cfg.posenc!r} ({limit} positions); set model.learned_beyond='interpolate' or ask "
+                         "for fewer")
 
 
-def _rope(cfg, inv_table, af_table, t, n_hat):
-    return (inv_table[t], af_table[t], n_hat) if cfg.posenc == "rope" else None
+def _rope(cfg, schedule: RopeSchedule, t, n_hat):
+    return schedule.at(t, n_hat) if cfg.encoding.takes_rope_scaling else None
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "cache_size", "rotate_at_use", "seq_len"))
-def _prefill(graphdef, params, tokens, inv_table, af_table, n_hat, *, prompt_len, cache_size, rotate_at_use, seq_len):
+def _prefill(graphdef, params, tokens, schedule, n_hat, *, prompt_len, cache_size, rotate_at_use, seq_len):
     model = nnx.merge(graphdef, params)
     cache = model.init_cache(tokens.shape[0], cache_size, rotate_at_use)
     positions = jnp.arange(prompt_len)[None]
-    return model(tokens, positions, seq_len=seq_len,
-                 rope=_rope(model.cfg, inv_table, af_table, prompt_len - 1, n_hat), cache=cache)
+    return model(tokens, positions, seq_len=seq_len, rope=_rope(model.cfg, schedule, prompt_len - 1, n_hat),
+                 cache=cache)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "seq_len"))
-def _step(graphdef, params, cache, token, position, inv_table, af_table, n_hat, *, seq_len):
+def _step(graphdef, params, cache, token, position, schedule, n_hat, *, seq_len):
     """One token `[B, 1]` at `position` (traced) → (logits [B, V], cache)."""
     model = nnx.merge(graphdef, params)
     logits, cache = model(token, jnp.reshape(position, (1, 1)), seq_len=seq_len,
-                          rope=_rope(model.cfg, inv_table, af_table, position, n_hat), cache=cache)
+                          rope=_rope(model.cfg, schedule, position, n_hat), cache=cache)
     return logits[:, -1], cache
 
 
@@ -91,14 +107,15 @@ def teacher_forced_logits(graphdef, params, tokens, *, prefill_len: int, scaling
     cache_size = cache_size or t
     _check_request(cfg, prefill_len, t, cache_size)
     scaling = cfg.rope_scaling if scaling is None else scaling
-    inv, af = (jnp.asarray(a) for a in rope_schedule(cfg, scaling, cache_size))
-    rotate = cfg.posenc == "rope" and is_length_dependent(scaling)
+    schedule = rope_schedule(cfg, scaling, cache_size)
+    rotate = _rotate_at_use(cfg, scaling)
     n_hat = jnp.int32(scaling.unscaled_positions)
-    logits, cache = _prefill(graphdef, params, tokens[:, :prefill_len], inv, af, n_hat, prompt_len=prefill_len,
+    logits, cache = _prefill(graphdef, params, tokens[:, :prefill_len], schedule, n_hat, prompt_len=prefill_len,
                              cache_size=cache_size, rotate_at_use=rotate, seq_len=t)
     out = [logits]
     for p in range(prefill_len, t):
-        step_logits, cache = _step(graphdef, params, cache, tokens[:, p:p + 1], jnp.int32(p), inv, af, n_hat, seq_len=t)
+        step_logits, cache = _step(graphdef, params, cache, tokens[:, p:p + 1], jnp.int32(p), schedule, n_hat,
+                                   seq_len=t)
         out.append(step_logits[:, None])
     return jnp.concatenate(out, axis=1)
 
@@ -111,18 +128,15 @@ def recompute_logits(graphdef, params, tokens, *, scaling: RopeScaling | None = 
     scaling = cfg.rope_scaling if scaling is None else scaling
     model = nnx.merge(graphdef, params)
     t = tokens.shape[1]
-    if cfg.posenc != "rope" or not is_length_dependent(scaling):
-        rope = None
-        if cfg.posenc == "rope":
-            inv, af = rope_frequencies(cfg.rotary_dim, base=cfg.rope_base, scaling=scaling, seq_len=t)
-            rope = (jnp.asarray(inv, jnp.float32), af, scaling.unscaled_positions)
+    if not _rotate_at_use(cfg, scaling):
+        rope = rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, t) if cfg.encoding.takes_rope_scaling else None
         return model(tokens, rope=rope)
-    inv_table, af_table = rope_schedule(cfg, scaling, t)
+    schedule = rope_schedule(cfg, scaling, t)
     n_hat = jnp.int32(scaling.unscaled_positions)
     # Causality: the logits at p over the whole sequence equal those over the prefix 0…p, given the same
     # frequencies — so one compiled forward over all of `tokens`, with the frequencies of seq_len p + 1.
-    forward = jax.jit(lambda prm, x, inv, af: nnx.merge(graphdef, prm)(x, rope=(inv, af, n_hat)))
-    return jnp.stack([forward(params, tokens, inv_table[p], af_table[p])[:, p] for p in range(t)], axis=1)
+    forward = jax.jit(lambda prm, x, rope: nnx.merge(graphdef, prm)(x, rope=rope))
+    return jnp.stack([forward(params, tokens, schedule.at(p, n_hat))[:, p] for p in range(t)], axis=1)
 
 
 def _cfg(graphdef, params) -> ModelConfig:
@@ -141,11 +155,11 @@ def sample(logits, key, temperature: float, top_k: int):
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "cache_size", "rotate_at_use", "temperature",
                                              "top_k"))
-def _generate(graphdef, params, prompt, inv, af, n_hat, key, *, max_new_tokens, cache_size, rotate_at_use, temperature,
+def _generate(graphdef, params, prompt, schedule, n_hat, key, *, max_new_tokens, cache_size, rotate_at_use, temperature,
               top_k):
     prompt_len = prompt.shape[1]
     seq_len = prompt_len + max_new_tokens
-    logits, cache = _prefill.__wrapped__(graphdef, params, prompt, inv, af, n_hat, prompt_len=prompt_len,
+    logits, cache = _prefill.__wrapped__(graphdef, params, prompt, schedule, n_hat, prompt_len=prompt_len,
                                          cache_size=cache_size, rotate_at_use=rotate_at_use, seq_len=seq_len)
     key, sub = jax.random.split(key)
     first = sample(logits[:, -1], sub, temperature, top_k)
@@ -153,7 +167,7 @@ def _generate(graphdef, params, prompt, inv, af, n_hat, key, *, max_new_tokens, 
     def body(carry, position):
         cache, token, key = carry
         key, sub = jax.random.split(key)
-        step_logits, cache = _step.__wrapped__(graphdef, params, cache, token[:, None], position, inv, af, n_hat,
+        step_logits, cache = _step.__wrapped__(graphdef, params, cache, token[:, None], position, schedule, n_hat,
                                                seq_len=seq_len)
         nxt = sample(step_logits, sub, temperature, top_k)
         return (cache, nxt, key), nxt
@@ -186,7 +200,7 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
                          f"{total}), got {cache_size}")
     cache_size = cache_size or total
     _check_request(cfg, prompt.shape[1], total, cache_size)
-    if scaling is not None and scaling.kind != "none" and cfg.posenc != "rope":
+    if scaling is not None and scaling.kind != "none" and not cfg.encoding.takes_rope_scaling:
         raise ValueError(f"a RoPE scaling does not apply to posenc={cfg.posenc!r}")
     scaling = cfg.rope_scaling if scaling is None else scaling
     need = cache_bytes(cfg, prompt.shape[0], cache_size)
@@ -200,10 +214,10 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     available = device_memory_bytes()
     if need > available:
         raise too_big(f"the device has {available / 2**30:.2f} GiB")
-    rotate = cfg.posenc == "rope" and is_length_dependent(scaling)
+    rotate = _rotate_at_use(cfg, scaling)
     try:
-        inv, af = (jnp.asarray(a) for a in rope_schedule(cfg, scaling, cache_size))
-        out = _generate(graphdef, params, prompt, inv, af, jnp.int32(scaling.unscaled_positions), jax.random.key(seed),
+        schedule = rope_schedule(cfg, scaling, cache_size)
+        out = _generate(graphdef, params, prompt, schedule, jnp.int32(scaling.unscaled_positions), jax.random.key(seed),
                         max_new_tokens=max_new_tokens, cache_size=cache_size, rotate_at_use=rotate,
                         temperature=float(temperature), top_k=int(top_k))
         return np.asarray(out)

@@ -43,8 +43,9 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from posenc import checkpoint, data
+from posenc.encodings import get_encoding
 from posenc.model import ModelConfig
-from posenc.rope_scaling import RopeScaling, rope_frequencies
+from posenc.rope_scaling import RopeScaling, rope_inputs
 
 SCALINGS = ("none", "run", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_linear", "dynamic_yarn", "llama3",
             "longrope")
@@ -79,9 +80,10 @@ class Run:
 
     def summary(self) -> dict[str, Any]:
         s = self.cfg.rope_scaling
+        rotary = self.cfg.encoding.takes_rope_scaling
         return {"run": self.name, "posenc": self.cfg.posenc, "train_len": self.train_len, "step": self.step,
-                "rope_base": self.cfg.rope_base if self.cfg.posenc == "rope" else None,
-                "run_scaling": s.kind if self.cfg.posenc == "rope" else None, "d_model": self.cfg.d_model,
+                "rope_base": self.cfg.rope_base if rotary else None,
+                "run_scaling": s.kind if rotary else None, "d_model": self.cfg.d_model,
                 "num_layers": self.cfg.num_layers}
 
 
@@ -99,8 +101,9 @@ def scaling_for(run: Run, name: str, length: int, factor: float | None = None,
     """
     if name not in SCALINGS:
         raise ValueError(f"scaling must be one of {SCALINGS}, got {name!r}")
-    if run.cfg.posenc != "rope" and name not in ("none", "run"):
-        raise ValueError(f"scaling {name!r} does not apply to run {run.name!r}: posenc={run.cfg.posenc!r} has no RoPE")
+    if not applies(run, name):
+        raise ValueError(f"scaling {name!r} does not apply to run {run.name!r}: posenc={run.cfg.posenc!r} takes no "
+                         "RoPE scaling")
     if name == "none":
         return RopeScaling()
     if name == "run":
@@ -126,7 +129,7 @@ def scaling_for(run: Run, name: str, length: int, factor: float | None = None,
 
 def applies(run: Run, scaling: str) -> bool:
     """Whether inference-time scaling `scaling` applies to `run` (`none` and `run` apply to every run)."""
-    return scaling in ("none", "run") or run.cfg.posenc == "rope"
+    return scaling in ("none", "run") or run.cfg.encoding.takes_rope_scaling
 
 
 def default_scalings(config) -> list[str]:
@@ -134,7 +137,7 @@ def default_scalings(config) -> list[str]:
     gets `none`), with `run` first when it was trained with a scaling of its own (a fine-tuned PI / YaRN run
     is evaluated with the scaling it was fine-tuned with by default)."""
     out = [s.strip() for s in config.eval.scalings.split(",") if s.strip()]
-    if config.model.posenc != "rope":
+    if not get_encoding(config.model.posenc).takes_rope_scaling:
         return [s for s in out if s in ("none", "run")] or ["none"]
     if config.model.rope.scaling.kind != "none" and "run" not in out:
         out.insert(0, "run")
@@ -157,8 +160,8 @@ def prepare_out_dir(out: str | pathlib.Path, what: str = "--out") -> pathlib.Pat
 def _nll_fn(graphdef, cfg: ModelConfig):
     """Jitted per-position NLL `[B, L]` with RoPE frequencies as traced inputs."""
 
-    def fn(params, x, y, inv_freq, attention_factor, n_hat):
-        rope = (inv_freq, attention_factor, n_hat) if cfg.posenc == "rope" else None
+    def fn(params, x, y, inv_freq, attention_factor, n_hat, inv_freq_lo):
+        rope = (inv_freq, attention_factor, n_hat, inv_freq_lo) if cfg.encoding.takes_rope_scaling else None
         logits = nnx.merge(graphdef, params)(x, rope=rope)
         return optax.softmax_cross_entropy_with_integer_labels(logits, y)
 
@@ -186,25 +189,26 @@ class Evaluator:
         return self._fns[length]
 
     def undefined_reason(self, length: int) -> str | None:
-        cfg = self.run.cfg
-        if cfg.posenc == "learned" and length > cfg.max_len and self.learned_beyond == "error":
-            return (f"learned positions are undefined past the table (max_len={cfg.max_len}); "
-                    "pass --learned_beyond=interpolate to resample it")
+        cfg = dataclasses.replace(self.run.cfg, learned_beyond=self.learned_beyond)
+        limit = cfg.encoding.max_positions(cfg)
+        if limit is not None and length > limit:
+            return (f"posenc={cfg.posenc!r} is undefined past {limit} positions (a learned table of max_len="
+                    f"{cfg.max_len}); pass --learned_beyond=interpolate to resample it")
         return None
 
     def nll(self, x: np.ndarray, y: np.ndarray, scaling: RopeScaling) -> np.ndarray:
         """Per-position NLL `[n, L]` (nats) of windows `x`, `y` `[n, L]` under `scaling`."""
         length = x.shape[1]
         cfg = self.run.cfg
-        if cfg.posenc == "rope":
-            inv, af = rope_frequencies(cfg.rotary_dim, base=cfg.rope_base, scaling=scaling, seq_len=length)
+        if cfg.encoding.takes_rope_scaling:
+            inv, af, n_hat, lo = rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, length)
         else:
-            inv, af = np.zeros((1,)), 1.0
-        inv, af = jnp.asarray(inv, jnp.float32), jnp.asarray(af, jnp.float32)
-        n_hat = jnp.asarray(scaling.unscaled_positions, jnp.int32)
+            inv, af, n_hat, lo = np.zeros((1,)), 1.0, 0, np.zeros((1,))
+        inv, af, lo = jnp.asarray(inv, jnp.float32), jnp.asarray(af, jnp.float32), jnp.asarray(lo, jnp.float32)
+        n_hat = jnp.asarray(n_hat, jnp.int32)
         fn = self._fn(length)
         batch = max(1, self.tokens_per_batch // length)
-        out = [np.asarray(fn(self.run.params, x[i:i + batch], y[i:i + batch], inv, af, n_hat))
+        out = [np.asarray(fn(self.run.params, x[i:i + batch], y[i:i + batch], inv, af, n_hat, lo))
                for i in range(0, len(x), batch)]
         nll = np.concatenate(out).astype(np.float64)
         if not np.isfinite(nll).all() or nll.mean() > MAX_NLL:
@@ -298,7 +302,8 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
     for name in scalings or ():
         if not any(applies(r, name) for r in runs):
             raise ValueError(f"scaling {name!r} does not apply to any of the runs (posenc: "
-                             f"{sorted({r.cfg.posenc for r in runs})}); only RoPE runs can be rescaled")
+                             f"{sorted({r.cfg.posenc for r in runs})}); only encodings that take a RoPE scaling "
+                             "can be rescaled")
     streams, corpora = {}, {}
     for run in runs:
         path = run.config.data.path

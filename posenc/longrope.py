@@ -235,8 +235,9 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
 
     run = load_run(workdir)
     cfg_model = run.cfg
-    if cfg_model.posenc != "rope":
-        raise ValueError(f"LongRoPE needs a RoPE run; {workdir!r} has posenc={cfg_model.posenc!r}")
+    if not cfg_model.encoding.takes_rope_scaling:
+        raise ValueError(f"LongRoPE needs a run whose encoding takes a RoPE scaling; {workdir!r} has "
+                         f"posenc={cfg_model.posenc!r}")
     orig = run.base_len
     if target_len <= orig:
         raise ValueError(f"target_len={target_len} must exceed the run's original length {orig}")

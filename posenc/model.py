@@ -3,20 +3,16 @@
 Pre-norm blocks (RMSNorm → causal self-attention without biases → residual; RMSNorm → GELU MLP of
 `mlp_dim` → residual), a final RMSNorm and an untied output head, over bytes (vocab 256).
 
-`ModelConfig.posenc` (dispatched in one place, `Transformer.position_plan`):
-  * `none` — NoPE: no positional signal except the causal mask (Kazemnejad et al. 2023, arXiv 2305.19466).
-  * `sinusoidal` — `posenc.sinusoidal_encoding` added to the token embeddings (Vaswani et al. 2017).
-  * `learned` — a `[max_len, d_model]` table added to the embeddings (GPT-2 / BERT). Undefined past
-    `max_len`: a `ValueError` unless `learned_beyond='interpolate'` (the table linearly resampled to the
-    new length, the "interpolation" the seeds mention).
-  * `rope` — q and k rotated by `posenc.apply_rope` with `rope_base`, `rope_layout`, `rope_fraction` of
-    each head, and `rope_scaling` (a `RopeScaling`).
-  * `alibi` — linear biases on the logits (Press et al. 2022).
+`ModelConfig.posenc` names an encoding of the registry (`posenc/encodings.py`; the interface is
+`posenc/encoding.py`). The Transformer builds it once (`Transformer.encoding`) and asks it, on every
+forward pass, for its per-pass context, its absolute embedding, its transform of q and k, and its logit
+bias; nothing here depends on which encoding it is.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -24,14 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc.alibi import alibi_slopes
 from posenc.attention import attention, block_causal_attention
-from posenc.rope import LAYOUTS, apply_rope
-from posenc.rope_scaling import RopeScaling, rope_frequencies
-from posenc.sinusoidal import sinusoidal_encoding
+from posenc.encodings import get_encoding
+from posenc.learned import LEARNED_BEYOND
+from posenc.rope_scaling import RopeScaling
 
-POSENCS = ("none", "sinusoidal", "learned", "rope", "alibi")
-LEARNED_BEYOND = ("error", "interpolate")
 DTYPES = ("float32", "bfloat16")
 
 
@@ -55,6 +48,7 @@ class ModelConfig:
     attn_chunk: int = 0  # query chunk size of attention; 0 = the whole sequence at once
     attn_block: int = 0  # block-causal attention block for default positions (skips future blocks); 0 = off
     dtype: str = "float32"  # activations; parameters are float32
+    encoding_options: tuple = ()  # sorted (option, value) pairs of `model.<posenc>` (see Encoding.options)
 
     def __post_init__(self):
         def positive(name):
@@ -64,8 +58,6 @@ class ModelConfig:
 
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "mlp_dim", "max_len"):
             positive(name)
-        if self.posenc not in POSENCS:
-            raise ValueError(f"model.posenc must be one of {POSENCS}, got {self.posenc!r}")
         if self.learned_beyond not in LEARNED_BEYOND:
             raise ValueError(f"model.learned_beyond must be one of {LEARNED_BEYOND}, got {self.learned_beyond!r}")
         if self.d_model % self.num_heads:
@@ -76,31 +68,14 @@ class ModelConfig:
             raise ValueError(f"model.attn_chunk must be >= 0 (0 = no chunking), got {self.attn_chunk!r}")
         if self.attn_block < 0:
             raise ValueError(f"model.attn_block must be >= 0 (0 = off), got {self.attn_block!r}")
-        if self.posenc == "sinusoidal" and self.d_model % 2:
-            raise ValueError(f"model.d_model must be even for posenc='sinusoidal', got {self.d_model}")
-        if self.posenc == "rope":
-            if self.rope_layout not in LAYOUTS:
-                raise ValueError(f"model.rope.layout must be one of {LAYOUTS}, got {self.rope_layout!r}")
-            if not 0 < self.rope_fraction <= 1:
-                raise ValueError(f"model.rope.fraction must be in (0, 1], got {self.rope_fraction!r}")
-            if self.rotary_dim < 2 or self.rotary_dim % 2:
-                raise ValueError(
-                    f"model.rope: the rotary dimension head_dim · fraction = {self.head_dim} · {self.rope_fraction} "
-                    f"= {self.head_dim * self.rope_fraction:g} must be an even integer ≥ 2 "
-                    f"(head_dim = d_model / num_heads = {self.head_dim})"
-                )
-            if not self.rope_base > 0:
-                raise ValueError(f"model.rope.base must be > 0, got {self.rope_base!r}")
-            if not isinstance(self.rope_scaling, RopeScaling):
-                raise ValueError(f"model.rope.scaling must be a RopeScaling, got {type(self.rope_scaling).__name__}")
-            factors = self.rope_scaling.long_factor
-            if factors is not None:
-                shape = np.shape(factors)
-                if shape[-1] != self.rotary_dim // 2 or (len(shape) == 2 and shape[0] != self.num_layers):
-                    raise ValueError(
-                        f"model.rope.scaling long_factor/short_factor must be [{self.rotary_dim // 2}] or "
-                        f"[num_layers={self.num_layers}, {self.rotary_dim // 2}], got {shape}"
-                    )
+        enc = get_encoding(self.posenc)
+        enc.option_values(self)
+        enc.check(self)
+
+    @property
+    def encoding(self):
+        """The encoding class of `posenc` (its facts: `takes_rope_scaling`, `length_dependent`, …)."""
+        return get_encoding(self.posenc)
 
     @property
     def head_dim(self) -> int:
@@ -110,32 +85,6 @@ class ModelConfig:
     def rotary_dim(self) -> int:
         rd = self.head_dim * self.rope_fraction
         return int(rd) if float(rd).is_integer() else -1
-
-
-class PositionPlan(NamedTuple):
-    """What positions contribute to a forward pass (built by `Transformer.position_plan`)."""
-
-    absolute: Any  # [B|1, T, d_model] added to the embeddings, or None
-    inv_freq: Any  # RoPE [r] or per layer [num_layers, r], or None
-    attention_factor: Any  # RoPE cos/sin multiplier (scalar)
-    alibi_slopes: Any  # [N] or None
-    rope_unscaled: Any = None  # LongRoPE's (original inv_freq [r], n̂) or None
-
-
-def interpolate_table(table, new_len: int):
-    """Linearly resamples a learned position table `[L, d]` to `[new_len, d]`.
-
-    Row p of the result is the table at fractional position p · (L − 1) / (new_len − 1): the endpoints
-    are kept and every gap is stretched by the same factor (Position Interpolation for a learned table).
-    """
-    old_len = table.shape[0]
-    if new_len <= old_len:
-        return table[:new_len]
-    src = jnp.arange(new_len, dtype=jnp.float32) * ((old_len - 1) / (new_len - 1))
-    lo = jnp.floor(src).astype(jnp.int32)
-    hi = jnp.minimum(lo + 1, old_len - 1)
-    w = (src - lo)[:, None]
-    return table[lo] * (1 - w) + table[hi] * w
 
 
 @jax.custom_vjp
@@ -190,44 +139,36 @@ class Attention(nnx.Module):
         self.qkv = linear(d, 3 * d, 0.02, rngs)
         self.out = linear(d, d, 0.02 / (2 * cfg.num_layers) ** 0.5, rngs)
 
-    def __call__(self, x, positions, inv_freq, attention_factor, alibi_slopes, cache=None, unscaled=None,
-                 aligned=False):
-        """Self-attention of `x [B, T, d]` at `positions [B|1, T]`.
+    def __call__(self, x, positions, enc, ctx, layer: int, cache=None, aligned=False):
+        """Self-attention of `x [B, T, d]` at `positions [B|1, T]`, positions entering through the encoding
+        `enc` (its `rotate` of q and k, its `bias`) with the forward pass's context `ctx`.
 
         With `cache = (k [B, S, N, H], v [B, S, N, H], k_pos [B|1, S], rotate_at_use)` (decoding), the new
         keys and values are written into the cache at slots `positions` (slot = position), the queries
         attend to every cached key at its position, and `(y, (k, v))` is returned. `rotate_at_use`
-        (static): the cache holds *unrotated* keys that are rotated with the current frequencies at every
-        step — exact for scalings whose frequencies change with the sequence length (dynamic NTK, dynamic
+        (static): the cache holds *unrotated* keys that are rotated with the current context at every
+        step — exact for encodings whose frequencies change with the sequence length (dynamic NTK, dynamic
         YaRN, LongRoPE's switch); otherwise keys are rotated once, before caching.
         """
         cfg = self.cfg
         b, t, _ = x.shape
         q, k, v = jnp.split(self.qkv(x).reshape(b, t, 3 * cfg.num_heads, cfg.head_dim), 3, axis=2)
-
-        def rope(a, pos):
-            if inv_freq is None:
-                return a
-            original, n_hat = unscaled if unscaled is not None else (None, 0)
-            return apply_rope(a, pos, inv_freq, layout=cfg.rope_layout, attention_factor=attention_factor,
-                              original_inv_freq=original, unscaled_positions=n_hat)
-
-        q = rope(q, positions)
+        q = enc.rotate(q, positions, ctx, layer, "q")
+        bias_fn = functools.partial(enc.bias, ctx=ctx, layer=layer) if enc.has_bias else None
         if cache is None:
+            k = enc.rotate(k, positions, ctx, layer, "k")
             if aligned and cfg.attn_block and not (cfg.attn_chunk and cfg.attn_chunk < t):
-                y = block_causal_attention(q, rope(k, positions), v, positions, positions, alibi_slopes=alibi_slopes,
-                                           block=cfg.attn_block)
+                y = block_causal_attention(q, k, v, positions, positions, bias_fn=bias_fn, block=cfg.attn_block)
             else:
-                y = attention(q, rope(k, positions), v, positions, positions, alibi_slopes=alibi_slopes,
-                              chunk_size=cfg.attn_chunk)
+                y = attention(q, k, v, positions, positions, bias_fn=bias_fn, chunk_size=cfg.attn_chunk)
             return self.out(y.reshape(b, t, cfg.d_model))
         k_cache, v_cache, k_pos, rotate_at_use = cache
         offset = positions.reshape(-1)[0]  # new tokens occupy slots offset … offset + T − 1 in every row
-        k_new = k if rotate_at_use else rope(k, positions)
+        k_new = k if rotate_at_use else enc.rotate(k, positions, ctx, layer, "k")
         k_cache = jax.lax.dynamic_update_slice(k_cache, k_new.astype(k_cache.dtype), (0, offset, 0, 0))
         v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, offset, 0, 0))
-        keys = rope(k_cache, jnp.maximum(k_pos, 0)) if rotate_at_use else k_cache
-        y = attention(q, keys, v_cache, positions, k_pos, alibi_slopes=alibi_slopes, chunk_size=cfg.attn_chunk)
+        keys = enc.rotate(k_cache, jnp.maximum(k_pos, 0), ctx, layer, "k") if rotate_at_use else k_cache
+        y = attention(q, keys, v_cache, positions, k_pos, bias_fn=bias_fn, chunk_size=cfg.attn_chunk)
         return self.out(y.reshape(b, t, cfg.d_model)), (k_cache, v_cache)
 
 
@@ -239,15 +180,12 @@ class Block(nnx.Module):
         self.fc = linear(cfg.d_model, cfg.mlp_dim, 0.02, rngs)
         self.proj = linear(cfg.mlp_dim, cfg.d_model, 0.02 / (2 * cfg.num_layers) ** 0.5, rngs)
 
-    def __call__(self, x, positions, inv_freq, attention_factor, alibi_slopes, cache=None, unscaled=None,
-                 aligned=False):
+    def __call__(self, x, positions, enc, ctx, layer: int, cache=None, aligned=False):
         if cache is None:
-            x = x + self.attn(self.norm1(x), positions, inv_freq, attention_factor, alibi_slopes, unscaled=unscaled,
-                              aligned=aligned)
+            x = x + self.attn(self.norm1(x), positions, enc, ctx, layer, aligned=aligned)
             new_cache = None
         else:
-            y, new_cache = self.attn(self.norm1(x), positions, inv_freq, attention_factor, alibi_slopes, cache,
-                                     unscaled=unscaled)
+            y, new_cache = self.attn(self.norm1(x), positions, enc, ctx, layer, cache)
             x = x + y
         return x + self.proj(jax.nn.gelu(self.fc(self.norm2(x)))), new_cache
 
@@ -258,58 +196,10 @@ class Transformer(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, embedding_init=nnx.initializers.normal(1.0), rngs=rngs)
-        if cfg.posenc == "learned":
-            # std 1/sqrt(2): the per-feature RMS of the sinusoidal encoding, so both APEs start at one scale
-            self.pos_table = nnx.Param(nnx.initializers.normal(2**-0.5)(rngs.params(), (cfg.max_len, cfg.d_model)))
+        self.encoding = get_encoding(cfg.posenc)(cfg, rngs=rngs)
         self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
         self.final_norm = nnx.RMSNorm(cfg.d_model, rngs=rngs)
         self.head = linear(cfg.d_model, cfg.vocab_size, 0.02, rngs)
-
-    def position_plan(self, positions, seq_len: int, rope=None) -> PositionPlan:
-        """The one dispatch point on `posenc`.
-
-        Args:
-          positions: `[B|1, T]` integer positions.
-          seq_len: static length of the context (largest position + 1 the caller may use); it selects
-            dynamic RoPE scalings and LongRoPE's factors, and bounds the learned table.
-          rope: optional `(inv_freq, attention_factor)` or `(inv_freq, attention_factor, n̂)` overriding the
-            configured RoPE frequencies (traced values: sweeps and searches over scalings without
-            recompiling); n̂ is LongRoPE's number of initial positions kept unscaled.
-        """
-        cfg = self.cfg
-        absolute = inv_freq = slopes = unscaled = None
-        attention_factor = 1.0
-        match cfg.posenc:
-            case "none":
-                pass
-            case "sinusoidal":
-                absolute = sinusoidal_encoding(positions, cfg.d_model, cfg.sinusoidal_base)
-            case "learned":
-                table = self.pos_table[...]
-                if seq_len > cfg.max_len:
-                    if cfg.learned_beyond == "error":
-                        raise ValueError(
-                            f"posenc='learned' is undefined past its table: sequence length {seq_len} > "
-                            f"model.max_len={cfg.max_len}. Set model.learned_beyond='interpolate' to resample "
-                            "the table to the new length."
-                        )
-                    table = interpolate_table(table, seq_len)
-                # mode='fill': an out-of-range position gives NaN, never JAX's silent clamp to the last row
-                absolute = jnp.take(table, positions, axis=0, mode="fill", fill_value=jnp.nan)
-            case "rope":
-                if rope is None:
-                    inv, attention_factor = rope_frequencies(cfg.rotary_dim, base=cfg.rope_base,
-                                                             scaling=cfg.rope_scaling, seq_len=seq_len)
-                    inv_freq, n_hat = jnp.asarray(inv, jnp.float32), cfg.rope_scaling.unscaled_positions
-                else:
-                    inv_freq, attention_factor, n_hat = (*rope, 0) if len(rope) == 2 else rope
-                if not (isinstance(n_hat, int) and n_hat == 0):
-                    unscaled = (jnp.asarray(rope_frequencies(cfg.rotary_dim, base=cfg.rope_base)[0], jnp.float32), n_hat)
-            case "alibi":
-                slopes = jnp.asarray(alibi_slopes(cfg.num_heads), jnp.float32)
-            case _:
-                raise ValueError(f"model.posenc must be one of {POSENCS}, got {cfg.posenc!r}")
-        return PositionPlan(absolute, inv_freq, attention_factor, slopes, unscaled)
 
     def __call__(self, tokens, positions=None, *, seq_len: int | None = None, rope=None, cache: "KVCache | None" = None):
         """Logits of the next byte.
@@ -317,9 +207,12 @@ class Transformer(nnx.Module):
         Args:
           tokens: `[B, T]` int.
           positions: `[B|1, T]` (default 0 … T−1).
-          seq_len: the static context length (see `position_plan`); defaults to T, or to max(positions) + 1
-            for concrete positions. Required with traced positions.
-          rope: optional `(inv_freq, attention_factor)` override (see `position_plan`).
+          seq_len: the static length of the context (largest position + 1 the caller may use): it selects
+            dynamic RoPE scalings and LongRoPE's factors, and bounds a learned table. Defaults to T, or to
+            max(positions) + 1 for concrete positions. Required with traced positions.
+          rope: optional traced `(inv_freq, attention_factor)` or `(inv_freq, attention_factor, n̂)`
+            overriding the configured RoPE frequencies of an encoding that takes a RoPE scaling (sweeps and
+            searches over scalings without recompiling; `posenc.rope_scaling.rope_inputs` computes them).
           cache: a `KVCache` (see `init_cache`): decode `tokens` at `positions` after the cached ones, and
             return `(logits, new_cache)`.
 
@@ -339,10 +232,12 @@ class Transformer(nnx.Module):
             positions = np.asarray(positions)
             seq_len = int(positions.max()) + 1
         positions = jnp.asarray(positions)
-        plan = self.position_plan(positions, seq_len, rope)
+        enc = self.encoding
+        ctx = enc.context(positions, seq_len, rope)
         x = self.embed(tokens).astype(dtype)
-        if plan.absolute is not None:
-            x = x + plan.absolute.astype(dtype)
+        absolute = enc.absolute(positions, ctx)
+        if absolute is not None:
+            x = x + absolute.astype(dtype)
         k_pos = None
         if cache is not None:
             offset = positions.reshape(-1)[0]
@@ -350,12 +245,8 @@ class Transformer(nnx.Module):
                                                  (0, offset))
         new_k, new_v = [], []
         for i, block in enumerate(self.blocks):
-            inv = plan.inv_freq
-            if inv is not None and inv.ndim == 2:  # per-layer LongRoPE factors
-                inv = inv[i]
             layer_cache = None if cache is None else (cache.k[i], cache.v[i], k_pos, cache.rotate_at_use)
-            x, updated = block(x, positions, inv, plan.attention_factor, plan.alibi_slopes, layer_cache,
-                               unscaled=plan.rope_unscaled, aligned=aligned and cache is None)
+            x, updated = block(x, positions, enc, ctx, i, layer_cache, aligned=aligned and cache is None)
             if updated is not None:
                 new_k.append(updated[0])
                 new_v.append(updated[1])

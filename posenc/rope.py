@@ -16,9 +16,14 @@ Only the first 2r features rotate (partial rotary, GPT-NeoX `rotary_pct`); the r
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from posenc.encoding import Encoding
+from posenc.rope_scaling import RopeScaling, is_length_dependent, rope_frequencies, rope_inputs
 
 LAYOUTS = ("half", "interleaved")
 
@@ -26,6 +31,49 @@ LAYOUTS = ("half", "interleaved")
 def rope_angles_dtype(inv_freq) -> jnp.dtype:
     """Angles are computed in float32, or float64 when given float64 frequencies with x64 enabled."""
     return jnp.promote_types(jnp.float32, jnp.asarray(inv_freq).dtype)
+
+
+# Range reduction of the angles p·θ in float32 (Cody–Waite): p = p_hi·K + p_lo, and K·θ reduced mod 2π with
+# 2π = C1 + C2, C1 short enough that n·C1 is exact for every n ≤ K/2π + 1.
+_SPLIT = 4096  # K, a power of two: K·θ is exact in float32
+_TWO_PI_HI = 6.28125  # 201/32: 8 significant bits
+_TWO_PI_LO = float(np.float32(2 * np.pi - 6.28125))
+
+
+def inv_freq_residual(inv_freq) -> np.ndarray:
+    """θ − float32(θ) as float32, for float64 θ: the part of each frequency a float32 θ drops (at position
+    10⁶ it is worth up to 0.03 rad). `apply_rope(..., inv_freq_lo=)` adds it back."""
+    theta = np.asarray(inv_freq, np.float64)
+    return (theta - theta.astype(np.float32).astype(np.float64)).astype(np.float32)
+
+
+def rope_angles(positions, inv_freq, inv_freq_lo=None):
+    """The angles p·θ `[..., T, r]`, accurate in float32 at large integer positions.
+
+    For float32 θ and integer positions: with p = p_hi·K + p_lo (K = 4096) and c = K·θ mod 2π (K·θ is exact,
+    the reduction by a two-part 2π nearly so),
+
+        p·θ ≡ p_hi·c + p_lo·θ + p·θ_lo   (mod 2π),
+
+    each term small, so the angle is within ~5e-4 rad of float64 up to |p| ≈ 2·10⁶ (`p·θ` rounded directly
+    is off by up to 0.03 rad at p = 10⁶, as in Hugging Face and MaxText). θ_lo = `inv_freq_residual(θ64)`
+    restores the digits θ lost when it was rounded to float32. Float positions or float64 θ: `p·θ` directly.
+    """
+    ft = rope_angles_dtype(inv_freq)
+    positions = jnp.asarray(positions)
+    theta = jnp.asarray(inv_freq, ft)
+    if ft != jnp.float32 or not jnp.issubdtype(positions.dtype, jnp.integer):
+        angles = positions.astype(ft)[..., None] * theta
+        return angles if inv_freq_lo is None else angles + positions.astype(ft)[..., None] * jnp.asarray(inv_freq_lo, ft)
+    p = positions.astype(jnp.int32)[..., None]
+    p_hi, p_lo = (p // _SPLIT).astype(ft), (p % _SPLIT).astype(ft)
+    x = theta * _SPLIT
+    n = jnp.round(x / (2 * np.pi))
+    c = (x - n * _TWO_PI_HI) - n * _TWO_PI_LO
+    angles = p_hi * c + p_lo * theta
+    if inv_freq_lo is not None:
+        angles = angles + p.astype(ft) * jnp.asarray(inv_freq_lo, ft)
+    return angles
 
 
 def _materialize(cos, sin):
@@ -43,7 +91,7 @@ def _materialize(cos, sin):
 
 
 def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor=1.0, original_inv_freq=None,
-               unscaled_positions=0):
+               unscaled_positions=0, inv_freq_lo=None):
     """Rotates the features of `x` by RoPE angles `positions · inv_freq`.
 
     Args:
@@ -57,6 +105,8 @@ def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor
       original_inv_freq, unscaled_positions: LongRoPE's n̂ (arXiv 2402.13753 §3.2): positions
         p < unscaled_positions use `original_inv_freq` (the unscaled θ) instead of `inv_freq`, so the
         first n̂ tokens are not interpolated. `unscaled_positions` may be traced.
+      inv_freq_lo: optional `inv_freq_residual(θ64)` `[r]`: the float64 digits of θ, for angles within
+        ~5e-4 rad of float64 at positions up to ~2·10⁶ (see `rope_angles`).
 
     Returns:
       The rotated `x`, same shape and dtype. Angles and the rotation are computed in float32 or better
@@ -87,13 +137,15 @@ def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor
         ) from None
 
     ft = rope_angles_dtype(inv_freq)
-    pos = positions.astype(ft)[..., None]
-    angles = pos * jnp.asarray(inv_freq, ft)  # [..., T, r]
+    if inv_freq_lo is not None and jnp.shape(inv_freq_lo) != inv_freq.shape:
+        raise ValueError(f"apply_rope: inv_freq_lo {jnp.shape(inv_freq_lo)} must match inv_freq {inv_freq.shape}")
+    angles = rope_angles(positions, inv_freq, inv_freq_lo)  # [..., T, r]
     if original_inv_freq is not None:
         original = jnp.asarray(original_inv_freq, ft)
         if original.shape != inv_freq.shape:
             raise ValueError(f"apply_rope: original_inv_freq {original.shape} must match inv_freq {inv_freq.shape}")
-        angles = jnp.where(pos < unscaled_positions, pos * original, angles)
+        pos = positions.astype(ft)[..., None]
+        angles = jnp.where(pos < unscaled_positions, rope_angles(positions, original), angles)
     cos, sin = _materialize(jnp.cos(angles) * attention_factor, jnp.sin(angles) * attention_factor)
     cos, sin = cos[..., None, :], sin[..., None, :]  # [..., T, 1, r]: broadcast over heads
     # One fused elementwise pass: split the rotary features into their pairs with a reshape (free), rotate,
@@ -133,3 +185,67 @@ def relative_decay_bound(distances, rotary_dim: int, base: float = 10000.0) -> n
     phases = np.exp(1j * np.asarray(distances, np.float64)[:, None] * theta)  # [n, d/2]
     partial_sums = np.cumsum(phases, axis=-1)  # S_1 … S_{d/2}
     return np.abs(partial_sums).mean(axis=-1)
+
+
+class RopeContext(NamedTuple):
+    inv_freq: jax.Array  # [r] or per layer [num_layers, r]
+    attention_factor: jax.Array  # multiplies cos and sin
+    n_hat: jax.Array | int  # LongRoPE: positions below it use original_inv_freq
+    original_inv_freq: jax.Array | None  # the unscaled θ, only when n̂ may be non-zero
+    inv_freq_lo: jax.Array | None = None  # the float64 digits of inv_freq (`inv_freq_residual`), or None
+
+
+class Rope(Encoding):
+    """q and k rotated by `apply_rope` with `model.rope.base`, `layout`, `fraction` of each head and the
+    `RopeScaling` `model.rope.scaling`; per-layer LongRoPE factors pick row `layer`."""
+
+    name = "rope"
+    paper = "Su et al. 2021, arXiv 2104.09864"
+    takes_rope_scaling = True
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        if cfg.rope_layout not in LAYOUTS:
+            raise ValueError(f"model.rope.layout must be one of {LAYOUTS}, got {cfg.rope_layout!r}")
+        if not 0 < cfg.rope_fraction <= 1:
+            raise ValueError(f"model.rope.fraction must be in (0, 1], got {cfg.rope_fraction!r}")
+        if cfg.rotary_dim < 2 or cfg.rotary_dim % 2:
+            raise ValueError(
+                f"model.rope: the rotary dimension head_dim · fraction = {cfg.head_dim} · {cfg.rope_fraction} "
+                f"= {cfg.head_dim * cfg.rope_fraction:g} must be an even integer ≥ 2 "
+                f"(head_dim = d_model / num_heads = {cfg.head_dim})"
+            )
+        if not cfg.rope_base > 0:
+            raise ValueError(f"model.rope.base must be > 0, got {cfg.rope_base!r}")
+        if not isinstance(cfg.rope_scaling, RopeScaling):
+            raise ValueError(f"model.rope.scaling must be a RopeScaling, got {type(cfg.rope_scaling).__name__}")
+        factors = cfg.rope_scaling.long_factor
+        if factors is not None:
+            shape = np.shape(factors)
+            if shape[-1] != cfg.rotary_dim // 2 or (len(shape) == 2 and shape[0] != cfg.num_layers):
+                raise ValueError(
+                    f"model.rope.scaling long_factor/short_factor must be [{cfg.rotary_dim // 2}] or "
+                    f"[num_layers={cfg.num_layers}, {cfg.rotary_dim // 2}], got {shape}"
+                )
+
+    @classmethod
+    def length_dependent(cls, cfg, scaling=None) -> bool:
+        return is_length_dependent(cfg.rope_scaling if scaling is None else scaling)
+
+    def context(self, positions, seq_len: int, rope=None) -> RopeContext:
+        cfg = self.cfg
+        if rope is None:
+            rope = rope_inputs(cfg.rotary_dim, cfg.rope_base, cfg.rope_scaling, seq_len)
+        inv_freq, attention_factor, n_hat, lo = (tuple(rope) + (0, None))[:4] if len(rope) < 4 else rope
+        original = None
+        if not (isinstance(n_hat, int) and n_hat == 0):
+            original = jnp.asarray(rope_frequencies(cfg.rotary_dim, base=cfg.rope_base)[0], jnp.float32)
+        lo = None if lo is None else jnp.asarray(lo, jnp.float32)
+        return RopeContext(jnp.asarray(inv_freq, jnp.float32), attention_factor, n_hat, original, lo)
+
+    def rotate(self, x, positions, ctx: RopeContext, layer: int, role: str):
+        per_layer = ctx.inv_freq.ndim == 2
+        inv = ctx.inv_freq[layer] if per_layer else ctx.inv_freq
+        lo = ctx.inv_freq_lo[layer] if per_layer and ctx.inv_freq_lo is not None else ctx.inv_freq_lo
+        return apply_rope(x, positions, inv, layout=self.cfg.rope_layout, attention_factor=ctx.attention_factor,
+                          original_inv_freq=ctx.original_inv_freq, unscaled_positions=ctx.n_hat, inv_freq_lo=lo)

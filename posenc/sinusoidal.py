@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from posenc.encoding import Encoding
+
 
 def sinusoidal_encoding(positions, dim: int, base: float = 10000.0, dtype=jnp.float32):
     """PE at arbitrary (integer or float) positions.
@@ -42,3 +44,20 @@ def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0, dtype=
     if isinstance(num_positions, bool) or not isinstance(num_positions, int) or num_positions <= 0:
         raise ValueError(f"sinusoidal_table: num_positions must be a positive integer, got {num_positions!r}")
     return sinusoidal_encoding(jnp.arange(num_positions), dim, base, dtype)
+
+
+class Sinusoidal(Encoding):
+    """`sinusoidal_encoding(p, d_model, model.sinusoidal_base)` added to the embedding at position p."""
+
+    name = "sinusoidal"
+    paper = "Vaswani et al. 2017, arXiv 1706.03762"
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        if cfg.d_model % 2:
+            raise ValueError(f"model.d_model must be even for posenc='sinusoidal', got {cfg.d_model}")
+        if not cfg.sinusoidal_base > 0:
+            raise ValueError(f"model.sinusoidal_base must be > 0, got {cfg.sinusoidal_base!r}")
+
+    def absolute(self, positions, ctx):
+        return sinusoidal_encoding(positions, self.cfg.d_model, self.cfg.sinusoidal_base)

@@ -237,8 +237,9 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
                    progress: bool = True) -> list[dict[str, Any]]:
     """Re-evaluates one run at every point (one compiled forward per length for all points)."""
     run = load_run(workdir)
-    if run.cfg.posenc != "rope":
-        raise ValueError(f"an eval sweep over RoPE scaling needs a RoPE run; {workdir!r} has posenc={run.cfg.posenc!r}")
+    if not run.cfg.encoding.takes_rope_scaling:
+        raise ValueError(f"an eval sweep over RoPE scaling needs a run whose encoding takes one; {workdir!r} has "
+                         f"posenc={run.cfg.posenc!r}")
     stream = data.load_corpus(run.config.data.path, run.config.data.cache_dir).split(split)
     nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what=f"the {split} split")
     ev = Evaluator(run)

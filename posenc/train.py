@@ -37,7 +37,8 @@ from tqdm.auto import tqdm
 from posenc import checkpoint, data
 from posenc.config import RECOVERY_FIELDS, RESUMABLE_FIELDS, run_changes, schedule_steps, validate
 from posenc.evaluate import LN2, MAX_NLL
-from posenc.model import ModelConfig, interpolate_table
+from posenc.learned import interpolate_table
+from posenc.model import ModelConfig
 
 
 
@@ -147,7 +148,7 @@ def _init_from(other: str, cfg: ModelConfig, params):
     def take(path, new, old):
         if new.shape == old.shape:
             return old
-        if "pos_table" in jax.tree_util.keystr(path):
+        if jax.tree_util.keystr(path) == "['encoding']['table']":  # a learned table (posenc/learned.py)
             if new.shape[0] < old.shape[0]:
                 return old[: new.shape[0]]
             if cfg.learned_beyond != "interpolate":

@@ -11,6 +11,11 @@ from posenc.attention import attention
 RNG = np.random.default_rng(0)
 
 
+def alibi_fn(slopes):
+    """ALiBi as a bias function of positions (what posenc.alibi.Alibi.bias gives attention), or None."""
+    return None if slopes is None else (lambda q_pos, k_pos: posenc.alibi_bias(slopes, q_pos, k_pos))
+
+
 def qkv(b=2, t=37, n=4, h=8):
     return [jnp.asarray(RNG.normal(size=(b, t, n, h)), jnp.float32) for _ in range(3)]
 
@@ -35,7 +40,7 @@ def test_chunked_equals_full_and_reference(alibi, chunk):
     q, k, v = qkv()
     pos = jnp.arange(37)[None]
     slopes = posenc.alibi_slopes(4) if alibi else None
-    out = attention(q, k, v, pos, pos, alibi_slopes=slopes, chunk_size=chunk)
+    out = attention(q, k, v, pos, pos, bias_fn=alibi_fn(slopes), chunk_size=chunk)
     np.testing.assert_allclose(out, reference(q, k, v, pos, pos, slopes), atol=2e-5)
 
 
@@ -73,7 +78,7 @@ def test_block_causal_equals_full(alibi, t, block):
     q, k, v = qkv(t=t)
     pos = jnp.arange(t)[None]
     slopes = posenc.alibi_slopes(4) if alibi else None
-    out = block_causal_attention(q, k, v, pos, pos, alibi_slopes=slopes, block=block)
+    out = block_causal_attention(q, k, v, pos, pos, bias_fn=alibi_fn(slopes), block=block)
     np.testing.assert_allclose(out, reference(q, k, v, pos, pos, slopes), atol=2e-5)
 
 
@@ -103,10 +108,10 @@ def test_gradients_equal_float64_autodiff(mode, alibi):
         q, g = q[:, 12:20], g[:, 12:20]
     slopes = posenc.alibi_slopes(4) if alibi else None
     fn = {
-        "full": lambda a, b, c: attention(a, b, c, q_pos, k_pos, alibi_slopes=slopes),
-        "chunked": lambda a, b, c: attention(a, b, c, q_pos, k_pos, alibi_slopes=slopes, chunk_size=12),
-        "block": lambda a, b, c: block_causal_attention(a, b, c, q_pos, k_pos, alibi_slopes=slopes, block=8),
-        "cache": lambda a, b, c: attention(a, b, c, q_pos, k_pos, alibi_slopes=slopes),
+        "full": lambda a, b, c: attention(a, b, c, q_pos, k_pos, bias_fn=alibi_fn(slopes)),
+        "chunked": lambda a, b, c: attention(a, b, c, q_pos, k_pos, bias_fn=alibi_fn(slopes), chunk_size=12),
+        "block": lambda a, b, c: block_causal_attention(a, b, c, q_pos, k_pos, bias_fn=alibi_fn(slopes), block=8),
+        "cache": lambda a, b, c: attention(a, b, c, q_pos, k_pos, bias_fn=alibi_fn(slopes)),
     }[mode]
     with jax.enable_x64(True):
         args = [jnp.asarray(a, jnp.float64) for a in (q, k, v)]
@@ -132,3 +137,43 @@ def test_bfloat16_gradients_keep_dtype_and_track_float64():
     for a, b in zip(ours, oracle, strict=True):
         assert a.dtype == jnp.bfloat16
         np.testing.assert_allclose(np.asarray(a, np.float64), b, atol=0.03 * np.abs(b).max())
+
+
+@pytest.mark.parametrize("mode", ["full", "chunked", "block", "cache"])
+def test_learned_bias_gets_the_gradient_of_the_textbook_formula(mode):
+    """A bias with parameters (here a free [N, T, T] table, broadcast over the batch) gets dS summed over
+    the batch, equal to float64 autodiff of softmax(q·kᵀ/√H + bias) v, in every way the model attends."""
+    from posenc.attention import block_causal_attention
+
+    t = 32
+    q, k, v, g = (RNG.normal(size=(2, t, 4, 8)) for _ in range(4))
+    table = RNG.normal(size=(4, t, t))
+    pos = np.arange(t)[None]
+    k_pos = np.where(np.arange(t) < 20, np.arange(t), -1)[None] if mode == "cache" else pos
+    q_pos = pos[:, 12:20] if mode == "cache" else pos
+    if mode == "cache":
+        q, g = q[:, 12:20], g[:, 12:20]
+
+    def bias_fn(w):  # a function of positions, as an encoding's bias is
+        return lambda qp, kp: w[:, jnp.clip(qp, 0)[0][:, None], jnp.clip(kp, 0)[0][None, :]][None]
+
+    fn = {
+        "full": lambda w: attention(*args, q_pos, k_pos, bias_fn=bias_fn(w)),
+        "chunked": lambda w: attention(*args, q_pos, k_pos, bias_fn=bias_fn(w), chunk_size=12),
+        "block": lambda w: block_causal_attention(*args, q_pos, k_pos, bias_fn=bias_fn(w), block=8),
+        "cache": lambda w: attention(*args, q_pos, k_pos, bias_fn=bias_fn(w)),
+    }[mode]
+
+    def textbook(w):
+        a, b, c = args
+        s = jnp.einsum("bqnh,bknh->bnqk", a, b) / np.sqrt(a.shape[-1]) + bias_fn(w)(jnp.asarray(q_pos), jnp.asarray(k_pos))
+        mask = (k_pos[:, None, None, :] <= q_pos[:, None, :, None]) & (k_pos[:, None, None, :] >= 0)
+        return jnp.einsum("bnqk,bknh->bqnh", jax.nn.softmax(jnp.where(mask, s, -jnp.inf), axis=-1), c)
+
+    with jax.enable_x64(True):
+        args = [jnp.asarray(a, jnp.float64) for a in (q, k, v)]
+        w = jnp.asarray(table, jnp.float64)
+        ours = jax.grad(lambda w: jnp.sum(fn(w) * g))(w)
+        oracle = jax.grad(lambda w: jnp.sum(textbook(w) * g))(w)
+    assert np.abs(np.asarray(oracle)).max() > 1e-3  # the bias matters
+    np.testing.assert_allclose(ours, oracle, rtol=1e-9, atol=1e-12)

@@ -30,6 +30,11 @@ CASES = [
     ("sinusoidal", {}, None),
     ("learned", {}, None),
     ("alibi", {}, None),
+    ("t5", {}, None),
+    ("kerple", {}, None),
+    ("fire", {}, None),
+    ("xpos", {}, None),
+    ("p_rope", {}, None),
     ("rope", {}, None),
     ("rope", {"rope_layout": "interleaved", "rope_fraction": 0.5}, None),
     ("rope", {}, posenc.RopeScaling("yarn", 4.0, original_max_len=16)),
@@ -62,12 +67,12 @@ def test_dynamic_scaling_with_hf_style_cache_would_differ():
     full = decode.recompute_logits(graphdef, params, x, scaling=scaling)
     model = nnx.merge(graphdef, params)
     cfg = model.cfg
-    inv, af = decode.rope_schedule(cfg, scaling, 40)
+    schedule = decode.rope_schedule(cfg, scaling, 40)
     cache = model.init_cache(2, 40, rotate_at_use=False)  # keys frozen with the frequencies of their step
-    logits, cache = model(x[:, :5], jnp.arange(5)[None], seq_len=40, rope=(inv[4], af[4]), cache=cache)
+    logits, cache = model(x[:, :5], jnp.arange(5)[None], seq_len=40, rope=schedule.at(4, 0), cache=cache)
     outs = [logits]
     for p in range(5, 40):
-        step, cache = model(x[:, p:p + 1], jnp.array([[p]]), seq_len=40, rope=(inv[p], af[p]), cache=cache)
+        step, cache = model(x[:, p:p + 1], jnp.array([[p]]), seq_len=40, rope=schedule.at(p, 0), cache=cache)
         outs.append(step)
     stale = jnp.concatenate(outs, axis=1)
     np.testing.assert_allclose(stale[:, :16], full[:, :16], atol=1e-5)  # identical while the factor is 1

@@ -9,7 +9,9 @@ import pytest
 from flax import nnx
 
 import posenc
-from posenc.model import POSENCS, ModelConfig, Transformer, interpolate_table
+from posenc.encodings import POSENCS
+from posenc.learned import interpolate_table
+from posenc.model import ModelConfig, Transformer
 
 TINY = dict(d_model=32, num_layers=2, num_heads=2, mlp_dim=64, max_len=16)
 
@@ -109,7 +111,7 @@ def test_chunked_and_block_causal_model_equal_plain():
 @pytest.mark.parametrize(
     "kw,match",
     [
-        (dict(posenc="xpos"), r"model.posenc must be one of \('none', 'sinusoidal'"),
+        (dict(posenc="cubic"), r"model.posenc must be one of \('none', 'sinusoidal'"),
         (dict(posenc="rope", d_model=30, num_heads=2), "rotary dimension"),  # head_dim 15: odd
         (dict(posenc="rope", rope_fraction=0.3), "rotary dimension"),
         (dict(posenc="rope", rope_layout="neox"), "layout must be one of"),

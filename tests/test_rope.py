@@ -190,3 +190,27 @@ def test_longrope_initial_positions_keep_unscaled_frequencies():
     np.testing.assert_allclose(out[4:], rope64(x, positions, scaled)[4:], atol=1e-12)
     with pytest.raises(ValueError, match="original_inv_freq"):
         posenc.apply_rope(x, positions, scaled, original_inv_freq=theta[:4], unscaled_positions=4)
+
+
+def test_angles_stay_exact_at_a_million_positions():
+    """float32 RoPE with range-reduced angles and θ's float64 residual is within 2e-3 of float64 up to
+    position 2·10⁶ (rounding p·θ directly in float32 is off by ~0.03 at 10⁶, as in HF and MaxText)."""
+    from posenc.rope import inv_freq_residual, rope_angles  # noqa: PLC0415
+    from posenc.rope_scaling import rope_inputs  # noqa: PLC0415
+
+    inv64 = posenc.rope_frequencies(128)[0]
+    inv32, _, _, lo = rope_inputs(128, 10000.0, None, 8)
+    np.testing.assert_array_equal(lo, inv_freq_residual(inv64))
+    x = np.random.default_rng(0).normal(size=(7, 1, 128))
+    pos = np.array([0, 7, 4095, 4096, 10**5, 10**6, 2 * 10**6])
+    ours = np.asarray(posenc.apply_rope(x.astype(np.float32), pos, inv32, inv_freq_lo=lo))
+    naive = np.asarray(posenc.apply_rope(x.astype(np.float32), pos.astype(np.float32), inv32))  # p·θ directly
+    with jax.enable_x64(True):
+        exact = np.asarray(posenc.apply_rope(jnp.asarray(x), jnp.asarray(pos), jnp.asarray(inv64)))
+        angles64 = np.asarray(rope_angles(jnp.asarray(pos[:, None]), jnp.asarray(inv64)))[:, 0]
+    assert np.abs(ours - exact).max() < 2e-3
+    assert np.abs(naive - exact)[5].max() > 1e-2  # what the range reduction is for
+    # the reduced angles equal p·θ modulo 2π
+    reduced = np.asarray(rope_angles(jnp.asarray(pos[:, None]), inv32, lo))[:, 0]
+    diff = np.angle(np.exp(1j * (reduced.astype(np.float64) - angles64)))
+    assert np.abs(diff).max() < 1e-3

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from posenc import checkpoint, train
-from posenc.model import POSENCS
+from posenc.encodings import POSENCS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -91,7 +91,7 @@ def test_misspelt_config_field_fails(tmp_path):
 @pytest.mark.parametrize(
     "overrides,match",
     [
-        ({"model.posenc": "xpos"}, r"model.posenc must be one of"),
+        ({"model.posenc": "cubic"}, r"model.posenc must be one of"),
         ({"model.d_model": 30, "model.num_heads": 2}, "rotary dimension"),
         ({"train_len": 0}, "config.train_len must be a positive integer"),
         ({"model.rope.scaling.kind": "yarn", "model.rope.scaling.factor": 4.0}, "original_max_len is required"),
@@ -137,7 +137,7 @@ def test_init_from_copies_weights_and_extends_learned_table(tiny_config, tmp_pat
     train.train_and_evaluate(longer, str(tmp_path / "long"))
     _, _, _, params, _ = checkpoint.restore_params(tmp_path / "long")
     _, _, _, src, _ = checkpoint.restore_params(tmp_path / "base")
-    table, src_table = np.asarray(params["pos_table"][...]), np.asarray(src["pos_table"][...])
+    table, src_table = np.asarray(params["encoding"]["table"][...]), np.asarray(src["encoding"]["table"][...])
     assert table.shape == (64, 32)
     # warmup starts at lr 0, so after its one step the run still holds the base weights, table resampled
     np.testing.assert_allclose(table[[0, -1]], src_table[[0, -1]], atol=1e-6)

@@ -89,13 +89,13 @@ def main(argv):
         run = ev.load_run(workdir)
         if "-ft-" in name:
             scalings = ["run", "none"]
-        elif run.cfg.posenc == "rope":
+        elif run.cfg.encoding.takes_rope_scaling:
             scalings = list(ROPE_SCALINGS)
         else:
             scalings = ["none"]
         result = _timed(timing, f"eval/{name}", lambda: ev.evaluate([workdir], LENGTHS, scalings,
                                                                      num_bytes=_NUM_BYTES.value, progress=True))
-        if run.cfg.posenc == "learned":  # the seeds' "interpolation" extension, reported separately
+        if run.cfg.encoding.max_positions(run.cfg) is not None:  # a table: the seeds' "interpolation", reported apart
             interp = ev.evaluate([workdir], LENGTHS, ["none"], num_bytes=_NUM_BYTES.value,
                                  learned_beyond="interpolate", progress=True)
             for row in interp["rows"]:

@@ -1,0 +1,101 @@
+"""The interface of a positional encoding: what it adds to a forward pass, and what pipelines ask of it.
+
+An encoding is an `nnx.Module` built from the `ModelConfig` (its parameters, if it has any, live in it) and
+registered by name in `posenc.encodings.ENCODINGS`. The Transformer builds one, from `model.posenc`, and
+each forward pass calls
+
+    ctx = enc.context(positions, seq_len, rope)   values shared by every layer (RoPE frequencies, …)
+    enc.absolute(positions, ctx)                  [B|1, T, d_model] added to the token embeddings, or None
+    enc.rotate(x, positions, ctx, layer, role)    q or k [B, T, N, H] transformed (role 'q' or 'k'), or x
+    enc.bias(q_pos, k_pos, ctx, layer)            a logit bias [B|1, N|1, Tq, Tk] added to q·kᵀ/√H (only
+                                                  called when `has_bias`); it may hold parameters, which
+                                                  get the gradients of the textbook formula
+
+Positions are always explicit (`[B|1, T]` integers): KV-cache offsets, query chunks and evaluation at any
+length are just other positions.
+
+Pipelines (evaluation, decoding, sweeps, the LongRoPE search, config checks) never compare names: they ask
+the encoding class, given a `ModelConfig`,
+
+    takes_rope_scaling              whether inference-time RoPE scalings (`RopeScaling`) apply to it
+    length_dependent(cfg, scaling)  whether its frequencies change with the sequence length (then the KV
+                                    cache keeps keys unrotated and rotates them at use)
+    max_positions(cfg)              the number of positions it is defined for (a learned table), or None
+    check(cfg)                      raises a ValueError naming the `model.*` field and its valid values
+
+Adding an encoding: one file with its pure math and a subclass of `Encoding`, one line in
+`posenc/encodings.py`, and its tests (the README's "Adding an encoding" walks through one).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from flax import nnx
+
+
+class Encoding(nnx.Module):
+    """Base class: contributes nothing (every method is the identity or None). Subclasses override what
+    their encoding contributes."""
+
+    name: ClassVar[str] = ""
+    paper: ClassVar[str] = ""  # citation, shown in the README's table of encodings
+    takes_rope_scaling: ClassVar[bool] = False
+    has_bias: ClassVar[bool] = False
+    # The encoding's own config fields, `model.<name>.<option>`: {option: (default, comment)}.
+    options: ClassVar[dict[str, tuple[Any, str]]] = {}
+
+    def __init__(self, cfg, *, rngs: nnx.Rngs):
+        del rngs
+        self.cfg = cfg
+
+    @classmethod
+    def option_values(cls, cfg) -> dict[str, Any]:
+        """The encoding's options: the defaults, overridden by `cfg.encoding_options`.
+
+        Raises:
+          ValueError: an option the encoding does not have, or one whose type differs from its default's.
+        """
+        given = dict(cfg.encoding_options)
+        unknown = sorted(set(given) - set(cls.options))
+        if unknown:
+            raise ValueError(f"model.{cls.name}: unknown option(s) {unknown}; valid: {sorted(cls.options)}")
+        values = {k: default for k, (default, _) in cls.options.items()}
+        for key, value in given.items():
+            default = values[key]
+            if isinstance(default, bool) != isinstance(value, bool) or (
+                    isinstance(default, (int, float)) and not isinstance(value, (int, float))) or (
+                    isinstance(default, str) and not isinstance(value, str)):
+                raise ValueError(f"model.{cls.name}.{key} must be like {default!r}, got {value!r}")
+            values[key] = type(default)(value) if isinstance(default, float) else value
+        return values
+
+    # -- facts, answered from the config alone ---------------------------------------------------------
+    @classmethod
+    def check(cls, cfg) -> None:
+        """Raises ValueError for config values this encoding cannot use."""
+
+    @classmethod
+    def length_dependent(cls, cfg, scaling=None) -> bool:
+        """Whether the values it applies at a position depend on the total sequence length."""
+        return False
+
+    @classmethod
+    def max_positions(cls, cfg) -> int | None:
+        """Positions past this are undefined (None: defined everywhere)."""
+        return None
+
+    # -- contributions to a forward pass ---------------------------------------------------------------
+    def context(self, positions, seq_len: int, rope=None) -> Any:
+        """Per-forward values shared by the layers. `rope`: a traced `(inv_freq, attention_factor, n̂)`
+        override, for encodings that take a RoPE scaling."""
+        return None
+
+    def absolute(self, positions, ctx):
+        return None
+
+    def rotate(self, x, positions, ctx, layer: int, role: str):
+        return x
+
+    def bias(self, q_pos, k_pos, ctx, layer: int):
+        return None

@@ -1,0 +1,86 @@
+"""xPos: RoPE with a per-pair exponential decay, so that attention scores shrink with distance.
+
+Sun et al. 2022, "A Length-Extrapolatable Transformer", arXiv 2212.10554, §3.2; reference implementation
+`rotary_embedding_torch.RotaryEmbedding(use_xpos=True)` (used by x-transformers). Pair i gets
+ζ_i = (2i + 0.4·d) / (1.4·d) ∈ [0.29, 1) (d the rotary dimension, γ = `scale_base`); at position n
+
+    q'_n = ζ^((n − c)/γ) ∘ RoPE(q_n, n),     k'_m = ζ^(−(m − c)/γ) ∘ RoPE(k_m, m)
+
+so a score sums terms ζ_i^((n − m)/γ) · (rotation by (n − m)θ_i): it depends on n − m only (any centre c
+cancels), and for a key behind the query (n > m) each pair is damped by ζ_i^((n−m)/γ) ≤ 1. The centre
+c keeps both factors near 1 (the reference uses half the sequence length; posenc uses half the training
+length, a constant, so that cached keys keep their values). Float range: ζ_0^(±p/γ) leaves float32 past
+|p − c| ≈ 36·γ, about 18k positions for γ = 512.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from posenc.encoding import Encoding
+from posenc.rope import LAYOUTS, Rope, apply_rope, rope_angles_dtype
+
+
+def xpos_zeta(rotary_dim: int, dtype=jnp.float32):
+    """ζ_i = (2i + 0.4·d) / (1.4·d), `[d/2]`."""
+    return (jnp.arange(0, rotary_dim, 2, dtype=dtype) + 0.4 * rotary_dim) / (1.4 * rotary_dim)
+
+
+def xpos_scale(positions, rotary_dim: int, scale_base: float, center: float = 0.0, dtype=jnp.float32):
+    """ζ^((p − c)/γ) `[..., T, d/2]` at positions `[..., T]`."""
+    power = (jnp.asarray(positions).astype(dtype) - center)[..., None] / scale_base
+    return xpos_zeta(rotary_dim, dtype) ** power
+
+
+def apply_xpos(q, k, positions, inv_freq, *, scale_base: float = 512.0, layout: str = "interleaved",
+               center: float = 0.0, k_positions=None):
+    """(q', k'): RoPE by `inv_freq` at `positions` with xPos's scale ζ^(n/γ) on q and ζ^(−m/γ) on k.
+
+    Args:
+      q, k: `[..., T, N, H]`; positions `[..., T]` (of q; `k_positions` for k, default the same).
+      inv_freq: θ `[r]`, 2r ≤ H.
+      scale_base: γ.
+      layout: `half` or `interleaved` (the reference's pairs are interleaved).
+      center: c, subtracted from every position (cancels in q'·k').
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"apply_xpos: layout must be one of {LAYOUTS}, got {layout!r}")
+    if not scale_base > 0:
+        raise ValueError(f"apply_xpos: scale_base must be > 0, got {scale_base!r}")
+    d, ft = 2 * jnp.asarray(inv_freq).shape[-1], rope_angles_dtype(inv_freq)
+    k_positions = positions if k_positions is None else k_positions
+    q_scale = xpos_scale(positions, d, scale_base, center, ft)  # [..., T, r]
+    k_scale = 1.0 / xpos_scale(k_positions, d, scale_base, center, ft)
+    return (apply_rope(q, positions, inv_freq, layout=layout, attention_factor=q_scale),
+            apply_rope(k, k_positions, inv_freq, layout=layout, attention_factor=k_scale))
+
+
+class XPos(Rope):
+    """RoPE (`model.rope.base`, `layout`, `fraction`) with xPos's decay; takes no RoPE scaling."""
+
+    name = "xpos"
+    paper = "Sun et al. 2022, arXiv 2212.10554"
+    takes_rope_scaling = False
+    options = {"scale_base": (512.0, "γ: the decay ζ^(distance/γ) per pair")}
+
+    def __init__(self, cfg, *, rngs):
+        super().__init__(cfg, rngs=rngs)
+        self.scale_base = self.option_values(cfg)["scale_base"]
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        super().check(cfg)
+        if cfg.rope_scaling.kind != "none":
+            raise ValueError(f"posenc='xpos' takes no RoPE scaling (model.rope.scaling.kind='none'), got "
+                             f"{cfg.rope_scaling.kind!r}")
+        if not cls.option_values(cfg)["scale_base"] > 0:
+            raise ValueError(f"model.xpos.scale_base must be > 0, got {cls.option_values(cfg)['scale_base']!r}")
+
+    @classmethod
+    def length_dependent(cls, cfg, scaling=None) -> bool:
+        return False
+
+    def rotate(self, x, positions, ctx, layer: int, role: str):
+        scale = xpos_scale(positions, self.cfg.rotary_dim, self.scale_base, center=self.cfg.max_len // 2)
+        return apply_rope(x, positions, ctx.inv_freq, layout=self.cfg.rope_layout,
+                          attention_factor=scale if role == "q" else 1.0 / scale, inv_freq_lo=ctx.inv_freq_lo)
