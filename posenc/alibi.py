@@ -64,5 +64,5 @@ class Alibi(Encoding):
     def context(self, positions, seq_len: int, rope=None):
         return jnp.asarray(alibi_slopes(self.cfg.num_heads), jnp.float32)
 
-    def bias(self, q_pos, k_pos, ctx, layer: int):
+    def bias(self, q_pos, k_pos, q, k, visible, ctx, layer: int):
         return alibi_bias(ctx, q_pos, k_pos)

@@ -18,9 +18,11 @@ where rowsum(dO ∘ O) = rowsum(P ∘ dP) is computed from the `[Tq, H]` outputs
 scores: one pass over the score matrix fewer than autodiff of the softmax (tested against autodiff in
 float64; what it is worth: experiments/benchmarks, `scripts/benchmark_train.py --without=attention_vjp`).
 
-Logit biases (`bias_fn(q_pos, k_pos) -> [B|1, N|1, Tq, Tk]`: ALiBi, T5, KERPLE, FIRE, …) are added to the
-scores, in whole, chunked and block-causal attention alike, and get the gradient dS (summed over the axes
-they broadcast along): a learned bias trains. When the bias is only the mask, XLA removes that sum.
+Logit biases (`bias_fn(q_pos, k_pos, q, k, visible) -> [B|1, N|1, Tq, Tk]`: ALiBi, T5, KERPLE, FIRE from
+positions; CoPE from q and k too) are added to the scores, in whole, chunked and block-causal attention
+alike, and get the gradient dS (summed over the axes they broadcast along): a learned bias trains, and a
+bias computed from q and k passes its gradient on to them. When the bias is only the mask, XLA removes
+that sum.
 """
 
 from __future__ import annotations
@@ -75,12 +77,15 @@ def _softmax_attend_bwd(residuals, d_out):
 _softmax_attend.defvjp(_softmax_attend_fwd, _softmax_attend_bwd)
 
 
-def _bias(q_pos, k_pos, bias_fn):
-    """The causal mask from positions (0 or −3.4e38), plus `bias_fn(q_pos, k_pos)`: `[B|1, N|1, Tq, Tk]`."""
+def _bias(q_pos, k_pos, bias_fn, q, k, window=None):
+    """The causal mask from positions (0 or −3.4e38; with `window`, keys at distance ≥ window are masked
+    too), plus `bias_fn(q_pos, k_pos, q, k, visible)`: `[B|1, N|1, Tq, Tk]`."""
     visible = (k_pos[:, None, None, :] <= q_pos[:, None, :, None]) & (k_pos[:, None, None, :] >= 0)
+    if window is not None:
+        visible &= q_pos[:, None, :, None] - k_pos[:, None, None, :] < window
     bias = jnp.where(visible, 0.0, _MASKED).astype(jnp.float32)  # float64 scores promote it
     if bias_fn is not None:
-        bias = bias + bias_fn(q_pos, k_pos)
+        bias = bias + bias_fn(q_pos, k_pos, q, k, visible)
     return bias
 
 
@@ -89,12 +94,12 @@ def _head_major(q, k, v):
     return (q * jnp.asarray(scale, q.dtype)).swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2)
 
 
-def _attend(q, k, v, q_pos, k_pos, bias_fn):
+def _attend(q, k, v, q_pos, k_pos, bias_fn, window=None):
     """Head-major unchunked attention. q [B,N,Tq,H] (scaled), k/v [B,N,Tk,H], q_pos [B|1,Tq], k_pos [B|1,Tk]."""
-    return _softmax_attend(q, k, v, _bias(q_pos, k_pos, bias_fn))
+    return _softmax_attend(q, k, v, _bias(q_pos, k_pos, bias_fn, q, k, window))
 
 
-def block_causal_attention(q, k, v, q_pos, k_pos, *, bias_fn=None, block: int = 128):
+def block_causal_attention(q, k, v, q_pos, k_pos, *, bias_fn=None, block: int = 128, window: int | None = None):
     """Causal attention for aligned, sorted positions (q_pos == k_pos == 0 … T−1), skipping the blocks of
     keys that lie entirely in the future of a block of queries: block i of queries attends only to the keys
     of blocks 0 … i, so about (n + 1) / 2n of the `[T, T]` scores are computed (n = T / block). Masks still
@@ -104,25 +109,28 @@ def block_causal_attention(q, k, v, q_pos, k_pos, *, bias_fn=None, block: int = 
     """
     t = q.shape[1]
     if block <= 0 or t % block or t <= block or k.shape[1] != t:
-        return attention(q, k, v, q_pos, k_pos, bias_fn=bias_fn)
+        return attention(q, k, v, q_pos, k_pos, bias_fn=bias_fn, window=window)
     q, k, v = _head_major(q, k, v)
     outs = []
     for i in range(t // block):
         lo, hi = i * block, (i + 1) * block
-        outs.append(_attend(q[:, :, lo:hi], k[:, :, :hi], v[:, :, :hi], q_pos[:, lo:hi], k_pos[:, :hi], bias_fn))
+        outs.append(_attend(q[:, :, lo:hi], k[:, :, :hi], v[:, :, :hi], q_pos[:, lo:hi], k_pos[:, :hi], bias_fn,
+                            window))
     return jnp.concatenate(outs, axis=2).swapaxes(1, 2)
 
 
-def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0):
+def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, window: int | None = None):
     """softmax(q kᵀ / sqrt(H) + bias, masked causally by position) v.
 
     Args:
       q: `[B, Tq, N, H]`; k, v: `[B, Tk, N, H]`.
       q_pos: `[B|1, Tq]`, k_pos: `[B|1, Tk]` integer positions; keys at position < 0 are never attended.
-      bias_fn: `bias_fn(q_pos [B|1, Tq'], k_pos [B|1, Tk']) -> [B|1, N|1, Tq', Tk']`, a logit bias from
-        positions (ALiBi's −m·(i − j), T5's buckets, …; called per chunk or block), or None.
+      bias_fn: `bias_fn(q_pos [B|1, Tq'], k_pos [B|1, Tk'], q [B, N, Tq', H], k [B, N, Tk', H], visible
+        [B|1, 1, Tq', Tk']) -> [B|1, N|1, Tq', Tk']`, a logit bias (ALiBi's −m·(i − j), T5's buckets, CoPE's
+        contextual positions, …; called per chunk or block, with q already scaled by 1/√H), or None.
       chunk_size: if 0 < chunk_size < Tq, process the queries in chunks of this size with `lax.map`, so that
         at most `[B, N, chunk_size, Tk]` scores exist at once (memory O(T) instead of O(T²)).
+      window: sliding-window attention: query i sees key j only if i − window < j ≤ i (None: no window).
 
     Returns:
       `[B, Tq, N, H]`.
@@ -130,7 +138,7 @@ def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0):
     tq = q.shape[1]
     q, k, v = _head_major(q, k, v)
     if chunk_size <= 0 or chunk_size >= tq:
-        return _attend(q, k, v, q_pos, k_pos, bias_fn).swapaxes(1, 2)
+        return _attend(q, k, v, q_pos, k_pos, bias_fn, window).swapaxes(1, 2)
     num_chunks = -(-tq // chunk_size)
     pad = num_chunks * chunk_size - tq
     q_pos = jnp.broadcast_to(q_pos, (q.shape[0], tq))
@@ -140,5 +148,5 @@ def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0):
     b, n, _, h = q.shape
     q_chunks = q.reshape(b, n, num_chunks, chunk_size, h).transpose(2, 0, 1, 3, 4)
     pos_chunks = q_pos.reshape(b, num_chunks, chunk_size).swapaxes(0, 1)
-    out = jax.lax.map(lambda c: _attend(c[0], k, v, c[1], k_pos, bias_fn), (q_chunks, pos_chunks))
+    out = jax.lax.map(lambda c: _attend(c[0], k, v, c[1], k_pos, bias_fn, window), (q_chunks, pos_chunks))
     return out.transpose(1, 0, 3, 2, 4).reshape(b, num_chunks * chunk_size, n, h)[:, :tq]

@@ -206,10 +206,10 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     need = cache_bytes(cfg, prompt.shape[0], cache_size)
 
     def too_big(why: str) -> MemoryError:
-        return MemoryError(f"cache_size={cache_size}: the KV cache needs {need / 2**30:.2f} GiB ({cfg.num_layers} "
-                           f"layers x keys and values x batch {prompt.shape[0]} x {cache_size} slots x d_model "
-                           f"{cfg.d_model} x {jnp.dtype(cfg.dtype).itemsize} bytes) and {why}; lower --cache_size "
-                           f"(at least prompt + max_new_tokens = {total})")
+        return MemoryError(f"cache_size={cache_size}: the KV cache needs {need / 2**30:.2f} GiB (keys and values of "
+                           f"{cfg.num_layers} layers x batch {prompt.shape[0]} x {cache_size} slots (a windowed layer: "
+                           f"its window) x d_model {cfg.d_model} x {jnp.dtype(cfg.dtype).itemsize} bytes) and {why}; "
+                           f"lower --cache_size (at least prompt + max_new_tokens = {total})")
 
     available = device_memory_bytes()
     if need > available:
@@ -230,8 +230,10 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
 
 
 def cache_bytes(cfg: ModelConfig, batch_size: int, cache_size: int) -> int:
-    """Bytes of a KV cache: keys and values of every layer, `[B, S, N, H]` each."""
-    return 2 * cfg.num_layers * batch_size * cache_size * cfg.d_model * jnp.dtype(cfg.dtype).itemsize
+    """Bytes of a KV cache: keys and values of every layer, `[B, S, N, H]` each (S = the layer's window for a
+    windowed layer)."""
+    slots = sum(cfg.encoding.window(cfg, i) or cache_size for i in range(cfg.num_layers))
+    return 2 * batch_size * slots * cfg.d_model * jnp.dtype(cfg.dtype).itemsize
 
 
 def device_memory_bytes() -> int:

@@ -7,9 +7,12 @@ each forward pass calls
     ctx = enc.context(positions, seq_len, rope)   values shared by every layer (RoPE frequencies, …)
     enc.absolute(positions, ctx)                  [B|1, T, d_model] added to the token embeddings, or None
     enc.rotate(x, positions, ctx, layer, role)    q or k [B, T, N, H] transformed (role 'q' or 'k'), or x
-    enc.bias(q_pos, k_pos, ctx, layer)            a logit bias [B|1, N|1, Tq, Tk] added to q·kᵀ/√H (only
-                                                  called when `has_bias`); it may hold parameters, which
-                                                  get the gradients of the textbook formula
+    enc.bias(q_pos, k_pos, q, k, visible, ctx, layer)
+                                                  a logit bias [B|1, N|1, Tq, Tk] added to q·kᵀ/√H (only
+                                                  called when `has_bias`); from positions, or from q and k
+                                                  too (head-major [B, N, T, H], q scaled by 1/√H; `visible`
+                                                  is the causal mask); it may hold parameters, which get
+                                                  the gradients of the textbook formula
 
 Positions are always explicit (`[B|1, T]` integers): KV-cache offsets, query chunks and evaluation at any
 length are just other positions.
@@ -21,6 +24,8 @@ the encoding class, given a `ModelConfig`,
     length_dependent(cfg, scaling)  whether its frequencies change with the sequence length (then the KV
                                     cache keeps keys unrotated and rotates them at use)
     max_positions(cfg)              the number of positions it is defined for (a learned table), or None
+    window(cfg, layer)              the layer's sliding attention window (keys at distance ≥ window are
+                                    invisible, and the KV cache keeps only the last `window` keys), or None
     check(cfg)                      raises a ValueError naming the `model.*` field and its valid values
 
 Adding an encoding: one file with its pure math and a subclass of `Encoding`, one line in
@@ -85,6 +90,11 @@ class Encoding(nnx.Module):
         """Positions past this are undefined (None: defined everywhere)."""
         return None
 
+    @classmethod
+    def window(cls, cfg, layer: int) -> int | None:
+        """The sliding attention window of `layer` (None: the layer sees every earlier key)."""
+        return None
+
     # -- contributions to a forward pass ---------------------------------------------------------------
     def context(self, positions, seq_len: int, rope=None) -> Any:
         """Per-forward values shared by the layers. `rope`: a traced `(inv_freq, attention_factor, n̂)`
@@ -97,5 +107,5 @@ class Encoding(nnx.Module):
     def rotate(self, x, positions, ctx, layer: int, role: str):
         return x
 
-    def bias(self, q_pos, k_pos, ctx, layer: int):
+    def bias(self, q_pos, k_pos, q, k, visible, ctx, layer: int):
         return None

@@ -7,10 +7,12 @@ the valid ones.
 from __future__ import annotations
 
 from posenc.alibi import Alibi
+from posenc.cope import CoPE
 from posenc.encoding import Encoding
 from posenc.fire import Fire
 from posenc.kerple import Kerple
 from posenc.learned import Learned
+from posenc.local_global import LocalGlobalRope
 from posenc.nope import NoPE
 from posenc.p_rope import PRope
 from posenc.rope import Rope
@@ -25,10 +27,12 @@ ENCODINGS: dict[str, type[Encoding]] = {cls.name: cls for cls in (
     Rope,
     XPos,
     PRope,
+    LocalGlobalRope,
     Alibi,
     T5Bias,
     Kerple,
     Fire,
+    CoPE,
 )}
 POSENCS = tuple(ENCODINGS)
 

@@ -70,5 +70,5 @@ class Fire(Encoding):
         if opts["width"] < 1:
             raise ValueError(f"model.fire.width must be >= 1, got {opts['width']}")
 
-    def bias(self, q_pos, k_pos, ctx, layer: int):
+    def bias(self, q_pos, k_pos, q, k, visible, ctx, layer: int):
         return self.mlps[layer if len(self.mlps) > 1 else 0](q_pos, k_pos)

@@ -69,5 +69,5 @@ class Kerple(Encoding):
         raw = self.raw_r2[...][layer]
         return r1, EPS + (jax.nn.softplus(raw) if self.kind == "log" else (2.0 - EPS) * jax.nn.sigmoid(raw))
 
-    def bias(self, q_pos, k_pos, ctx, layer: int):
+    def bias(self, q_pos, k_pos, q, k, visible, ctx, layer: int):
         return kerple_bias(q_pos, k_pos, *self.coefficients(layer), self.kind)

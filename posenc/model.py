@@ -141,35 +141,55 @@ class Attention(nnx.Module):
 
     def __call__(self, x, positions, enc, ctx, layer: int, cache=None, aligned=False):
         """Self-attention of `x [B, T, d]` at `positions [B|1, T]`, positions entering through the encoding
-        `enc` (its `rotate` of q and k, its `bias`) with the forward pass's context `ctx`.
+        `enc` (its `rotate` of q and k, its `bias`, its `window` for this layer) with the pass's `ctx`.
 
-        With `cache = (k [B, S, N, H], v [B, S, N, H], k_pos [B|1, S], rotate_at_use)` (decoding), the new
-        keys and values are written into the cache at slots `positions` (slot = position), the queries
-        attend to every cached key at its position, and `(y, (k, v))` is returned. `rotate_at_use`
-        (static): the cache holds *unrotated* keys that are rotated with the current context at every
-        step — exact for encodings whose frequencies change with the sequence length (dynamic NTK, dynamic
-        YaRN, LongRoPE's switch); otherwise keys are rotated once, before caching.
+        With `cache = (k [B, S, N, H], v [B, S, N, H], k_pos [B, S], rotate_at_use)` (decoding; empty slots
+        have position −1), the queries attend to the cached keys and the new ones, the new keys and values
+        are written into the cache, and `(y, (k, v, k_pos))` is returned. A layer without a window keeps
+        every position (slot = position); a windowed layer keeps a ring of `window` slots (slot = position
+        mod window): the new queries attend to the ring as it was plus the new keys, then the newest
+        `window` of those enter the ring, so memory stays bounded and the result exact. `rotate_at_use`
+        (static): the cache holds *unrotated* keys, rotated with the current context at every step — exact
+        for encodings whose frequencies change with the sequence length (dynamic NTK, dynamic YaRN,
+        LongRoPE's switch); otherwise keys are rotated once, before caching.
         """
         cfg = self.cfg
         b, t, _ = x.shape
         q, k, v = jnp.split(self.qkv(x).reshape(b, t, 3 * cfg.num_heads, cfg.head_dim), 3, axis=2)
         q = enc.rotate(q, positions, ctx, layer, "q")
         bias_fn = functools.partial(enc.bias, ctx=ctx, layer=layer) if enc.has_bias else None
+        window = enc.window(cfg, layer)
         if cache is None:
             k = enc.rotate(k, positions, ctx, layer, "k")
             if aligned and cfg.attn_block and not (cfg.attn_chunk and cfg.attn_chunk < t):
-                y = block_causal_attention(q, k, v, positions, positions, bias_fn=bias_fn, block=cfg.attn_block)
+                y = block_causal_attention(q, k, v, positions, positions, bias_fn=bias_fn, block=cfg.attn_block,
+                                           window=window)
             else:
-                y = attention(q, k, v, positions, positions, bias_fn=bias_fn, chunk_size=cfg.attn_chunk)
+                y = attention(q, k, v, positions, positions, bias_fn=bias_fn, chunk_size=cfg.attn_chunk,
+                              window=window)
             return self.out(y.reshape(b, t, cfg.d_model))
-        k_cache, v_cache, k_pos, rotate_at_use = cache
-        offset = positions.reshape(-1)[0]  # new tokens occupy slots offset … offset + T − 1 in every row
-        k_new = k if rotate_at_use else enc.rotate(k, positions, ctx, layer, "k")
-        k_cache = jax.lax.dynamic_update_slice(k_cache, k_new.astype(k_cache.dtype), (0, offset, 0, 0))
-        v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, offset, 0, 0))
-        keys = enc.rotate(k_cache, jnp.maximum(k_pos, 0), ctx, layer, "k") if rotate_at_use else k_cache
-        y = attention(q, keys, v_cache, positions, k_pos, bias_fn=bias_fn, chunk_size=cfg.attn_chunk)
-        return self.out(y.reshape(b, t, cfg.d_model)), (k_cache, v_cache)
+        k_cache, v_cache, pos_cache, rotate_at_use = cache
+        k_new = (k if rotate_at_use else enc.rotate(k, positions, ctx, layer, "k")).astype(k_cache.dtype)
+        v_new, pos_new = v.astype(v_cache.dtype), jnp.broadcast_to(positions, (pos_cache.shape[0], t))
+        if window is None:
+            offset = positions.reshape(-1)[0]  # new tokens occupy slots offset … offset + T − 1 in every row
+            k_cache = jax.lax.dynamic_update_slice(k_cache, k_new, (0, offset, 0, 0))
+            v_cache = jax.lax.dynamic_update_slice(v_cache, v_new, (0, offset, 0, 0))
+            pos_cache = jax.lax.dynamic_update_slice(pos_cache, pos_new, (0, offset))
+            keys, values, k_pos = k_cache, v_cache, pos_cache
+        else:
+            keys = jnp.concatenate([k_cache, k_new], axis=1)
+            values = jnp.concatenate([v_cache, v_new], axis=1)
+            k_pos = jnp.concatenate([pos_cache, pos_new], axis=1)
+            m = min(t, k_cache.shape[1])  # the newest `window` tokens enter the ring
+            slots = pos_new[0, -m:] % k_cache.shape[1]
+            k_cache = k_cache.at[:, slots].set(k_new[:, -m:])
+            v_cache = v_cache.at[:, slots].set(v_new[:, -m:])
+            pos_cache = pos_cache.at[:, slots].set(pos_new[:, -m:])
+        if rotate_at_use:
+            keys = enc.rotate(keys, jnp.maximum(k_pos, 0), ctx, layer, "k")
+        y = attention(q, keys, values, positions, k_pos, bias_fn=bias_fn, chunk_size=cfg.attn_chunk, window=window)
+        return self.out(y.reshape(b, t, cfg.d_model)), (k_cache, v_cache, pos_cache)
 
 
 class Block(nnx.Module):
@@ -238,36 +258,34 @@ class Transformer(nnx.Module):
         absolute = enc.absolute(positions, ctx)
         if absolute is not None:
             x = x + absolute.astype(dtype)
-        k_pos = None
-        if cache is not None:
-            offset = positions.reshape(-1)[0]
-            k_pos = jax.lax.dynamic_update_slice(cache.pos, jnp.broadcast_to(positions, (cache.pos.shape[0], t)),
-                                                 (0, offset))
-        new_k, new_v = [], []
+        new_k, new_v, new_pos = [], [], []
         for i, block in enumerate(self.blocks):
-            layer_cache = None if cache is None else (cache.k[i], cache.v[i], k_pos, cache.rotate_at_use)
+            layer_cache = None if cache is None else (cache.k[i], cache.v[i], cache.pos[i], cache.rotate_at_use)
             x, updated = block(x, positions, enc, ctx, i, layer_cache, aligned=aligned and cache is None)
             if updated is not None:
                 new_k.append(updated[0])
                 new_v.append(updated[1])
+                new_pos.append(updated[2])
         logits = self.head(self.final_norm(x)).astype(jnp.float32)
         if cache is None:
             return logits
-        return logits, KVCache(tuple(new_k), tuple(new_v), k_pos, cache.rotate_at_use)
+        return logits, KVCache(tuple(new_k), tuple(new_v), tuple(new_pos), cache.rotate_at_use)
 
     def init_cache(self, batch_size: int, max_len: int, rotate_at_use: bool = False) -> "KVCache":
-        """An empty cache of `max_len` slots (slot = position; empty slots have position −1)."""
+        """An empty cache: `max_len` slots per layer (slot = position), or the layer's window (a ring) for a
+        windowed layer; empty slots have position −1."""
         cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
-        shape = (batch_size, max_len, cfg.num_heads, cfg.head_dim)
-        zeros = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
-        return KVCache(zeros, tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
-                       jnp.full((batch_size, max_len), -1, jnp.int32), rotate_at_use)
+        sizes = [self.encoding.window(cfg, i) or max_len for i in range(cfg.num_layers)]
+        shape = lambda s: (batch_size, s, cfg.num_heads, cfg.head_dim)  # noqa: E731
+        return KVCache(tuple(jnp.zeros(shape(s), dtype) for s in sizes), tuple(jnp.zeros(shape(s), dtype) for s in sizes),
+                       tuple(jnp.full((batch_size, s), -1, jnp.int32) for s in sizes), rotate_at_use)
 
 
 @jax.tree_util.register_pytree_node_class
 class KVCache(NamedTuple):
-    """Per-layer keys and values `[B, S, N, H]`, their positions `[B, S]` (−1 = empty), and whether keys
-    are stored unrotated and rotated at use (static: part of the tree structure, not a leaf)."""
+    """Per-layer keys and values `[B, S_l, N, H]` and their positions `[B, S_l]` (−1 = empty; S_l the
+    layer's window for a windowed layer), and whether keys are stored unrotated and rotated at use (static:
+    part of the tree structure, not a leaf)."""
 
     k: tuple
     v: tuple

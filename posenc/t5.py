@@ -76,7 +76,7 @@ class T5Bias(Encoding):
             raise ValueError(f"model.t5.max_distance must exceed num_buckets / 2 = {opts['num_buckets'] // 2}, "
                              f"got {opts['max_distance']}")
 
-    def bias(self, q_pos, k_pos, ctx, layer: int):
+    def bias(self, q_pos, k_pos, q, k, visible, ctx, layer: int):
         rel = k_pos[..., None, :] - q_pos[..., :, None]  # [B|1, Tq, Tk]
         bucket = t5_relative_bucket(rel, bidirectional=False, num_buckets=self.num_buckets,
                                     max_distance=self.max_distance)

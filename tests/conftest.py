@@ -1,6 +1,17 @@
-"""Shared fixtures: tiny configs and a per-session corpus cache."""
+"""Shared fixtures: tiny configs, a per-session corpus cache, a trained tiny run.
 
+Tests compile many small programs: XLA's heavy optimisations are switched off and compiled programs are
+cached for the session (both set through the environment, so the scripts the tests start in subprocesses
+compile the same way; the numbers compared across processes stay comparable).
+"""
+
+import os
 import pathlib
+import tempfile
+
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="posenc-test-jax-cache-"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import pytest
 

@@ -13,7 +13,7 @@ RNG = np.random.default_rng(0)
 
 def alibi_fn(slopes):
     """ALiBi as a bias function of positions (what posenc.alibi.Alibi.bias gives attention), or None."""
-    return None if slopes is None else (lambda q_pos, k_pos: posenc.alibi_bias(slopes, q_pos, k_pos))
+    return None if slopes is None else (lambda q_pos, k_pos, *_: posenc.alibi_bias(slopes, q_pos, k_pos))
 
 
 def qkv(b=2, t=37, n=4, h=8):
@@ -155,7 +155,7 @@ def test_learned_bias_gets_the_gradient_of_the_textbook_formula(mode):
         q, g = q[:, 12:20], g[:, 12:20]
 
     def bias_fn(w):  # a function of positions, as an encoding's bias is
-        return lambda qp, kp: w[:, jnp.clip(qp, 0)[0][:, None], jnp.clip(kp, 0)[0][None, :]][None]
+        return lambda qp, kp, *_: w[:, jnp.clip(qp, 0)[0][:, None], jnp.clip(kp, 0)[0][None, :]][None]
 
     fn = {
         "full": lambda w: attention(*args, q_pos, k_pos, bias_fn=bias_fn(w)),
@@ -166,7 +166,8 @@ def test_learned_bias_gets_the_gradient_of_the_textbook_formula(mode):
 
     def textbook(w):
         a, b, c = args
-        s = jnp.einsum("bqnh,bknh->bnqk", a, b) / np.sqrt(a.shape[-1]) + bias_fn(w)(jnp.asarray(q_pos), jnp.asarray(k_pos))
+        s = jnp.einsum("bqnh,bknh->bnqk", a, b) / np.sqrt(a.shape[-1]) + bias_fn(w)(jnp.asarray(q_pos),
+                                                                                   jnp.asarray(k_pos))
         mask = (k_pos[:, None, None, :] <= q_pos[:, None, :, None]) & (k_pos[:, None, None, :] >= 0)
         return jnp.einsum("bnqk,bknh->bqnh", jax.nn.softmax(jnp.where(mask, s, -jnp.inf), axis=-1), c)
 

@@ -35,6 +35,9 @@ CASES = [
     ("fire", {}, None),
     ("xpos", {}, None),
     ("p_rope", {}, None),
+    ("local_global", {"encoding_options": (("window", 8),)}, None),
+    ("local_global", {"encoding_options": (("pattern", "LLG"), ("window", 5))},
+     posenc.RopeScaling("dynamic_ntk", 2.0, original_max_len=16)),
     ("rope", {}, None),
     ("rope", {"rope_layout": "interleaved", "rope_fraction": 0.5}, None),
     ("rope", {}, posenc.RopeScaling("yarn", 4.0, original_max_len=16)),
@@ -116,7 +119,7 @@ def test_errors():
 def test_cache_flag_is_static():
     model = Transformer(ModelConfig(**TINY), rngs=nnx.Rngs(0))
     cache = model.init_cache(1, 8, rotate_at_use=True)
-    assert len(jax.tree.leaves(cache)) == 2 * TINY["num_layers"] + 1
+    assert len(jax.tree.leaves(cache)) == 3 * TINY["num_layers"]  # k, v, positions per layer; not the flag
     assert jax.tree.map(lambda a: a, cache).rotate_at_use is True
 
 

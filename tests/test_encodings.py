@@ -16,7 +16,7 @@ from posenc.model import ModelConfig, Transformer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TINY = dict(d_model=32, num_layers=2, num_heads=2, mlp_dim=64, max_len=16)
-RELATIVE = {"none", "rope", "xpos", "p_rope", "alibi", "t5", "kerple", "fire"}
+RELATIVE = {"none", "rope", "xpos", "p_rope", "local_global", "alibi", "t5", "kerple", "fire", "cope"}
 
 
 def make(name, **kw):

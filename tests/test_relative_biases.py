@@ -60,7 +60,7 @@ def test_t5_bias_layer_reads_its_table_by_bucket():
     enc = T5Bias(cfg, rngs=nnx.Rngs(0))
     table = np.asarray(enc.table[...])
     q_pos, k_pos = jnp.arange(40, 48)[None], jnp.arange(0, 48)[None]
-    bias = np.asarray(enc.bias(q_pos, k_pos, None, 1))
+    bias = np.asarray(enc.bias(q_pos, k_pos, None, None, None, None, 1))
     assert bias.shape == (1, 2, 8, 48) and table.shape == (1, 32, 2)  # shared by the layers (T5)
     for i, j in [(0, 0), (3, 40), (7, 47), (5, 2)]:
         b = t5_bucket_oracle(int(k_pos[0, j] - q_pos[0, i]), False, 32, 128)
@@ -111,7 +111,7 @@ def test_fire_bias_is_its_mlp_of_the_normalized_distance():
     assert len(enc.mlps) == 2  # one per layer by default
     mlp = enc.mlps[1]
     q_pos, k_pos = jnp.arange(3, 9)[None], jnp.arange(9)[None]
-    bias = np.asarray(enc.bias(q_pos, k_pos, None, 1))
+    bias = np.asarray(enc.bias(q_pos, k_pos, None, None, None, None, 1))
     x = np.asarray(fire_normalized_distance(q_pos, k_pos, 0.1, 16.0))[0]
     w1, b1 = np.asarray(mlp.fc.kernel[...]), np.asarray(mlp.fc.bias[...])
     w2, b2 = np.asarray(mlp.out.kernel[...]), np.asarray(mlp.out.bias[...])

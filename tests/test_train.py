@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from posenc import checkpoint, train
+from posenc.evaluate import evaluate
 from posenc.encodings import POSENCS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -32,6 +33,10 @@ def test_tiny_training_learns_checkpoints_and_resumes(name, tiny_config, tmp_pat
     assert "val_loss" in final and np.isfinite(final["val_loss"])
     mngr = checkpoint.manager(tmp_path, read_only=True)
     assert mngr.all_steps() == [8, 12]  # keep_checkpoints = 2, checkpoint_every = 4
+    # and it evaluates past its training length (its default scalings; a learned table is undefined there)
+    rows = evaluate([str(tmp_path)], [32, 64], None, num_bytes=128, progress=False)["rows"]
+    past = [r for r in rows if r["length"] == 64]
+    assert past and all(r["status"] == "undefined" if name == "learned" else np.isfinite(r["bpb"]) for r in past)
     # resuming with more steps (the schedule pinned at 12) continues from 12 and keeps the first 12 rows
     config.unlock()
     config.train_steps, config.schedule_steps = 14, 12
