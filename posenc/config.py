@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import ml_collections
 
-from posenc.encodings import get_encoding
+from posenc.encodings import ENCODINGS, get_encoding
 from posenc.longrope import read_factors
 from posenc.model import ModelConfig
 from posenc.rope_scaling import RopeScaling
@@ -50,9 +50,12 @@ def _resumable(field: str) -> bool:
 
 
 def defining_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:
-    """{dotted field: value} of what defines the run: every field but the resumable ones and train_steps,
-    with `schedule_steps` resolved."""
-    flat = {k: v for k, v in _flatten(config.to_dict()).items() if not _resumable(k) and k != "train_steps"}
+    """{dotted field: value} of what defines the run: every field but the resumable ones, train_steps and
+    the options of encodings the run does not use (`model.<other encoding>.*`), with `schedule_steps`
+    resolved."""
+    unused = tuple(f"model.{name}." for name, enc in ENCODINGS.items() if enc.options and name != config.model.posenc)
+    flat = {k: v for k, v in _flatten(config.to_dict()).items()
+            if not _resumable(k) and k != "train_steps" and not k.startswith(unused)}
     flat["schedule_steps"] = schedule_steps(config)
     return flat
 
@@ -115,15 +118,17 @@ def rope_scaling_from_config(s: ml_collections.ConfigDict) -> RopeScaling:
 
 def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
     m = config.model
+    encoding = get_encoding(m.posenc)
+    if not encoding.takes_rope_scaling and m.rope.scaling.kind != "none":
+        raise ValueError(f"model.rope.scaling.kind={m.rope.scaling.kind!r} does not apply to posenc={m.posenc!r}, "
+                         "which takes no RoPE scaling: leave it 'none'")
     return ModelConfig(
         d_model=m.d_model, num_layers=m.num_layers, num_heads=m.num_heads, mlp_dim=m.mlp_dim, posenc=m.posenc,
         max_len=config.train_len, learned_beyond=m.learned_beyond, sinusoidal_base=float(m.sinusoidal_base),
         rope_base=float(m.rope.base), rope_layout=m.rope.layout, rope_fraction=float(m.rope.fraction),
-        rope_scaling=(rope_scaling_from_config(m.rope.scaling) if get_encoding(m.posenc).takes_rope_scaling
-                      else RopeScaling()),
+        rope_scaling=rope_scaling_from_config(m.rope.scaling) if encoding.takes_rope_scaling else RopeScaling(),
         attn_chunk=m.attn_chunk, attn_block=m.get("attn_block", 0), dtype=m.dtype,
-        encoding_options=(tuple(sorted(m[m.posenc].to_dict().items())) if get_encoding(m.posenc).options
-                          and m.posenc in m else ()),
+        encoding_options=tuple(sorted(m[m.posenc].to_dict().items())) if encoding.options and m.posenc in m else (),
     )
 
 

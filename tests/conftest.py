@@ -5,12 +5,16 @@ cached for the session (both set through the environment, so the scripts the tes
 compile the same way; the numbers compared across processes stay comparable).
 """
 
+import atexit
 import os
 import pathlib
+import shutil
 import tempfile
 
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="posenc-test-jax-cache-"))
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="posenc-test-jax-cache-")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import pytest

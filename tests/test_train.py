@@ -225,3 +225,16 @@ def test_divergence_keeps_a_checkpoint_that_evaluates_and_a_lower_lr_recovers(ti
     # recovered, it is an ordinary run again: another learning rate is refused
     with pytest.raises(train.RunMismatchError, match="learning_rate: 0.001 in the run, 0.01 now"):
         train.train_and_evaluate(tiny_config("tiny", learning_rate=1e-2, checkpoint_every=1), str(tmp_path))
+
+
+def test_a_rerun_ignores_other_encodings_options_and_a_stray_scaling_is_an_error(copy_run, tiny_config):
+    workdir = copy_run()
+    stored = json.loads((workdir / "config.json").read_text())
+    for name in list(stored["model"]):  # a run written before these encodings existed
+        if name in ("t5", "kerple", "fire", "cope"):
+            del stored["model"][name]
+    (workdir / "config.json").write_text(json.dumps(stored))
+    assert train.train_and_evaluate(tiny_config("tiny", **{"model.t5.num_buckets": 8}), str(workdir)) == {}
+    with pytest.raises(ValueError, match="model.rope.scaling.kind='linear' does not apply to posenc='alibi'"):
+        train.train_and_evaluate(tiny_config("posenc=alibi,tiny", **{"model.rope.scaling.kind": "linear"}),
+                                 str(workdir / "other"))
