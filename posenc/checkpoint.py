@@ -81,24 +81,26 @@ class WorkdirBusyError(RuntimeError):
     """Another process is training in the same workdir."""
 
 
-def tree_sha256(tree) -> str:
-    """SHA-256 over a pytree's leaves in path order: each leaf's path, dtype, shape and bytes.
+def _local(leaf) -> np.ndarray:
+    """A leaf as a NumPy array; a replicated array spread over several processes is read from its local copy."""
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+        leaf = leaf.addressable_data(0)
+    return np.asarray(leaf)
 
-    Replicated arrays spread over several processes are read from their local copy.
-    """
+
+def tree_sha256(tree) -> str:
+    """SHA-256 over a pytree's leaves in path order: each leaf's path, dtype, shape and bytes."""
     h = hashlib.sha256()
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
-            leaf = leaf.addressable_data(0)
-        arr = np.ascontiguousarray(np.asarray(leaf))
+        arr = np.ascontiguousarray(_local(leaf))
         h.update(f"{jax.tree_util.keystr(path)}|{arr.dtype}|{arr.shape}|".encode())
         h.update(arr.tobytes())
     return h.hexdigest()
 
 
 def all_finite(tree) -> bool:
-    return all(bool(np.isfinite(np.asarray(x)).all()) for x in jax.tree.leaves(tree)
-               if np.issubdtype(np.asarray(x).dtype, np.inexact))
+    arrays = [_local(x) for x in jax.tree.leaves(tree)]
+    return all(bool(np.isfinite(a).all()) for a in arrays if np.issubdtype(a.dtype, np.inexact))
 
 
 def _sums_path(mngr: ocp.CheckpointManager, step: int) -> pathlib.Path:

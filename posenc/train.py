@@ -60,6 +60,33 @@ def load_config_file(path: str, arg: str | None = None) -> ml_collections.Config
     return module.get_config(arg)
 
 
+def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
+                           process_id: int | None = None) -> None:
+    """`jax.distributed.initialize` with every value given, from the arguments or else the environment
+    (`JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`): with no arguments, jax 0.10 does not
+    read the last two on a plain machine ("Number of processes must be defined").
+
+    Raises:
+      ValueError: a value is missing or not an integer, naming the flag and the variable.
+    """
+    values = {}
+    for name, given, env in (("coordinator_address", coordinator_address, "JAX_COORDINATOR_ADDRESS"),
+                             ("num_processes", num_processes, "JAX_NUM_PROCESSES"),
+                             ("process_id", process_id, "JAX_PROCESS_ID")):
+        value = given if given is not None else os.environ.get(env)
+        if value is None or value == "":
+            raise ValueError(f"--jax_distributed needs --{name} or ${env}")
+        if name != "coordinator_address":
+            try:
+                value = int(value)
+            except ValueError:
+                raise ValueError(f"--{name} / ${env} must be an integer, got {value!r}") from None
+        values[name] = value
+    if not 0 <= values["process_id"] < values["num_processes"]:
+        raise ValueError(f"process_id must be in [0, num_processes={values['num_processes']}), got {values['process_id']}")
+    jax.distributed.initialize(**values)
+
+
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
     """AdamW (decay on matrices only) with linear warmup, cosine decay to lr·min_lr_ratio, and clipping."""
     schedule = optax.warmup_cosine_decay_schedule(

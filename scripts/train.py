@@ -11,13 +11,19 @@ Rerunning the same command resumes from the latest checkpoint in --workdir.
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from posenc.train import train_and_evaluate
+from posenc.train import initialize_distributed, train_and_evaluate
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Config file (get_config(arg)).",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: checkpoints, metrics, config.", required=True)
 _DISTRIBUTED = flags.DEFINE_bool("jax_distributed", False,
                                   "Call jax.distributed.initialize() first (multi-host; see the README).")
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None,
+                                   "With --jax_distributed: host:port of process 0 (default $JAX_COORDINATOR_ADDRESS).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None,
+                                      "With --jax_distributed: number of processes (default $JAX_NUM_PROCESSES).")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None,
+                                   "With --jax_distributed: this process's index (default $JAX_PROCESS_ID).")
 _INIT_FROM = flags.DEFINE_string("init_from", None, "Start from another run's latest weights (sets config.init_from).")
 
 
@@ -26,9 +32,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)  # Orbax logs every file operation at INFO
     if _DISTRIBUTED.value:
-        import jax  # noqa: PLC0415
-
-        jax.distributed.initialize()  # coordinator, process count and id from the environment / flags
+        initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     config = _CONFIG.value
     if _INIT_FROM.value:
         config.init_from = _INIT_FROM.value

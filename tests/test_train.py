@@ -238,3 +238,34 @@ def test_a_rerun_ignores_other_encodings_options_and_a_stray_scaling_is_an_error
     with pytest.raises(ValueError, match="model.rope.scaling.kind='linear' does not apply to posenc='alibi'"):
         train.train_and_evaluate(tiny_config("posenc=alibi,tiny", **{"model.rope.scaling.kind": "linear"}),
                                  str(workdir / "other"))
+
+
+def test_two_processes_give_the_same_losses_as_one(tmp_path, cache_dir):
+    """--jax_distributed with the README's variables: two processes on 127.0.0.1 (one CPU device each,
+    a 2-device mesh) train the tiny config to the losses of one process."""
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["--config=configs/default.py:tiny", f"--config.data.cache_dir={cache_dir}", "--jax_distributed"]
+    env = {"JAX_PLATFORMS": "cpu", "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2"}
+    procs = [subprocess.Popen([sys.executable, "scripts/train.py", *args, f"--workdir={tmp_path / 'two'}"], cwd=ROOT,
+                              env={**os.environ, **env, "JAX_PROCESS_ID": str(i)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    try:
+        outputs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), [o[-1500:] for o in outputs]
+    one = run_script(["--config=configs/default.py:tiny", f"--config.data.cache_dir={cache_dir}",
+                      f"--workdir={tmp_path / 'one'}"])
+    assert one.returncode == 0, one.stderr[-2000:]
+    a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
+    assert sorted(a) == sorted(b) == list(range(1, 9))
+    np.testing.assert_allclose([a[s] for s in sorted(a)], [b[s] for s in sorted(b)], rtol=2e-5)
+    missing = run_script(["--config=configs/default.py:tiny", f"--workdir={tmp_path / 'x'}", "--jax_distributed"],
+                         env={"JAX_COORDINATOR_ADDRESS": "", "JAX_NUM_PROCESSES": "", "JAX_PROCESS_ID": ""})
+    assert missing.returncode != 0 and "--jax_distributed needs --coordinator_address or $JAX_COORDINATOR_ADDRESS" \
+        in missing.stderr
