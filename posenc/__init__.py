@@ -11,6 +11,7 @@ Where each formula lives:
   posenc/p_rope.py        p-RoPE: only the fastest frequencies rotate (Barbero et al. 2024)
   posenc/local_global.py  Gemma 2/3 local (sliding-window) and global RoPE layers
   posenc/rope_scaling.py  RopeScaling, rope_frequencies, rope_inputs: PI, NTK, dynamic NTK, YaRN, LongRoPE, Llama 3
+  posenc/hf.py            rope_from_hf_config: a Hugging Face model's rotary embedding from its config.json
   posenc/alibi.py         ALiBi slopes and bias (Press et al. 2022)
   posenc/t5.py            T5's bucketed relative bias (Raffel et al. 2020)
   posenc/kerple.py        KERPLE's log / power kernels (Chi et al. 2022)
@@ -34,6 +35,7 @@ from posenc.alibi import alibi_bias, alibi_slopes
 from posenc import rope
 from posenc.cope import cope_bias
 from posenc.fire import fire_normalized_distance
+from posenc.hf import rope_from_hf_config
 from posenc.kerple import kerple_bias
 from posenc.rope import LAYOUTS, apply_rope, relative_decay_bound
 from posenc.rope_scaling import KINDS, RopeScaling, rope_frequencies, rope_inputs, yarn_correction_range
@@ -43,6 +45,6 @@ from posenc.xpos import apply_xpos
 
 __all__ = [
     "KINDS", "LAYOUTS", "RopeScaling", "alibi_bias", "alibi_slopes", "apply_rope", "apply_xpos", "cope_bias",
-    "fire_normalized_distance", "kerple_bias", "relative_decay_bound", "rope", "rope_frequencies", "rope_inputs",
+    "fire_normalized_distance", "kerple_bias", "relative_decay_bound", "rope", "rope_frequencies", "rope_from_hf_config", "rope_inputs",
     "sinusoidal_encoding", "sinusoidal_table", "t5_relative_bucket", "yarn_correction_range",
 ]
