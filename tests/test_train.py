@@ -113,8 +113,8 @@ def test_invalid_config_fails_before_training(tiny_config, tmp_path, overrides, 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tiny_config, tmp_path, monkeypatch):
     real = train.make_train_step
 
-    def poisoned(graphdef, tx):
-        step = real(graphdef, tx)
+    def poisoned(graphdef, tx, *args):
+        step = real(graphdef, tx, *args)
         calls = {"n": 0}
 
         def wrapped(params, opt_state, x, y):
