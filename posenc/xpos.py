@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from posenc.encoding import Encoding
 from posenc.rope import LAYOUTS, Rope, apply_rope, rope_angles_dtype
 
 
