@@ -82,9 +82,15 @@ class WorkdirBusyError(RuntimeError):
 
 
 def _local(leaf) -> np.ndarray:
-    """A leaf as a NumPy array; a replicated array spread over several processes is read from its local copy."""
+    """A leaf as a whole NumPy array, whatever its layout: an array spread over several processes is read
+    from the local copy when replicated and gathered from every process when sharded (FSDP; a collective,
+    so every process calls this in the same order), so checksums do not depend on the mesh."""
     if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
-        leaf = leaf.addressable_data(0)
+        if leaf.is_fully_replicated:
+            return np.asarray(leaf.addressable_data(0))
+        from jax.experimental import multihost_utils  # noqa: PLC0415
+
+        return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
     return np.asarray(leaf)
 
 
@@ -196,7 +202,9 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_op
     verify_files(mngr, step)
     try:
         restored = mngr.restore(step, args=ocp.args.Composite(**items))
-    except Exception as e:  # noqa: BLE001 — any failure to read is corruption to the caller
+    except Exception as e:  # noqa: BLE001 — a failure to read the files is corruption to the caller …
+        if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e) or not (mngr.directory / str(step)).is_dir():
+            raise  # … but not a machine out of memory, or a directory that is not there (an unmounted disk)
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
         raise CorruptCheckpointError(f"{where} cannot be read ({type(e).__name__}: {first})") from None
     sums = (restored["meta"] or {}).get("sha256", {})

@@ -6,8 +6,8 @@ ever sees one. `model_config(config)` returns the hashable `ModelConfig` the mod
 
 A workdir holds one run. `run_changes(stored, new)` lists the fields in which a rerun's config differs from
 the run's own in what the run computes: everything except `RESUMABLE_FIELDS` (cadences, caches, the layout
-of the same math, the evaluation defaults) and `train_steps`, which may change as long as the learning-rate
-schedule does not (`schedule_steps`). After a divergence a rerun may also change `RECOVERY_FIELDS`.
+of the same math, the evaluation defaults) and `train_steps`, which may change (to stop earlier or go on)
+only with the learning-rate schedule pinned (`schedule_steps`: unset, it is train_steps itself). After a divergence a rerun may also change `RECOVERY_FIELDS`.
 """
 
 from __future__ import annotations

@@ -198,8 +198,8 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
             config = apply_overrides(base_config, point)
             stream = data.load_corpus(config.data.path, config.data.cache_dir).test
             nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what="the test split")
-            key = {"config": json.loads(json.dumps(defining_fields(config))), "scaling": scaling, "split": "test",
-                   "num_bytes": nb}
+            key = {"config": json.loads(json.dumps(defining_fields(config))), "train_steps": config.train_steps,
+                   "scaling": scaling, "split": "test", "num_bytes": nb}
             record, todo = _record(old, key, lengths, record)
             if not todo:
                 records.append(record)
@@ -248,7 +248,8 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
     records = []
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
         path = pathlib.Path(root) / "points" / f"{name}.json"
-        record, todo = _record(_read(path), key, lengths, {
+        point_key = json.loads(json.dumps({**key, "point": point}))  # the exact values, not the rounded name
+        record, todo = _record(_read(path), point_key, lengths, {
             "name": name, "point": point, "mode": "eval", "run": workdir, "step": run.step, "scaling": scaling,
             "split": split, "num_bytes": nb, "train_len": run.train_len})
         if not todo:

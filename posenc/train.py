@@ -240,8 +240,8 @@ def check_rerun(workdir: pathlib.Path, config: ml_collections.ConfigDict, corpus
     if blocking:
         hint = ""
         if "schedule_steps" in blocking and config.train_steps != stored.train_steps:
-            hint = (f" To train on past step {schedule_steps(stored)} at the schedule's final learning rate "
-                    f"(learning_rate * min_lr_ratio), keep the schedule: --config.schedule_steps="
+            hint = (f" To stop earlier, or to train on past step {schedule_steps(stored)} at the schedule's final "
+                    f"learning rate (learning_rate * min_lr_ratio), keep the schedule: --config.schedule_steps="
                     f"{schedule_steps(stored)}.")
         raise RunMismatchError(
             f"workdir {workdir} holds another run (at step {latest_step}): {_fmt_changes(blocking)}. A rerun resumes "
@@ -277,6 +277,10 @@ def _restore_or_init(workdir: pathlib.Path, mngr, cfg, config, tx, abstract_para
             os.replace(mngr.directory / str(bad), target)
             tqdm.write(f"moved corrupt checkpoint {bad} to {target}")
     if skipped:
+        if jax.process_count() > 1:  # every process sees the moves before it reopens its manager
+            from jax.experimental import multihost_utils  # noqa: PLC0415
+
+            multihost_utils.sync_global_devices("posenc: corrupt checkpoints moved aside")
         mngr.close()
         mngr = checkpoint.manager(workdir, keep=config.keep_checkpoints)
     if start is not None:

@@ -241,14 +241,16 @@ def test_a_rerun_ignores_other_encodings_options_and_a_stray_scaling_is_an_error
 
 
 def test_two_processes_give_the_same_losses_as_one(tmp_path, cache_dir):
-    """--jax_distributed with the README's variables: two processes on 127.0.0.1 (one CPU device each,
-    a 2-device mesh) train the tiny config to the losses of one process."""
+    """--jax_distributed with the README's variables: two processes on 127.0.0.1 (one CPU device each, a
+    2-device mesh, parameters split across the processes by FSDP) train the tiny config to the losses of one
+    process, and their checkpoint loads on one device (its checksums do not depend on the mesh)."""
     import socket  # noqa: PLC0415
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    args = ["--config=configs/default.py:tiny", f"--config.data.cache_dir={cache_dir}", "--jax_distributed"]
+    args = ["--config=configs/default.py:tiny", f"--config.data.cache_dir={cache_dir}", "--jax_distributed",
+            "--config.mesh.fsdp=2"]
     env = {"JAX_PLATFORMS": "cpu", "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2"}
     procs = [subprocess.Popen([sys.executable, "scripts/train.py", *args, f"--workdir={tmp_path / 'two'}"], cwd=ROOT,
                               env={**os.environ, **env, "JAX_PROCESS_ID": str(i)}, stdout=subprocess.PIPE,
@@ -265,6 +267,7 @@ def test_two_processes_give_the_same_losses_as_one(tmp_path, cache_dir):
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert sorted(a) == sorted(b) == list(range(1, 9))
     np.testing.assert_allclose([a[s] for s in sorted(a)], [b[s] for s in sorted(b)], rtol=2e-5)
+    assert checkpoint.restore_params(tmp_path / "two")[4] == 8
     missing = run_script(["--config=configs/default.py:tiny", f"--workdir={tmp_path / 'x'}", "--jax_distributed"],
                          env={"JAX_COORDINATOR_ADDRESS": "", "JAX_NUM_PROCESSES": "", "JAX_PROCESS_ID": ""})
     assert missing.returncode != 0 and "--jax_distributed needs --coordinator_address or $JAX_COORDINATOR_ADDRESS" \
