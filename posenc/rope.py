@@ -40,13 +40,6 @@ _TWO_PI_HI = 6.28125  # 201/32: 8 significant bits
 _TWO_PI_LO = float(np.float32(2 * np.pi - 6.28125))
 
 
-def inv_freq_residual(inv_freq) -> np.ndarray:
-    """θ − float32(θ) as float32, for float64 θ: the part of each frequency a float32 θ drops (at position
-    10⁶ it is worth up to 0.03 rad). `apply_rope(..., inv_freq_lo=)` adds it back."""
-    theta = np.asarray(inv_freq, np.float64)
-    return (theta - theta.astype(np.float32).astype(np.float64)).astype(np.float32)
-
-
 def rope_angles(positions, inv_freq, inv_freq_lo=None):
     """The angles p·θ `[..., T, r]`, accurate in float32 at large integer positions.
 
@@ -56,7 +49,7 @@ def rope_angles(positions, inv_freq, inv_freq_lo=None):
         p·θ ≡ p_hi·c + p_lo·θ + p·θ_lo   (mod 2π),
 
     each term small, so the angle is within ~5e-4 rad of float64 up to |p| ≈ 2·10⁶ (`p·θ` rounded directly
-    is off by up to 0.03 rad at p = 10⁶, as in Hugging Face and MaxText). θ_lo = `inv_freq_residual(θ64)`
+    is off by up to 0.03 rad at p = 10⁶, as in Hugging Face and MaxText). θ_lo = `rope_scaling.inv_freq_residual(θ64)`
     restores the digits θ lost when it was rounded to float32. Float positions or float64 θ: `p·θ` directly.
     """
     ft = rope_angles_dtype(inv_freq)
@@ -105,7 +98,7 @@ def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor
       original_inv_freq, unscaled_positions: LongRoPE's n̂ (arXiv 2402.13753 §3.2): positions
         p < unscaled_positions use `original_inv_freq` (the unscaled θ) instead of `inv_freq`, so the
         first n̂ tokens are not interpolated. `unscaled_positions` may be traced.
-      inv_freq_lo: optional `inv_freq_residual(θ64)` `[r]`: the float64 digits of θ, for angles within
+      inv_freq_lo: optional `rope_scaling.inv_freq_residual(θ64)` `[r]`: the float64 digits of θ, for angles within
         ~5e-4 rad of float64 at positions up to ~2·10⁶ (see `rope_angles`).
 
     Returns:

@@ -347,16 +347,21 @@ def is_length_dependent(scaling: RopeScaling) -> bool:
     return scaling.kind in ("dynamic_ntk", "longrope") or scaling.dynamic
 
 
+def inv_freq_residual(inv_freq) -> np.ndarray:
+    """θ − float32(θ) as float32, for float64 θ: the part of each frequency a float32 θ drops (at position
+    10⁶ it is worth up to 0.03 rad). `posenc.apply_rope(..., inv_freq_lo=)` adds it back."""
+    theta = np.asarray(inv_freq, np.float64)
+    return (theta - theta.astype(np.float32).astype(np.float64)).astype(np.float32)
+
+
 def rope_inputs(rotary_dim: int, base: float, scaling: RopeScaling | None, seq_len: int):
     """What a forward pass at `seq_len` rotates with: `(inv_freq, attention_factor, n̂, inv_freq_lo)`.
 
     `inv_freq` is float32 `[r]` (or `[num_layers, r]`), `attention_factor` a float, n̂ LongRoPE's
     number of initial positions left unscaled (0 for every other kind), and `inv_freq_lo` the float64
-    digits float32 `inv_freq` drops (`posenc.rope.inv_freq_residual`: angles exact to ~5e-4 rad at
+    digits float32 `inv_freq` drops (`inv_freq_residual`: angles exact to ~5e-4 rad at
     position 10⁶). The one place a `RopeScaling` becomes the values the model, evaluation and decoding use.
     """
     scaling = RopeScaling() if scaling is None else scaling
     inv, af = rope_frequencies(rotary_dim, base=base, scaling=scaling, seq_len=seq_len)
-    inv32 = inv.astype(np.float32)
-    lo = (inv - inv32.astype(np.float64)).astype(np.float32)
-    return inv32, af, scaling.unscaled_positions, lo
+    return inv.astype(np.float32), af, scaling.unscaled_positions, inv_freq_residual(inv)

@@ -104,17 +104,18 @@ CASES = [
                                           "partial_rotary_factor": 0.5}}, None, None),
 ]
 
-MODULES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
-           "deepseek_v3": "deepseek_v3", "gpt_neox": "gpt_neox", "gemma3_text": "gemma3"}
-CLASSES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "phi3": "Phi3",
-           "deepseek_v3": "DeepseekV3", "gpt_neox": "GPTNeoX", "gemma3_text": "Gemma3"}
+# model_type -> (transformers.models.<module>, <Prefix>RotaryEmbedding)
+ROTARY = {"llama": ("llama", "Llama"), "mistral": ("mistral", "Mistral"), "qwen2": ("qwen2", "Qwen2"),
+          "qwen3": ("qwen3", "Qwen3"), "phi3": ("phi3", "Phi3"), "deepseek_v3": ("deepseek_v3", "DeepseekV3"),
+          "gpt_neox": ("gpt_neox", "GPTNeoX"), "gemma3_text": ("gemma3", "Gemma3")}
 
 
 def hf_rope(config: dict, layer_type, seq_len):
     model_type = config["model_type"]
     hf_config = AutoConfig.for_model(**config)
-    module = importlib.import_module(f"transformers.models.{MODULES[model_type]}.modeling_{MODULES[model_type]}")
-    rotary = getattr(module, f"{CLASSES[model_type]}RotaryEmbedding")(hf_config)
+    name, prefix = ROTARY[model_type]
+    module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    rotary = getattr(module, f"{prefix}RotaryEmbedding")(hf_config)
     n = seq_len or 8
     x = torch.zeros(1, n, 4)
     positions = torch.arange(n)[None]

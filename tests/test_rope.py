@@ -195,8 +195,8 @@ def test_longrope_initial_positions_keep_unscaled_frequencies():
 def test_angles_stay_exact_at_a_million_positions():
     """float32 RoPE with range-reduced angles and θ's float64 residual is within 2e-3 of float64 up to
     position 2·10⁶ (rounding p·θ directly in float32 is off by ~0.03 at 10⁶, as in HF and MaxText)."""
-    from posenc.rope import inv_freq_residual, rope_angles  # noqa: PLC0415
-    from posenc.rope_scaling import rope_inputs  # noqa: PLC0415
+    from posenc.rope import rope_angles  # noqa: PLC0415
+    from posenc.rope_scaling import inv_freq_residual, rope_inputs  # noqa: PLC0415
 
     inv64 = posenc.rope_frequencies(128)[0]
     inv32, _, _, lo = rope_inputs(128, 10000.0, None, 8)
