@@ -58,6 +58,7 @@ class Alibi(Encoding):
     """The bias −m_h · (i − j) on every layer's logits, slopes `alibi_slopes(num_heads)` (not learned)."""
 
     name = "alibi"
+    position_kind = "bias"
     paper = "Press et al. 2022, arXiv 2108.12409"
     has_bias = True
 

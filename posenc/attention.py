@@ -27,6 +27,8 @@ that sum.
 
 from __future__ import annotations
 
+from typing import Any, Callable, NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -77,16 +79,41 @@ def _softmax_attend_bwd(residuals, d_out):
 _softmax_attend.defvjp(_softmax_attend_fwd, _softmax_attend_bwd)
 
 
-def _bias(q_pos, k_pos, bias_fn, q, k, window=None):
+def _bias(q_pos, k_pos, bias_fn, q, k, window=None, keep=None, bias_pos=None):
     """The causal mask from positions (0 or −3.4e38; with `window`, keys at distance ≥ window are masked
-    too), plus `bias_fn(q_pos, k_pos, q, k, visible)`: `[B|1, N|1, Tq, Tk]`."""
+    too; with `keep` `[B|1, 1, Tq, Tk]` bool, only those pairs stay visible), plus `bias_fn(q_pos, k_pos,
+    q, k, visible)` (at `bias_pos = (q_pos', k_pos')` if given): `[B|1, N|1, Tq, Tk]`."""
     visible = (k_pos[:, None, None, :] <= q_pos[:, None, :, None]) & (k_pos[:, None, None, :] >= 0)
     if window is not None:
         visible &= q_pos[:, None, :, None] - k_pos[:, None, None, :] < window
+    if keep is not None:
+        visible &= keep
     bias = jnp.where(visible, 0.0, _MASKED).astype(jnp.float32)  # float64 scores promote it
     if bias_fn is not None:
-        bias = bias + bias_fn(q_pos, k_pos, q, k, visible)
+        bias = bias + bias_fn(*(bias_pos or (q_pos, k_pos)), q, k, visible)
     return bias
+
+
+class Far(NamedTuple):
+    """The far branch of a training-free method (`posenc.training_free`): q `[B, Tq, N, H]` and k
+    `[B, Tk, N, H]` transformed at the far positions `q_pos` `[B|1, Tq]` / `k_pos` `[B|1, Tk]` (which the
+    bias sees), and `visible(q_pos, k_pos)` of the true positions → the pairs the far branch may score."""
+
+    q: Any
+    k: Any
+    q_pos: Any
+    k_pos: Any
+    visible: Callable
+
+
+def _two_branch_attend(q, k, qf, kf, v, bias_near, bias_far, use_near):
+    """softmax(where(use_near, q kᵀ + bias_near, qf kfᵀ + bias_far)) v: the merge of Self-Extend's and
+    ReRoPE's references (one softmax over the merged scores). Inference only: plain autodiff."""
+    acc = _acc(q.dtype)
+    s_near = jnp.einsum("bnqh,bnkh->bnqk", q, k, preferred_element_type=acc) + bias_near
+    s_far = jnp.einsum("bnqh,bnkh->bnqk", qf, kf, preferred_element_type=acc) + bias_far
+    p = jax.nn.softmax(jnp.where(use_near, s_near, s_far), axis=-1)
+    return jnp.einsum("bnqk,bnkh->bnqh", p.astype(v.dtype), v)
 
 
 def _head_major(q, k, v):
@@ -94,9 +121,16 @@ def _head_major(q, k, v):
     return (q * jnp.asarray(scale, q.dtype)).swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2)
 
 
-def _attend(q, k, v, q_pos, k_pos, bias_fn, window=None):
-    """Head-major unchunked attention. q [B,N,Tq,H] (scaled), k/v [B,N,Tk,H], q_pos [B|1,Tq], k_pos [B|1,Tk]."""
-    return _softmax_attend(q, k, v, _bias(q_pos, k_pos, bias_fn, q, k, window))
+def _attend(q, k, v, q_pos, k_pos, bias_fn, window=None, near_fn=None, far=None):
+    """Head-major unchunked attention. q [B,N,Tq,H] (scaled), k/v [B,N,Tk,H], q_pos [B|1,Tq], k_pos [B|1,Tk];
+    `near_fn(q_pos, k_pos)` → the pairs kept (or, with `far`, scored by the near branch)."""
+    keep = None if near_fn is None else near_fn(q_pos, k_pos)
+    bias = _bias(q_pos, k_pos, bias_fn, q, k, window, keep)
+    if far is None:
+        return _softmax_attend(q, k, v, bias)
+    far_keep = ~keep & far.visible(q_pos, k_pos)
+    bias_far = _bias(q_pos, k_pos, bias_fn, far.q, far.k, window, far_keep, bias_pos=(far.q_pos, far.k_pos))
+    return _two_branch_attend(q, k, far.q, far.k, v, bias, bias_far, keep)
 
 
 def block_causal_attention(q, k, v, q_pos, k_pos, *, bias_fn=None, block: int = 128, window: int | None = None):
@@ -119,7 +153,8 @@ def block_causal_attention(q, k, v, q_pos, k_pos, *, bias_fn=None, block: int = 
     return jnp.concatenate(outs, axis=2).swapaxes(1, 2)
 
 
-def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, window: int | None = None):
+def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, window: int | None = None,
+              near_fn=None, far: Far | None = None):
     """softmax(q kᵀ / sqrt(H) + bias, masked causally by position) v.
 
     Args:
@@ -131,22 +166,40 @@ def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, windo
       chunk_size: if 0 < chunk_size < Tq, process the queries in chunks of this size with `lax.map`, so that
         at most `[B, N, chunk_size, Tk]` scores exist at once (memory O(T) instead of O(T²)).
       window: sliding-window attention: query i sees key j only if i − window < j ≤ i (None: no window).
+      near_fn: `near_fn(q_pos, k_pos) -> [B|1, 1, Tq', Tk']` bool: the pairs kept (a training-free method's
+        mask), or with `far` the pairs scored as usual.
+      far: a training-free method's far branch (`Far`): the other pairs are scored with `far.q`, `far.k` and
+        the bias at the far positions, where `far.visible`; the two are merged before one softmax.
 
     Returns:
       `[B, Tq, N, H]`.
     """
     tq = q.shape[1]
     q, k, v = _head_major(q, k, v)
+    if far is not None:
+        fq, fk, _ = _head_major(far.q, far.k, far.k)
+        far = far._replace(q=fq, k=fk, q_pos=jnp.broadcast_to(far.q_pos, (q.shape[0], tq)))
     if chunk_size <= 0 or chunk_size >= tq:
-        return _attend(q, k, v, q_pos, k_pos, bias_fn, window).swapaxes(1, 2)
+        return _attend(q, k, v, q_pos, k_pos, bias_fn, window, near_fn, far).swapaxes(1, 2)
     num_chunks = -(-tq // chunk_size)
     pad = num_chunks * chunk_size - tq
     q_pos = jnp.broadcast_to(q_pos, (q.shape[0], tq))
-    if pad:  # padded queries get the last position: harmless rows, sliced off below
-        q = jnp.pad(q, ((0, 0), (0, 0), (0, pad), (0, 0)))
-        q_pos = jnp.pad(q_pos, ((0, 0), (0, pad)), mode="edge")
     b, n, _, h = q.shape
-    q_chunks = q.reshape(b, n, num_chunks, chunk_size, h).transpose(2, 0, 1, 3, 4)
-    pos_chunks = q_pos.reshape(b, num_chunks, chunk_size).swapaxes(0, 1)
-    out = jax.lax.map(lambda c: _attend(c[0], k, v, c[1], k_pos, bias_fn, window), (q_chunks, pos_chunks))
+
+    def chunks(x, p):
+        if pad:  # padded queries get the last position: harmless rows, sliced off below
+            x = jnp.pad(x, ((0, 0), (0, 0), (0, pad), (0, 0)))
+            p = jnp.pad(p, ((0, 0), (0, pad)), mode="edge")
+        return (x.reshape(b, n, num_chunks, chunk_size, h).transpose(2, 0, 1, 3, 4),
+                p.reshape(b, num_chunks, chunk_size).swapaxes(0, 1))
+
+    xs = chunks(q, q_pos)
+    if far is not None:
+        xs = xs + chunks(far.q, far.q_pos)
+
+    def one(c):
+        f = None if far is None else far._replace(q=c[2], q_pos=c[3])
+        return _attend(c[0], k, v, c[1], k_pos, bias_fn, window, near_fn, f)
+
+    out = jax.lax.map(one, xs)
     return out.transpose(1, 0, 3, 2, 4).reshape(b, num_chunks * chunk_size, n, h)[:, :tq]

@@ -46,6 +46,7 @@ class CoPE(Encoding):
     """`cope_bias` on every layer, with one learned `[npos_max, head_dim]` table per layer."""
 
     name = "cope"
+    position_kind = "contextual"
     paper = "Golovneva et al. 2024, arXiv 2405.18719"
     has_bias = True
     options = {"npos_max": (0, "contextual positions are clamped below this (0: the training length)")}

@@ -29,6 +29,7 @@ import numpy as np
 from flax import nnx
 
 from posenc.model import ModelConfig
+from posenc.training_free import Method
 from posenc.rope_scaling import RopeScaling, is_length_dependent, rope_inputs
 
 
@@ -58,18 +59,42 @@ def rope_schedule(cfg: ModelConfig, scaling: RopeScaling, max_len: int) -> RopeS
     return RopeSchedule(jnp.asarray(inv), jnp.asarray(af), jnp.asarray(lo))
 
 
-def _rotate_at_use(cfg: ModelConfig, scaling: RopeScaling) -> bool:
-    """Whether the cache keeps keys unrotated: the encoding's values at a position depend on the length."""
-    return cfg.encoding.length_dependent(cfg, scaling)
+def _rotate_at_use(cfg: ModelConfig, scaling: RopeScaling, method: Method | None = None) -> bool:
+    """Whether the cache keeps keys unrotated: the encoding's values at a position depend on the length, or
+    a training-free method rotates each key at two positions (or re-indexes them inside the cache)."""
+    two = method is not None and method.method != "none" and cfg.encoding.position_kind == "rotary"
+    return cfg.encoding.length_dependent(cfg, scaling) or two
 
 
-def _check_request(cfg: ModelConfig, prompt_len: int, total: int, cache_size: int) -> None:
+def _method_args(cfg: ModelConfig, method: Method | None):
+    if method is None:
+        return None
+    method.check(cfg.encoding, cfg)
+    return method.args(cfg.encoding)
+
+
+def _cache_size(method: Method | None, cache_size: int | None, total: int) -> int:
+    """The cache slots: S + R for a bounded method (lm_infinite, sinks), else `cache_size` or `total`."""
+    layout = None if method is None else method.cache_layout()
+    if layout is None:
+        return cache_size or total
+    bounded = sum(layout)
+    if cache_size is not None and cache_size != bounded:
+        raise ValueError(f"cache_size={cache_size}: method {method.label} keeps a cache of exactly "
+                         f"{layout[0]} fixed + {layout[1]} recent = {bounded} slots; leave cache_size unset")
+    return bounded
+
+
+def _check_request(cfg: ModelConfig, prompt_len: int, total: int, cache_size: int, method: Method | None = None) -> None:
     if prompt_len < 1:
         raise ValueError("the prompt is empty: give at least one token (byte)")
-    if total > cache_size:
+    bounded = method is not None and method.cache_layout() is not None
+    if total > cache_size and not bounded:
         raise ValueError(f"cache_size={cache_size} is smaller than the request: prompt ({prompt_len}) + "
                          f"max_new_tokens ({total - prompt_len}) = {total} tokens")
     limit = cfg.encoding.max_positions(cfg)
+    if method is not None and method.method == "sinks":
+        total = min(total, method.num_sinks + method.window + 1)  # embedded positions stay ≤ S + R
     if limit is not None and total > limit:
         raise ValueError(f"prompt + continuation = {total} tokens is longer than the learned position table of "
                          f"posenc={cfg.posenc!r} ({limit} positions); set model.learned_beyond='interpolate' or ask "
@@ -81,40 +106,43 @@ def _rope(cfg, schedule: RopeSchedule, t, n_hat):
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "cache_size", "rotate_at_use", "seq_len"))
-def _prefill(graphdef, params, tokens, schedule, n_hat, *, prompt_len, cache_size, rotate_at_use, seq_len):
+def _prefill(graphdef, params, tokens, schedule, n_hat, method=None, *, prompt_len, cache_size, rotate_at_use,
+             seq_len):
     model = nnx.merge(graphdef, params)
     cache = model.init_cache(tokens.shape[0], cache_size, rotate_at_use)
     positions = jnp.arange(prompt_len)[None]
     return model(tokens, positions, seq_len=seq_len, rope=_rope(model.cfg, schedule, prompt_len - 1, n_hat),
-                 cache=cache)
+                 cache=cache, method=method)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "seq_len"))
-def _step(graphdef, params, cache, token, position, schedule, n_hat, *, seq_len):
+def _step(graphdef, params, cache, token, position, schedule, n_hat, method=None, *, seq_len):
     """One token `[B, 1]` at `position` (traced) → (logits [B, V], cache)."""
     model = nnx.merge(graphdef, params)
     logits, cache = model(token, jnp.reshape(position, (1, 1)), seq_len=seq_len,
-                          rope=_rope(model.cfg, schedule, position, n_hat), cache=cache)
+                          rope=_rope(model.cfg, schedule, position, n_hat), cache=cache, method=method)
     return logits[:, -1], cache
 
 
 def teacher_forced_logits(graphdef, params, tokens, *, prefill_len: int, scaling: RopeScaling | None = None,
-                          cache_size: int | None = None) -> jax.Array:
+                          cache_size: int | None = None, method: Method | None = None) -> jax.Array:
     """Logits `[B, T, V]` of `tokens [B, T]` computed by prefilling `prefill_len` tokens and then feeding
-    the rest one at a time through the cache (what generation computes, with known tokens)."""
+    the rest one at a time through the cache (what generation computes, with known tokens). `method`: a
+    resolved training-free method (`lm_infinite` / `sinks` keep their bounded cache of S + R slots)."""
     cfg = _cfg(graphdef, params)
     b, t = tokens.shape
-    cache_size = cache_size or t
-    _check_request(cfg, prefill_len, t, cache_size)
+    cache_size = _cache_size(method, cache_size, t)
+    _check_request(cfg, prefill_len, t, cache_size, method)
     scaling = cfg.rope_scaling if scaling is None else scaling
-    schedule = rope_schedule(cfg, scaling, cache_size)
-    rotate = _rotate_at_use(cfg, scaling)
+    schedule = rope_schedule(cfg, scaling, t)
+    rotate = _rotate_at_use(cfg, scaling, method)
+    args = _method_args(cfg, method)
     n_hat = jnp.int32(scaling.unscaled_positions)
-    logits, cache = _prefill(graphdef, params, tokens[:, :prefill_len], schedule, n_hat, prompt_len=prefill_len,
+    logits, cache = _prefill(graphdef, params, tokens[:, :prefill_len], schedule, n_hat, args, prompt_len=prefill_len,
                              cache_size=cache_size, rotate_at_use=rotate, seq_len=t)
     out = [logits]
     for p in range(prefill_len, t):
-        step_logits, cache = _step(graphdef, params, cache, tokens[:, p:p + 1], jnp.int32(p), schedule, n_hat,
+        step_logits, cache = _step(graphdef, params, cache, tokens[:, p:p + 1], jnp.int32(p), schedule, n_hat, args,
                                    seq_len=t)
         out.append(step_logits[:, None])
     return jnp.concatenate(out, axis=1)
@@ -155,11 +183,11 @@ def sample(logits, key, temperature: float, top_k: int):
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "cache_size", "rotate_at_use", "temperature",
                                              "top_k"))
-def _generate(graphdef, params, prompt, schedule, n_hat, key, *, max_new_tokens, cache_size, rotate_at_use, temperature,
-              top_k):
+def _generate(graphdef, params, prompt, schedule, n_hat, key, method=None, *, max_new_tokens, cache_size, rotate_at_use,
+              temperature, top_k):
     prompt_len = prompt.shape[1]
     seq_len = prompt_len + max_new_tokens
-    logits, cache = _prefill.__wrapped__(graphdef, params, prompt, schedule, n_hat, prompt_len=prompt_len,
+    logits, cache = _prefill.__wrapped__(graphdef, params, prompt, schedule, n_hat, method, prompt_len=prompt_len,
                                          cache_size=cache_size, rotate_at_use=rotate_at_use, seq_len=seq_len)
     key, sub = jax.random.split(key)
     first = sample(logits[:, -1], sub, temperature, top_k)
@@ -168,7 +196,7 @@ def _generate(graphdef, params, prompt, schedule, n_hat, key, *, max_new_tokens,
         cache, token, key = carry
         key, sub = jax.random.split(key)
         step_logits, cache = _step.__wrapped__(graphdef, params, cache, token[:, None], position, schedule, n_hat,
-                                               seq_len=seq_len)
+                                               method, seq_len=seq_len)
         nxt = sample(step_logits, sub, temperature, top_k)
         return (cache, nxt, key), nxt
 
@@ -178,11 +206,13 @@ def _generate(graphdef, params, prompt, schedule, n_hat, key, *, max_new_tokens,
 
 
 def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: float = 1.0, top_k: int = 0,
-             seed: int = 0, scaling: RopeScaling | None = None, cache_size: int | None = None) -> np.ndarray:
+             seed: int = 0, scaling: RopeScaling | None = None, cache_size: int | None = None,
+             method: Method | None = None) -> np.ndarray:
     """Samples `max_new_tokens` after `prompt [B, P]` with a KV cache; returns `[B, P + max_new_tokens]`.
 
     One compiled program (prefill + `lax.scan` over the new tokens) per (P, max_new_tokens, cache_size).
-    `scaling` overrides the run's RoPE scaling (RoPE runs only).
+    `scaling` overrides the run's RoPE scaling (RoPE runs only). `method`: a resolved training-free method;
+    under `lm_infinite` and `sinks` the cache has exactly S + R slots whatever the length generated.
     """
     cfg = _cfg(graphdef, params)
     prompt = jnp.asarray(prompt, jnp.int32)
@@ -198,8 +228,8 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     if cache_size is not None and cache_size <= 0:
         raise ValueError(f"cache_size must be a positive number of slots (or unset for prompt + max_new_tokens = "
                          f"{total}), got {cache_size}")
-    cache_size = cache_size or total
-    _check_request(cfg, prompt.shape[1], total, cache_size)
+    cache_size = _cache_size(method, cache_size, total)
+    _check_request(cfg, prompt.shape[1], total, cache_size, method)
     if scaling is not None and scaling.kind != "none" and not cfg.encoding.takes_rope_scaling:
         raise ValueError(f"a RoPE scaling does not apply to posenc={cfg.posenc!r}")
     scaling = cfg.rope_scaling if scaling is None else scaling
@@ -214,11 +244,12 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     available = device_memory_bytes()
     if need > available:
         raise too_big(f"the device has {available / 2**30:.2f} GiB")
-    rotate = _rotate_at_use(cfg, scaling)
+    rotate = _rotate_at_use(cfg, scaling, method)
+    args = _method_args(cfg, method)
     try:
-        schedule = rope_schedule(cfg, scaling, cache_size)
+        schedule = rope_schedule(cfg, scaling, max(cache_size, total))
         out = _generate(graphdef, params, prompt, schedule, jnp.int32(scaling.unscaled_positions), jax.random.key(seed),
-                        max_new_tokens=max_new_tokens, cache_size=cache_size, rotate_at_use=rotate,
+                        args, max_new_tokens=max_new_tokens, cache_size=cache_size, rotate_at_use=rotate,
                         temperature=float(temperature), top_k=int(top_k))
         return np.asarray(out)
     except MemoryError:

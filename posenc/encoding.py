@@ -21,6 +21,8 @@ Pipelines (evaluation, decoding, sweeps, the LongRoPE search, config checks) nev
 the encoding class, given a `ModelConfig`,
 
     takes_rope_scaling              whether inference-time RoPE scalings (`RopeScaling`) apply to it
+    position_kind                   rotary / bias / absolute / contextual / none: which training-free
+                                    methods (`posenc.training_free`) apply, and how
     length_dependent(cfg, scaling)  whether its frequencies change with the sequence length (then the KV
                                     cache keeps keys unrotated and rotates them at use)
     max_positions(cfg)              the number of positions it is defined for (a learned table), or None
@@ -46,6 +48,9 @@ class Encoding(nnx.Module):
     name: ClassVar[str] = ""
     paper: ClassVar[str] = ""  # citation, shown in the README's table of encodings
     takes_rope_scaling: ClassVar[bool] = False
+    # How positions enter (posenc.training_free.POSITION_KINDS): 'rotary' (q and k rotated), 'bias' (a logit
+    # bias from positions), 'absolute' (added to the embeddings), 'contextual' (from q and k), 'none'.
+    position_kind: ClassVar[str] = "none"
     has_bias: ClassVar[bool] = False
     # The encoding's own config fields, `model.<name>.<option>`: {option: (default, comment)}.
     options: ClassVar[dict[str, tuple[Any, str]]] = {}

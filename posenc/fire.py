@@ -49,6 +49,7 @@ class Fire(Encoding):
     """A FIRE bias per layer (or one shared, `model.fire.shared`)."""
 
     name = "fire"
+    position_kind = "bias"
     paper = "Li et al. 2023, arXiv 2310.04418"
     has_bias = True
     options = {

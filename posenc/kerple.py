@@ -45,6 +45,7 @@ class Kerple(Encoding):
     """`kerple_bias` on every layer, r1 and r2 learned per layer and head (initialised to 1 and 1)."""
 
     name = "kerple"
+    position_kind = "bias"
     paper = "Chi et al. 2022, arXiv 2205.09921"
     has_bias = True
     options = {"kind": ("log", "log: −r1·log(1 + r2·|m−n|); power: −r1·|m−n|^r2 (0 < r2 ≤ 2)")}

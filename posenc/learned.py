@@ -36,6 +36,7 @@ class Learned(Encoding):
     of the sinusoidal encoding, so both absolute encodings start at one scale."""
 
     name = "learned"
+    position_kind = "absolute"
     paper = "Radford et al. 2019 (GPT-2); Devlin et al. 2019, arXiv 1810.04805"
 
     def __init__(self, cfg, *, rngs: nnx.Rngs):

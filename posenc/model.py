@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc.attention import attention, block_causal_attention
+from posenc import training_free
+from posenc.attention import Far, attention, block_causal_attention
 from posenc.encodings import get_encoding
 from posenc.learned import LEARNED_BEYOND
 from posenc.rope_scaling import RopeScaling
@@ -139,39 +140,59 @@ class Attention(nnx.Module):
         self.qkv = linear(d, 3 * d, 0.02, rngs)
         self.out = linear(d, d, 0.02 / (2 * cfg.num_layers) ** 0.5, rngs)
 
-    def __call__(self, x, positions, enc, ctx, layer: int, cache=None, aligned=False):
+    def __call__(self, x, positions, enc, ctx, layer: int, cache=None, aligned=False, method=None):
         """Self-attention of `x [B, T, d]` at `positions [B|1, T]`, positions entering through the encoding
-        `enc` (its `rotate` of q and k, its `bias`, its `window` for this layer) with the pass's `ctx`.
+        `enc` (its `rotate` of q and k, its `bias`, its `window` for this layer) with the pass's `ctx`, and
+        through a training-free method (`method`, a `training_free.MethodArgs`, or None).
 
         With `cache = (k [B, S, N, H], v [B, S, N, H], k_pos [B, S], rotate_at_use)` (decoding; empty slots
         have position −1), the queries attend to the cached keys and the new ones, the new keys and values
         are written into the cache, and `(y, (k, v, k_pos))` is returned. A layer without a window keeps
         every position (slot = position); a windowed layer keeps a ring of `window` slots (slot = position
-        mod window): the new queries attend to the ring as it was plus the new keys, then the newest
-        `window` of those enter the ring, so memory stays bounded and the result exact. `rotate_at_use`
-        (static): the cache holds *unrotated* keys, rotated with the current context at every step — exact
-        for encodings whose frequencies change with the sequence length (dynamic NTK, dynamic YaRN,
-        LongRoPE's switch); otherwise keys are rotated once, before caching.
+        mod window), and under `lm_infinite` / `sinks` the first `fixed` positions keep slots of their own
+        and the others share a ring of S − fixed: the new queries attend to the cache as it was plus the new
+        keys, then the fixed and the newest ring-many of those enter it, so memory stays bounded and the
+        result exact. `rotate_at_use` (static): the cache holds *unrotated* keys, rotated with the current
+        context at every step — exact for encodings whose frequencies change with the sequence length
+        (dynamic NTK, dynamic YaRN, LongRoPE's switch), and what the two-branch methods need (a key is
+        rotated at its near and at its far position; `sinks` re-indexes the near positions inside the
+        cache, so that they stay below S + R + T however long generation runs); otherwise keys are rotated
+        once, before caching.
         """
         cfg = self.cfg
         b, t, _ = x.shape
         q, k, v = jnp.split(self.qkv(x).reshape(b, t, 3 * cfg.num_heads, cfg.head_dim), 3, axis=2)
-        q = enc.rotate(q, positions, ctx, layer, "q")
+        mode = "plain" if method is None else method.mode
+        if method is not None and method.use_logn:
+            q = q * training_free.logn_scale(positions, method.logn)[..., None, None].astype(q.dtype)
         bias_fn = functools.partial(enc.bias, ctx=ctx, layer=layer) if enc.has_bias else None
         window = enc.window(cfg, layer)
+        near_fn = None if mode == "plain" else functools.partial(
+            training_free.near if mode == "branches" else training_free.visible, method)
+        rotate = functools.partial(enc.rotate, ctx=ctx, layer=layer)
+
+        def far_branch(keys, q_pos, k_pos, shift=0):
+            if mode != "branches":
+                return None
+            fq, fk = training_free.far_positions(method, q_pos, k_pos)
+            return Far(rotate(q, fq - shift, role="q"), rotate(keys, fk - shift, role="k"), fq, fk,
+                       functools.partial(training_free.far_visible, method))
+
         if cache is None:
-            k = enc.rotate(k, positions, ctx, layer, "k")
-            if aligned and cfg.attn_block and not (cfg.attn_chunk and cfg.attn_chunk < t):
-                y = block_causal_attention(q, k, v, positions, positions, bias_fn=bias_fn, block=cfg.attn_block,
-                                           window=window)
+            k_rot = rotate(k, positions, role="k")
+            q_rot = rotate(q, positions, role="q")
+            if aligned and cfg.attn_block and mode == "plain" and not (cfg.attn_chunk and cfg.attn_chunk < t):
+                y = block_causal_attention(q_rot, k_rot, v, positions, positions, bias_fn=bias_fn,
+                                           block=cfg.attn_block, window=window)
             else:
-                y = attention(q, k, v, positions, positions, bias_fn=bias_fn, chunk_size=cfg.attn_chunk,
-                              window=window)
+                y = attention(q_rot, k_rot, v, positions, positions, bias_fn=bias_fn, chunk_size=cfg.attn_chunk,
+                              window=window, near_fn=near_fn, far=far_branch(k, positions, positions))
             return self.out(y.reshape(b, t, cfg.d_model))
         k_cache, v_cache, pos_cache, rotate_at_use = cache
-        k_new = (k if rotate_at_use else enc.rotate(k, positions, ctx, layer, "k")).astype(k_cache.dtype)
+        k_new = (k if rotate_at_use else rotate(k, positions, role="k")).astype(k_cache.dtype)
         v_new, pos_new = v.astype(v_cache.dtype), jnp.broadcast_to(positions, (pos_cache.shape[0], t))
-        if window is None:
+        bounded = method is not None and method.method in training_free.BOUNDED
+        if window is None and not bounded:
             offset = positions.reshape(-1)[0]  # new tokens occupy slots offset … offset + T − 1 in every row
             k_cache = jax.lax.dynamic_update_slice(k_cache, k_new, (0, offset, 0, 0))
             v_cache = jax.lax.dynamic_update_slice(v_cache, v_new, (0, offset, 0, 0))
@@ -181,14 +202,26 @@ class Attention(nnx.Module):
             keys = jnp.concatenate([k_cache, k_new], axis=1)
             values = jnp.concatenate([v_cache, v_new], axis=1)
             k_pos = jnp.concatenate([pos_cache, pos_new], axis=1)
-            m = min(t, k_cache.shape[1])  # the newest `window` tokens enter the ring
-            slots = pos_new[0, -m:] % k_cache.shape[1]
-            k_cache = k_cache.at[:, slots].set(k_new[:, -m:])
-            v_cache = v_cache.at[:, slots].set(v_new[:, -m:])
-            pos_cache = pos_cache.at[:, slots].set(pos_new[:, -m:])
+            size = k_cache.shape[1]
+            fixed = method.fixed if bounded else 0
+            p = pos_new[0]
+            slots = jnp.where(p < fixed, p, fixed + (p - fixed) % (size - fixed))
+            slots = jnp.where((p < fixed) | (p > p[-1] - (size - fixed)), slots, size)  # size: dropped
+            k_cache = k_cache.at[:, slots].set(k_new, mode="drop")
+            v_cache = v_cache.at[:, slots].set(v_new, mode="drop")
+            pos_cache = pos_cache.at[:, slots].set(pos_new, mode="drop")
+        q_pos, shift = positions, 0
         if rotate_at_use:
-            keys = enc.rotate(keys, jnp.maximum(k_pos, 0), ctx, layer, "k")
-        y = attention(q, keys, values, positions, k_pos, bias_fn=bias_fn, chunk_size=cfg.attn_chunk, window=window)
+            if method is not None and method.method == "sinks":  # re-indexed inside the cache: bounded positions
+                shift = jnp.maximum(0, jnp.max(positions) - (method.fixed + method.window))
+            far = far_branch(keys, positions, jnp.maximum(k_pos, 0))
+            keys = rotate(keys, jnp.maximum(k_pos, 0) - shift, role="k")
+            q_rot = rotate(q, positions - shift, role="q")
+        else:
+            far = far_branch(keys, positions, k_pos)
+            q_rot = rotate(q, positions, role="q")
+        y = attention(q_rot, keys, values, q_pos, k_pos, bias_fn=bias_fn, chunk_size=cfg.attn_chunk, window=window,
+                      near_fn=near_fn, far=far)
         return self.out(y.reshape(b, t, cfg.d_model)), (k_cache, v_cache, pos_cache)
 
 
@@ -200,12 +233,12 @@ class Block(nnx.Module):
         self.fc = linear(cfg.d_model, cfg.mlp_dim, 0.02, rngs)
         self.proj = linear(cfg.mlp_dim, cfg.d_model, 0.02 / (2 * cfg.num_layers) ** 0.5, rngs)
 
-    def __call__(self, x, positions, enc, ctx, layer: int, cache=None, aligned=False):
+    def __call__(self, x, positions, enc, ctx, layer: int, cache=None, aligned=False, method=None):
         if cache is None:
-            x = x + self.attn(self.norm1(x), positions, enc, ctx, layer, aligned=aligned)
+            x = x + self.attn(self.norm1(x), positions, enc, ctx, layer, aligned=aligned, method=method)
             new_cache = None
         else:
-            y, new_cache = self.attn(self.norm1(x), positions, enc, ctx, layer, cache)
+            y, new_cache = self.attn(self.norm1(x), positions, enc, ctx, layer, cache, method=method)
             x = x + y
         return x + self.proj(jax.nn.gelu(self.fc(self.norm2(x)))), new_cache
 
@@ -221,7 +254,8 @@ class Transformer(nnx.Module):
         self.final_norm = nnx.RMSNorm(cfg.d_model, rngs=rngs)
         self.head = linear(cfg.d_model, cfg.vocab_size, 0.02, rngs)
 
-    def __call__(self, tokens, positions=None, *, seq_len: int | None = None, rope=None, cache: "KVCache | None" = None):
+    def __call__(self, tokens, positions=None, *, seq_len: int | None = None, rope=None, cache: "KVCache | None" = None,
+                 method: "training_free.MethodArgs | None" = None):
         """Logits of the next byte.
 
         Args:
@@ -235,6 +269,7 @@ class Transformer(nnx.Module):
             searches over scalings without recompiling; `posenc.rope_scaling.rope_inputs` computes them).
           cache: a `KVCache` (see `init_cache`): decode `tokens` at `positions` after the cached ones, and
             return `(logits, new_cache)`.
+          method: a training-free method (`training_free.Method(...).resolve(...).args(encoding)`), or None.
 
         Returns:
           `[B, T, vocab]` float32 (and the updated cache when one is given).
@@ -253,15 +288,17 @@ class Transformer(nnx.Module):
             seq_len = int(positions.max()) + 1
         positions = jnp.asarray(positions)
         enc = self.encoding
+        if method is not None and method.max_position is not None:  # sinks: embedded positions stay ≤ S + R
+            seq_len = min(seq_len, method.max_position + 1)
         ctx = enc.context(positions, seq_len, rope)
         x = self.embed(tokens).astype(dtype)
-        absolute = enc.absolute(positions, ctx)
+        absolute = enc.absolute(training_free.embed_positions(method, positions), ctx)
         if absolute is not None:
             x = x + absolute.astype(dtype)
         new_k, new_v, new_pos = [], [], []
         for i, block in enumerate(self.blocks):
             layer_cache = None if cache is None else (cache.k[i], cache.v[i], cache.pos[i], cache.rotate_at_use)
-            x, updated = block(x, positions, enc, ctx, i, layer_cache, aligned=aligned and cache is None)
+            x, updated = block(x, positions, enc, ctx, i, layer_cache, aligned=aligned and cache is None, method=method)
             if updated is not None:
                 new_k.append(updated[0])
                 new_v.append(updated[1])

@@ -193,6 +193,7 @@ class Rope(Encoding):
     `RopeScaling` `model.rope.scaling`; per-layer LongRoPE factors pick row `layer`."""
 
     name = "rope"
+    position_kind = "rotary"
     paper = "Su et al. 2021, arXiv 2104.09864"
     takes_rope_scaling = True
 

@@ -50,6 +50,7 @@ class Sinusoidal(Encoding):
     """`sinusoidal_encoding(p, d_model, model.sinusoidal_base)` added to the embedding at position p."""
 
     name = "sinusoidal"
+    position_kind = "absolute"
     paper = "Vaswani et al. 2017, arXiv 1706.03762"
 
     @classmethod

@@ -52,6 +52,7 @@ class T5Bias(Encoding):
     """bias[h, i, j] = table[bucket(k_pos_j − q_pos_i), h]: a learned logit bias per head and bucket."""
 
     name = "t5"
+    position_kind = "bias"
     paper = "Raffel et al. 2020, arXiv 1910.10683"
     has_bias = True
     options = {

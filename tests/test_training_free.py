@@ -1,0 +1,282 @@
+"""Training-free methods (posenc/training_free.py): float64 brute-force oracles, reductions, cached decoding.
+
+The oracle builds each [T, T] score matrix the slow way, from the method's definition — which keys a query
+sees and at which relative distance (or at which pair of positions, for a bias) — for one layer of the
+model, with q and k in float64 NumPy from the model's own weights, and compares the logits.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from posenc import decode, training_free
+from posenc.alibi import alibi_slopes
+from posenc.model import ModelConfig, Transformer
+from posenc.sinusoidal import sinusoidal_encoding
+from posenc.training_free import Method
+
+T = 40
+
+
+def _rms(x, scale, eps=1e-6):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * scale
+
+
+def _gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def _rotate(x, angle):
+    """Half-layout RoPE of x [..., H] by angles [..., H/2] (float64)."""
+    r = x.shape[-1] // 2
+    a, b = x[..., :r], x[..., r:]
+    c, s = np.cos(angle), np.sin(angle)
+    return np.concatenate([a * c - b * s, b * c + a * s], -1)
+
+
+def rule(spec: Method, i: int, j: int):
+    """The method's definition for query i, key j ≤ i: (visible, (q position, k position)) — the pair of
+    positions whose rotation (or bias) scores it. Written from the papers, not from posenc's code."""
+    m = spec.method
+    if m == "none":
+        return True, (i, j)
+    if m == "self_extend":
+        w, g = spec.window, spec.group
+        if i - j < w:
+            return True, (i, j)
+        return True, (i // g + w - w / g, j // g)
+    if m == "rerope":
+        return True, (i, j) if i - j < spec.window else (spec.window, 0)
+    if m == "leaky_rerope":
+        w, k = spec.window, spec.leak
+        return True, (i, j) if i - j < w else (w + (i - j - w) / k, 0)  # distance w + (d − w)/k
+    if m == "lm_infinite":
+        if i - j < spec.window:
+            return True, (i, j)
+        return j < spec.n_global, (spec.window, 0)
+    if m == "sinks":
+        s, r = spec.num_sinks, spec.window
+        if i - j <= r:
+            return True, (i, j)
+        return j < s, (min(i, s + r), j)
+    raise AssertionError(m)
+
+
+def oracle_logits(model, tokens, spec: Method):
+    """Float64 logits of a one-layer model under `spec`, the slow way (a Python loop over (i, j))."""
+    cfg = model.cfg
+    assert cfg.num_layers == 1
+    p = lambda x: np.asarray(x[...], np.float64)  # noqa: E731
+    kind = cfg.encoding.position_kind
+    t = tokens.shape[0]
+    n, h = cfg.num_heads, cfg.head_dim
+    x = p(model.embed.embedding)[tokens]
+    if kind == "absolute":
+        pos = np.array([min(i, spec.num_sinks + spec.window) if spec.method == "sinks" else i for i in range(t)])
+        x = x + np.asarray(sinusoidal_encoding(jnp.asarray(pos), cfg.d_model, cfg.sinusoidal_base), np.float64)
+    blk = model.blocks[0]
+    qkv = _rms(x, p(blk.norm1.scale)) @ p(blk.attn.qkv.kernel)
+    q, k, v = np.split(qkv.reshape(t, 3 * n, h), 3, axis=1)
+    if spec.logn:
+        q = q * np.maximum(1.0, np.log(np.arange(t) + 1.0) / np.log(spec.logn))[:, None, None]
+    theta = cfg.rope_base ** (-np.arange(0, h, 2) / h)
+    slopes = np.asarray(alibi_slopes(n), np.float64)
+    scores = np.full((n, t, t), -np.inf)
+    for i in range(t):
+        for j in range(i + 1):
+            seen, (pi, pj) = rule(spec, i, j)
+            if not seen:
+                continue
+            if kind == "rotary":
+                s = np.einsum("nh,nh->n", _rotate(q[i], (pi - pj) * theta), k[j]) / math.sqrt(h)
+            else:
+                s = np.einsum("nh,nh->n", q[i], k[j]) / math.sqrt(h)
+            if kind == "bias":
+                s = s - slopes * (pi - pj)
+            scores[:, i, j] = s
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    y = np.einsum("nqk,knh->qnh", probs, v).reshape(t, cfg.d_model) @ p(blk.attn.out.kernel)
+    x = x + y
+    x = x + _gelu(_rms(x, p(blk.norm2.scale)) @ p(blk.fc.kernel)) @ p(blk.proj.kernel)
+    return _rms(x, p(model.final_norm.scale)) @ p(model.head.kernel)
+
+
+def _model(posenc="rope", layers=1, seed=0, **kw):
+    cfg = ModelConfig(d_model=32, num_layers=layers, num_heads=2, mlp_dim=64, posenc=posenc, max_len=64, **kw)
+    model = Transformer(cfg, rngs=nnx.Rngs(seed))
+    # sharper attention than at init, so that a wrong distance shows in the logits
+    for blk in model.blocks:
+        blk.attn.qkv.kernel[...] = blk.attn.qkv.kernel[...] * 12.0
+    return model
+
+
+def _tokens(t=T, b=1, seed=1):
+    return jnp.asarray(np.random.RandomState(seed).randint(0, 256, (b, t)), jnp.int32)
+
+
+SPECS = [
+    Method("none", logn=8),
+    Method("self_extend", window=8, group=3),
+    Method("self_extend", window=6, group=4, logn=16),
+    Method("rerope", window=7),
+    Method("leaky_rerope", window=7, leak=3.0),
+    Method("lm_infinite", window=9, n_global=3),
+    Method("sinks", window=10, num_sinks=2),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.label)
+@pytest.mark.parametrize("chunk", [0, 16])
+def test_rotary_methods_match_the_float64_oracle(spec, chunk):
+    model = _model(attn_chunk=chunk)
+    x = _tokens()
+    got = model(x, method=spec.args(model.cfg.encoding))[0]
+    want = oracle_logits(model, np.asarray(x[0]), spec)
+    np.testing.assert_allclose(np.asarray(got), want, atol=2e-4, rtol=1e-4)
+    plain = oracle_logits(model, np.asarray(x[0]), Method())
+    assert np.abs(want - plain).max() > 1e-2  # the method changes something: the oracle can tell
+
+
+@pytest.mark.parametrize("posenc", ["alibi", "sinusoidal"])
+@pytest.mark.parametrize("spec", [s for s in SPECS if s.method in ("none", "lm_infinite", "sinks")],
+                         ids=lambda s: s.label)
+def test_bias_and_absolute_encodings_match_the_oracle(posenc, spec):
+    model = _model(posenc, attn_chunk=16)
+    x = _tokens()
+    got = model(x, method=spec.args(model.cfg.encoding))[0]
+    np.testing.assert_allclose(np.asarray(got), oracle_logits(model, np.asarray(x[0]), spec), atol=2e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("spec", [
+    Method("self_extend", window=5, group=1),  # G = 1
+    Method("rerope", window=T),  # w ≥ T
+    Method("leaky_rerope", window=5, leak=1.0),  # slope 1
+    Method("lm_infinite", window=T, n_global=2),  # window covers the sequence
+    Method("sinks", window=T, num_sinks=2),
+    Method("none", logn=T),  # L0 ≥ every n
+], ids=lambda s: s.label)
+def test_each_method_reduces_to_plain_attention(spec):
+    model = _model(layers=2)
+    x = _tokens(b=2)
+    np.testing.assert_allclose(np.asarray(model(x, method=spec.args(model.cfg.encoding))), np.asarray(model(x)),
+                               atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("posenc", ["rope", "xpos", "alibi", "learned", "cope"])
+@pytest.mark.parametrize("spec", SPECS[1:], ids=lambda s: s.label)
+def test_cached_decoding_equals_the_parallel_forward(posenc, spec):
+    model = _model(posenc, layers=2)
+    try:
+        spec.check(model.cfg.encoding, model.cfg)
+    except ValueError as e:  # rotary-only methods on other encodings: the error is tested below
+        assert "rotary encodings only" in str(e)
+        return
+    x = _tokens(b=2)
+    graphdef, params = nnx.split(model)
+    want = model(x, method=spec.args(model.cfg.encoding))
+    layout = spec.cache_layout()
+    size = sum(layout) if layout else None
+    got = decode.teacher_forced_logits(graphdef, params, x, prefill_len=13, method=spec, cache_size=size)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-4, rtol=1e-4)
+
+
+def test_sinks_cache_equals_recomputing_sinks_and_window_reindexed_from_zero():
+    """StreamingLLM's claim, for one layer (where a cached key is what recomputation gives): the logits of
+    the last token equal a fresh forward over [first S tokens ‖ last R + 1 tokens] at positions 0 … S + R."""
+    model = _model()
+    s, r = 3, 9
+    x = _tokens(t=T)
+    graphdef, params = nnx.split(model)
+    got = decode.teacher_forced_logits(graphdef, params, x, prefill_len=5, method=Method("sinks", window=r, num_sinks=s),
+                                       cache_size=s + r)
+    for t in (20, T - 1):
+        short = jnp.concatenate([x[:, :s], x[:, t - r:t + 1]], axis=1)
+        np.testing.assert_allclose(np.asarray(got[:, t]), np.asarray(model(short)[:, -1]), atol=1e-4, rtol=1e-4)
+
+
+def test_sinks_generation_runs_with_constant_memory_and_bounded_positions():
+    model = _model(layers=2)
+    graphdef, params = nnx.split(model)
+    spec = Method("sinks", window=6, num_sinks=2)
+    out = decode.generate(graphdef, params, np.asarray(_tokens(t=5)), 60, temperature=0.0, method=spec)
+    assert out.shape == (1, 65)
+    # greedy generation with the bounded cache = greedy argmax of the parallel sinks forward, token by token
+    logits = model(jnp.asarray(out[:, :-1]), method=spec.args(model.cfg.encoding))
+    np.testing.assert_array_equal(np.asarray(jnp.argmax(logits[:, 4:], -1)), out[:, 5:])
+    with pytest.raises(ValueError, match="cache_size"):
+        decode.generate(graphdef, params, np.asarray(_tokens(t=5)), 10, method=spec, cache_size=100)
+
+
+def test_sinks_on_an_absolute_encoding_stay_inside_the_learned_table():
+    model = _model("learned")
+    x = _tokens(t=100)  # past max_len = 64
+    with pytest.raises(ValueError, match="undefined past its table"):
+        model(x)
+    out = model(x, method=Method("sinks", window=20, num_sinks=4).args(model.cfg.encoding))
+    assert np.isfinite(np.asarray(out)).all()
+
+
+def test_invalid_specs_and_combinations_name_the_field():
+    with pytest.raises(ValueError, match="method must be one of"):
+        Method("streaming")
+    with pytest.raises(ValueError, match="takes \\['window', 'group', 'logn'\\]"):
+        Method("self_extend", leak=2.0)
+    with pytest.raises(ValueError, match="group must be an integer >= 1"):
+        Method("self_extend", group=0)
+    with pytest.raises(ValueError, match="leak .* >= 1"):
+        Method("leaky_rerope", leak=0.5)
+    with pytest.raises(ValueError, match="logn must be an integer >= 2"):
+        Method("none", logn=1)
+    with pytest.raises(ValueError, match="not a number"):
+        Method.parse("rerope,window=abc")
+    with pytest.raises(ValueError, match="field=value"):
+        Method.parse("rerope,size=3")
+    cfg = ModelConfig(posenc="alibi")
+    with pytest.raises(ValueError, match="rotary encodings only; posenc='alibi'"):
+        Method("rerope", window=4).check(cfg.encoding, cfg)
+    cfg = ModelConfig(posenc="local_global")
+    with pytest.raises(ValueError, match="sliding windows of their own"):
+        Method("sinks").check(cfg.encoding, cfg)
+    Method("rerope").check(cfg.encoding, cfg)  # defined: the window ANDs with the layer's
+
+
+def test_parse_label_and_defaults():
+    m = Method.parse("self_extend:window=64:group=4")
+    assert m == Method("self_extend", window=64, group=4) == Method.parse(m.label.replace("(", ",").rstrip(")"))
+    assert Method.parse("none,logn=256").label == "none+logn(256)"
+    assert Method("self_extend").resolve(256, 1024) == Method("self_extend", window=64, group=5)
+    assert Method("leaky_rerope").resolve(256, 1024).leak == pytest.approx((1024 - 64) / (256 - 64))
+    assert Method("sinks").resolve(256, 4096) == Method("sinks", window=251, num_sinks=4)
+    assert Method("lm_infinite").resolve(256, 4096) == Method("lm_infinite", window=256, n_global=10)
+    # the grouped positions of the default self_extend stay inside L0
+    m = Method("self_extend").resolve(256, 4096)
+    i = 4095
+    assert i // m.group + m.window - m.window / m.group < 256
+
+
+def test_parameters_are_traced_one_compile_for_many_values():
+    model = _model()
+    graphdef, params = nnx.split(model)
+    traces = []
+
+    @jax.jit
+    def f(params, x, a):
+        traces.append(1)
+        return nnx.merge(graphdef, params)(x, method=a)
+
+    x = _tokens()
+    outs = [f(params, x, Method("self_extend", window=w, group=g).args(model.cfg.encoding))
+            for w, g in ((4, 2), (8, 3), (6, 5))]
+    assert len(traces) == 1
+    assert not np.allclose(np.asarray(outs[0]), np.asarray(outs[1]))
+
+
+def test_logn_scale_formula():
+    p = jnp.arange(10)[None]
+    want = np.maximum(1.0, np.log(np.arange(10) + 1.0) / np.log(4.0))
+    np.testing.assert_allclose(np.asarray(training_free.logn_scale(p, 4))[0], want, rtol=1e-6)
