@@ -112,6 +112,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval = ml_collections.ConfigDict()
     config.eval.lengths = "256,512,1024,2048,4096"  # lengths for the extrapolation table after training
     config.eval.scalings = "none,linear,ntk,dynamic_ntk,yarn"  # inference-time RoPE scalings in that table
+    config.eval.methods = "none"  # training-free methods in that table, ';'-separated (posenc/training_free.py)
     config.eval.num_bytes = 16384  # test bytes scored at every length (a multiple of the longest length)
 
     posenc = variants.get("posenc", "rope")

@@ -21,8 +21,19 @@ with L0 = the run's `original_max_len` if it was trained with a scaling, else it
   length L, more than NTK's s^(d/(d−2)); `factor=1` gives the pure length-tracking variant, which equals `ntk`
   at factor L / L0 under the non-overlapping protocol (every window has length L).
 
-RoPE frequencies enter the compiled forward pass as traced inputs, so each (run, length) compiles once
-whatever the number of scalings.
+Training-free methods (`posenc.training_free`: `self_extend`, `rerope`, `leaky_rerope`, `lm_infinite`,
+`sinks`, and `logn` with any of them) are rows too, next to the scalings: every (scaling, method) pair that
+applies to a run's encoding, each method's unset parameters resolved per run and length
+(`Method.resolve`; the row records them in `method_params`). Methods are scored under `nonoverlap` and
+`per_position` (sliding rows are the plain model's baseline), and the bounded-cache methods (`sinks`,
+`lm_infinite`) also under
+
+  * `streaming` — the first `num_bytes` bytes as one stream, fed in chunks through a KV cache of exactly
+    S + R slots (the `eval_long_ppl` protocol of StreamingLLM): every byte is scored once, with memory
+    bounded by the cache whatever the length; `length` is the stream's.
+
+RoPE frequencies and the methods' parameters enter the compiled forward pass as traced inputs, so each
+(run, length) compiles once per method whatever the number of scalings and parameter values.
 """
 
 from __future__ import annotations
@@ -46,10 +57,11 @@ from posenc import checkpoint, data
 from posenc.encodings import get_encoding
 from posenc.model import ModelConfig
 from posenc.rope_scaling import RopeScaling, rope_inputs
+from posenc.training_free import Method
 
 SCALINGS = ("none", "run", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_linear", "dynamic_yarn", "llama3",
             "longrope")
-PROTOCOLS = ("nonoverlap", "per_position", "sliding")
+PROTOCOLS = ("nonoverlap", "per_position", "sliding", "streaming")
 LN2 = math.log(2.0)
 # A mean NLL (nats) above this has no finite perplexity (exp overflows float64): a model there has diverged
 # even if its loss is still a finite number.
@@ -157,15 +169,46 @@ def prepare_out_dir(out: str | pathlib.Path, what: str = "--out") -> pathlib.Pat
     return path
 
 
-def _nll_fn(graphdef, cfg: ModelConfig):
-    """Jitted per-position NLL `[B, L]` with RoPE frequencies as traced inputs."""
+def method_applies(run: Run, method: Method) -> bool:
+    """Whether training-free `method` is defined for `run`'s encoding."""
+    try:
+        method.check(run.cfg.encoding, run.cfg)
+    except ValueError:
+        return False
+    return True
 
-    def fn(params, x, y, inv_freq, attention_factor, n_hat, inv_freq_lo):
+
+def parse_methods(specs: Sequence[str | Method] | None) -> list[Method] | None:
+    """['none', 'self_extend,group=4', …] → Methods (a ValueError names a bad spec)."""
+    if specs is None:
+        return None
+    return [m if isinstance(m, Method) else Method.parse(m) for m in specs]
+
+
+def default_methods(config) -> list[Method]:
+    """A run's `config.eval.methods` (';'-separated specs; `none` when the field is absent)."""
+    text = config.eval.get("methods", "none") if "eval" in config else "none"
+    return [Method.parse(t) for t in text.split(";") if t.strip()] or [Method()]
+
+
+def _nll_fn(graphdef, cfg: ModelConfig):
+    """Jitted per-position NLL `[B, L]` with RoPE frequencies and a method's parameters as traced inputs."""
+
+    def fn(params, x, y, inv_freq, attention_factor, n_hat, inv_freq_lo, method):
         rope = (inv_freq, attention_factor, n_hat, inv_freq_lo) if cfg.encoding.takes_rope_scaling else None
-        logits = nnx.merge(graphdef, params)(x, rope=rope)
+        logits = nnx.merge(graphdef, params)(x, rope=rope, method=method)
         return optax.softmax_cross_entropy_with_integer_labels(logits, y)
 
     return jax.jit(fn)
+
+
+def _rope_args(cfg: ModelConfig, scaling: RopeScaling, length: int):
+    if cfg.encoding.takes_rope_scaling:
+        inv, af, n_hat, lo = rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, length)
+    else:
+        inv, af, n_hat, lo = np.zeros((1,)), 1.0, 0, np.zeros((1,))
+    return (jnp.asarray(inv, jnp.float32), jnp.asarray(af, jnp.float32), jnp.asarray(n_hat, jnp.int32),
+            jnp.asarray(lo, jnp.float32))
 
 
 class Evaluator:
@@ -188,29 +231,81 @@ class Evaluator:
             self._fns[length] = _nll_fn(graphdef, cfg)
         return self._fns[length]
 
-    def undefined_reason(self, length: int) -> str | None:
+    def undefined_reason(self, length: int, method: Method | None = None) -> str | None:
         cfg = dataclasses.replace(self.run.cfg, learned_beyond=self.learned_beyond)
         limit = cfg.encoding.max_positions(cfg)
+        if method is not None and method.method == "sinks":  # embedded positions stay ≤ S + R
+            length = min(length, method.num_sinks + method.window + 1)
         if limit is not None and length > limit:
             return (f"posenc={cfg.posenc!r} is undefined past {limit} positions (a learned table of max_len="
                     f"{cfg.max_len}); pass --learned_beyond=interpolate to resample it")
         return None
 
-    def nll(self, x: np.ndarray, y: np.ndarray, scaling: RopeScaling) -> np.ndarray:
-        """Per-position NLL `[n, L]` (nats) of windows `x`, `y` `[n, L]` under `scaling`."""
+    def resolve(self, method: Method | None, length: int) -> Method | None:
+        """`method` with its defaults for this run at `length` (None and `none` stay as they are)."""
+        if method is None:
+            return None
+        method.check(self.run.cfg.encoding, self.run.cfg)
+        return method.resolve(self.run.base_len, length)
+
+    def nll(self, x: np.ndarray, y: np.ndarray, scaling: RopeScaling, method: Method | None = None) -> np.ndarray:
+        """Per-position NLL `[n, L]` (nats) of windows `x`, `y` `[n, L]` under `scaling` and a training-free
+        `method` (resolved at L for this run if it is not already)."""
         length = x.shape[1]
         cfg = self.run.cfg
-        if cfg.encoding.takes_rope_scaling:
-            inv, af, n_hat, lo = rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, length)
-        else:
-            inv, af, n_hat, lo = np.zeros((1,)), 1.0, 0, np.zeros((1,))
-        inv, af, lo = jnp.asarray(inv, jnp.float32), jnp.asarray(af, jnp.float32), jnp.asarray(lo, jnp.float32)
-        n_hat = jnp.asarray(n_hat, jnp.int32)
+        inv, af, n_hat, lo = _rope_args(cfg, scaling, length)
+        method = self.resolve(method, length)
+        args = None if method is None or method == Method() else method.args(cfg.encoding)
         fn = self._fn(length)
         batch = max(1, self.tokens_per_batch // length)
-        out = [np.asarray(fn(self.run.params, x[i:i + batch], y[i:i + batch], inv, af, n_hat, lo))
+        out = [np.asarray(fn(self.run.params, x[i:i + batch], y[i:i + batch], inv, af, n_hat, lo, args))
                for i in range(0, len(x), batch)]
         nll = np.concatenate(out).astype(np.float64)
+        return self._checked(nll, length, scaling)
+
+    def streaming_nll(self, stream: np.ndarray, num_bytes: int, scaling: RopeScaling, method: Method,
+                      chunk: int = 128) -> np.ndarray:
+        """NLL `[num_bytes]` of the first `num_bytes` targets of `stream`, fed as one sequence in chunks of
+        `chunk` tokens through a KV cache of exactly S + R slots (`method`: `sinks` or `lm_infinite`,
+        resolved at the stream's length): the memory of the attention is O(chunk · (S + R + chunk))."""
+        from posenc.decode import _rotate_at_use  # noqa: PLC0415
+
+        cfg = self.run.cfg
+        method = self.resolve(method, num_bytes)
+        layout = method.cache_layout()
+        if layout is None:
+            raise ValueError(f"the streaming protocol needs a bounded-cache method (lm_infinite, sinks), got {method.label}")
+        n = -(-num_bytes // chunk) * chunk
+        x = np.zeros(n, np.int32)
+        y = np.zeros(n, np.int32)
+        x[:num_bytes], y[:num_bytes] = stream[:num_bytes], stream[1:num_bytes + 1]
+        key = ("streaming", chunk, n, method.method, method.logn is not None)
+        if key not in self._fns:
+            graphdef, rotate = self.run.graphdef, _rotate_at_use(cfg, scaling, method)
+            size = sum(layout)
+
+            def fn(params, xs, ys, rope, args):
+                model = nnx.merge(graphdef, params)
+
+                def body(cache, inp):
+                    tok, tgt, start = inp
+                    pos = (start + jnp.arange(chunk))[None]
+                    logits, cache = model(tok[None], pos, seq_len=n, rope=rope, cache=cache, method=args)
+                    return cache, optax.softmax_cross_entropy_with_integer_labels(logits[0], tgt)
+
+                cache = model.init_cache(1, size, rotate)
+                starts = jnp.arange(0, n, chunk)
+                _, nll = jax.lax.scan(body, cache, (xs.reshape(-1, chunk), ys.reshape(-1, chunk), starts))
+                return nll.reshape(-1)
+
+            self._fns[key] = jax.jit(fn)
+        inv, af, n_hat, lo = _rope_args(cfg, scaling, n)
+        rope = (inv, af, n_hat, lo) if cfg.encoding.takes_rope_scaling else None
+        nll = np.asarray(self._fns[key](self.run.params, jnp.asarray(x), jnp.asarray(y), rope,
+                                        method.args(cfg.encoding)), np.float64)[:num_bytes]
+        return self._checked(nll[None], num_bytes, scaling)[0]
+
+    def _checked(self, nll: np.ndarray, length: int, scaling: RopeScaling) -> np.ndarray:
         if not np.isfinite(nll).all() or nll.mean() > MAX_NLL:
             raise FloatingPointError(
                 f"run {self.run.name!r} (step {self.run.step}) gives non-finite losses or perplexity at length "
@@ -262,7 +357,7 @@ def sliding_windows(stream: np.ndarray, num_bytes: int, window: int, stride: int
 def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence[str] | None = None, *,
              num_bytes: int | None = None, factor: float | None = None, stride: int | None = None,
              split: str = "test", learned_beyond: str | None = None, attn_chunk: int = 1024, progress: bool = True,
-             longrope_file: str | None = None) -> dict[str, Any]:
+             longrope_file: str | None = None, methods: Sequence[str | Method] | None = None) -> dict[str, Any]:
     """Evaluates runs at lengths under scalings; returns {'rows': [...], 'per_position': {...}, ...}.
 
     Each run is scored on the `split` of its own corpus (`data.path`); rows and the table name it.
@@ -279,6 +374,9 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
       split: 'test' (default) or 'validation'.
       learned_beyond: override the learned table's behaviour past max_len ('error' reports it undefined).
       longrope_file: the JSON of scripts/search_longrope.py, used by the scaling 'longrope'.
+      methods: training-free methods (`Method`s or their specs, such as 'self_extend,window=64'), each
+        evaluated with every scaling; the ones not defined for a run's encoding are skipped for that run (a
+        ValueError if one applies to none of the runs). None: each run's `config.eval.methods` (`none`).
 
     Raises:
       ValueError: a run without checkpoint, a length the split cannot supply, a scaling that applies to
@@ -304,6 +402,10 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
             raise ValueError(f"scaling {name!r} does not apply to any of the runs (posenc: "
                              f"{sorted({r.cfg.posenc for r in runs})}); only encodings that take a RoPE scaling "
                              "can be rescaled")
+    methods = parse_methods(methods)
+    for m in methods or ():
+        if not any(method_applies(r, m) for r in runs):
+            m.check(runs[0].cfg.encoding, runs[0].cfg)  # raises, naming the method and the encoding
     streams, corpora = {}, {}
     for run in runs:
         path = run.config.data.path
@@ -320,33 +422,55 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
     for run in runs:
         wanted = scalings if scalings is not None else default_scalings(run.config)
         run_scalings = [s for s in wanted if applies(run, s)] or ["none"]
-        for s in dict.fromkeys(run_scalings):
-            jobs.append((run, s))
+        run_methods = [m for m in (methods if methods is not None else default_methods(run.config))
+                       if method_applies(run, m)] or [Method()]
+        for m in dict.fromkeys(run_methods):
+            for s in dict.fromkeys(run_scalings):
+                jobs.append((run, s, m))
     rows, per_position = [], {}
-    total = len(jobs) * (len(lengths) + 1)
+    total = sum(len(lengths) + 1 for _ in jobs)
     bar = tqdm(total=total, desc="evaluate", disable=not progress or None, dynamic_ncols=True)
     evaluators = {r.workdir: Evaluator(r, attn_chunk=attn_chunk, learned_beyond=learned_beyond) for r in runs}
-    for run, sname in jobs:
+    for run, sname, method in jobs:
         ev = evaluators[run.workdir]
         corpus_path = run.config.data.path
         stream, nb = streams[corpus_path], corpora[corpus_path]["num_bytes"]
-        base_row = {**run.summary(), "scaling": sname, "split": split, "corpus": corpus_path, "num_bytes": nb}
+        plain = method == Method()
+        base_row = {**run.summary(), "scaling": sname, "method": method.label, "split": split, "corpus": corpus_path,
+                    "num_bytes": nb}
         for length in lengths:
-            bar.set_postfix_str(f"{run.name} {sname} L={length}")
-            row = {**base_row, "protocol": "nonoverlap", "length": length, "status": "ok", "reason": ""}
-            reason = ev.undefined_reason(length)
+            bar.set_postfix_str(f"{run.name} {sname} {method.label} L={length}")
+            resolved = ev.resolve(method, length)
+            row = {**base_row, "protocol": "nonoverlap", "length": length, "status": "ok", "reason": "",
+                   "method_params": json.dumps(resolved.set_fields())}
+            reason = ev.undefined_reason(length, resolved)
             if reason:
                 row.update(status="undefined", reason=reason, nll=None, bpb=None, ppl=None, factor=None)
             else:
                 sc = scaling_for(run, sname, length, factor, longrope_file)
                 x, y = data.eval_windows(stream, length=length, num_bytes=nb)
-                nll = ev.nll(x, y, sc)
+                nll = ev.nll(x, y, sc, resolved)
                 mean = float(nll.mean())
                 row.update(nll=mean, bpb=mean / LN2, ppl=math.exp(mean), factor=sc.factor if sc.kind != "none" else 1.0)
                 if length == longest:
-                    per_position[f"{run.name}|{sname}"] = nll.mean(axis=0).tolist()
+                    per_position[f"{run.name}|{sname}" + ("" if plain else f"|{method.label}")] = nll.mean(axis=0).tolist()
             rows.append(row)
             bar.update()
+        if not plain:
+            if method.cache_layout() is not None:  # (d) one stream through the bounded cache
+                resolved = ev.resolve(method, nb)
+                sc = scaling_for(run, sname, nb, factor, longrope_file)
+                row = {**base_row, "protocol": "streaming", "length": nb, "status": "ok", "reason": "",
+                       "method_params": json.dumps(resolved.set_fields())}
+                reason = ev.undefined_reason(nb, resolved)
+                if reason:
+                    row.update(status="undefined", reason=reason, nll=None, bpb=None, ppl=None, factor=None)
+                else:
+                    mean = float(ev.streaming_nll(stream, nb, sc, resolved).mean())
+                    row.update(nll=mean, bpb=mean / LN2, ppl=math.exp(mean), factor=sc.factor if sc.kind != "none" else 1.0)
+                rows.append(row)
+            bar.update()
+            continue
         # (c) sliding windows of train_len: never past the training length
         window = run.train_len
         st = stride if stride is not None else max(1, window // 2)
@@ -366,37 +490,50 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
 # Outputs
 
 
-COLUMNS = ("run", "posenc", "scaling", "protocol", "length", "factor", "status", "nll", "bpb", "ppl", "train_len",
-           "step", "rope_base", "run_scaling", "d_model", "num_layers", "split", "corpus", "num_bytes", "stride",
-           "reason")
+COLUMNS = ("run", "posenc", "scaling", "method", "protocol", "length", "factor", "status", "nll", "bpb", "ppl",
+           "train_len", "step", "rope_base", "run_scaling", "d_model", "num_layers", "split", "corpus", "num_bytes",
+           "stride", "method_params", "reason")
+
+
+def _column(r: dict[str, Any]) -> str:
+    if r["protocol"] == "nonoverlap":
+        return f"L={r['length']}"
+    if r["protocol"] == "streaming":
+        return f"streaming {r['length']}"
+    return f"sliding {r['length']}/{r.get('stride')}"
 
 
 def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
-    """Rows = run × scaling, columns = lengths (non-overlapping) and the sliding baseline."""
+    """Rows = run × scaling (× training-free method, when there are any), columns = lengths
+    (non-overlapping), the sliding baseline and the streaming protocol."""
     lengths = result["lengths"]
-    table: dict[tuple[str, str], dict[str, str]] = {}
+    with_methods = any(r.get("method", "none") != "none" for r in result["rows"])
+    table: dict[tuple[str, ...], dict[str, str]] = {}
     for r in result["rows"]:
-        key = (r["run"], r["scaling"])
+        key = (r["run"], r["scaling"]) + ((r.get("method", "none"),) if with_methods else ())
         cell = "undefined" if r["status"] != "ok" else f"{r[metric]:.3f}"
-        col = f"L={r['length']}" if r["protocol"] == "nonoverlap" else f"sliding {r['length']}/{r.get('stride')}"
-        table.setdefault(key, {})[col] = cell
-    cols = [f"L={n}" for n in lengths] + sorted({c for v in table.values() for c in v if c.startswith("sliding")})
+        table.setdefault(key, {})[_column(r)] = cell
+    extra = {c for v in table.values() for c in v if not c.startswith("L=")}
+    cols = [f"L={n}" for n in lengths] + sorted(c for c in extra if c.startswith("sliding")) + sorted(
+        c for c in extra if c.startswith("streaming"))
+    head = ["run", "scaling"] + (["method"] if with_methods else [])
     corpora = result.get("corpora") or {}
     if len(corpora) <= 1:
         where = "".join(f" of data.path={p!r}" for p in corpora)
         lines = [f"{metric} on {result['num_bytes']} {result['split']} bytes{where} (lower is better)", "",
-                 "| run | scaling | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
-        for (run, scaling), cells in table.items():
-            lines.append(f"| {run} | {scaling} | " + " | ".join(cells.get(c, "") for c in cols) + " |")
+                 "| " + " | ".join(head + cols) + " |", "|" + "---|" * (len(head) + len(cols))]
+        for key, cells in table.items():
+            lines.append("| " + " | ".join(list(key) + [cells.get(c, "") for c in cols]) + " |")
         return "\n".join(lines)
     corpus_of = {r["run"]: r["corpus"] for r in result["rows"]}
+    head = ["run", "corpus", "bytes"] + head[1:]
     lines = [f"{metric} on the {result['split']} split of each run's own corpus: rows on different corpora are "
              "not comparable (lower is better)", "",
-             "| run | corpus | bytes | scaling | " + " | ".join(cols) + " |", "|---|---|---|---|" + "---|" * len(cols)]
-    for (run, scaling), cells in table.items():
-        c = corpus_of[run]
-        lines.append(f"| {run} | {c} | {corpora[c]['num_bytes']} | {scaling} | "
-                     + " | ".join(cells.get(col, "") for col in cols) + " |")
+             "| " + " | ".join(head + cols) + " |", "|" + "---|" * (len(head) + len(cols))]
+    for key, cells in table.items():
+        c = corpus_of[key[0]]
+        lines.append("| " + " | ".join([key[0], c, str(corpora[c]["num_bytes"])] + list(key[1:])
+                                       + [cells.get(col, "") for col in cols]) + " |")
     return "\n".join(lines)
 
 
@@ -423,7 +560,8 @@ def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
     series: dict[str, list[tuple[int, float]]] = {}
     for r in result["rows"]:
         if r["protocol"] == "nonoverlap" and r["status"] == "ok":
-            series.setdefault(f"{r['run']} · {r['scaling']}", []).append((r["length"], r["bpb"]))
+            method = "" if r.get("method", "none") == "none" else f" · {r['method']}"
+            series.setdefault(f"{r['run']} · {r['scaling']}{method}", []).append((r["length"], r["bpb"]))
             train_lens.add(r["train_len"])
     for label, pts in series.items():
         pts.sort()

@@ -1,12 +1,17 @@
 r"""Perplexity past the training length, with inference-time RoPE scaling: a table and two plots.
 
     python scripts/eval_extrapolation.py --workdir=runs/rope [--workdir=runs/alibi ...] \
-        [--lengths=256,512,1024,2048,4096] [--scalings=none,linear,ntk,dynamic_ntk,yarn] [--out=DIR]
+        [--lengths=256,512,1024,2048,4096] [--scalings=none,linear,ntk,dynamic_ntk,yarn] \
+        [--method=none --method=self_extend,group=4 --method=rerope --method=sinks,num_sinks=4 ...] [--out=DIR]
 
 Lengths and the number of test bytes default to the first run's `config.eval`, scalings to each run's own
 `config.eval.scalings` that apply to its encoding (a non-RoPE run gets `none`; a run trained or fine-tuned
 with a RoPE scaling is also evaluated with that scaling, `run`). Each run is scored on its own corpus, named
-in the table. Writes
+in the table. Each --method (a training-free method of posenc/training_free.py with its parameters:
+`self_extend[,window=W,group=G]`, `rerope[,window=w]`, `leaky_rerope[,window=w,leak=k]`,
+`lm_infinite[,window=L,n_global=n]`, `sinks[,window=R,num_sinks=S]`, any of them with `,logn=L0`) is
+evaluated with every scaling, as rows of the same table; its unset parameters default per run and length.
+Writes
 results.csv / results.json / results.md, ppl_vs_length.png and per_position.png to --out (default
 <first workdir>/eval) and prints the markdown table. See posenc/evaluate.py for the protocols.
 """
@@ -29,6 +34,10 @@ _SPLIT = flags.DEFINE_enum("split", "test", ["test", "validation"], "Which split
 _LEARNED = flags.DEFINE_enum("learned_beyond", None, ["error", "interpolate"],
                              "Learned tables past max_len: report undefined (error) or resample (interpolate).")
 _CHUNK = flags.DEFINE_integer("attn_chunk", 1024, "Attention query chunk at long lengths (bounds memory).")
+_METHODS = flags.DEFINE_multi_string(
+    "method", None, "Training-free method spec, repeatable (default: the run's config.eval.methods, 'none'): "
+    "self_extend,window=64,group=4 | rerope,window=64 | leaky_rerope,window=64,leak=4 | lm_infinite,n_global=10 | "
+    "sinks,num_sinks=4,window=251 | none,logn=256 (any method takes logn=L0).")
 _LONGROPE = flags.DEFINE_string("longrope", None, "LongRoPE JSON (scripts/search_longrope.py) for --scalings=longrope.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default <first workdir>/eval).")
 
@@ -47,7 +56,7 @@ def main(argv):
     num_bytes = _NUM_BYTES.value or first.eval.num_bytes
     result = evaluate(_WORKDIRS.value, lengths, _SCALINGS.value, num_bytes=num_bytes, factor=_FACTOR.value,
                       stride=_STRIDE.value, split=_SPLIT.value, learned_beyond=_LEARNED.value,
-                      attn_chunk=_CHUNK.value, longrope_file=_LONGROPE.value)
+                      attn_chunk=_CHUNK.value, longrope_file=_LONGROPE.value, methods=_METHODS.value)
     paths = write_outputs(result, out)
     print(markdown_table(result))
     undefined = {r["reason"] for r in result["rows"] if r["status"] != "ok"}

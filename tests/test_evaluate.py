@@ -205,3 +205,43 @@ def test_script_defaults_apply_per_run_and_bad_flags_fail_first(runs, tmp_path):
         assert result.returncode != 0 and f"{flag.split('=')[0]} must be > 0" in result.stderr, flag
     result = eval_script(f"--workdir={runs['rope']}", "--lengths=32.5", f"--out={tmp_path / 'c'}")
     assert result.returncode != 0 and "--lengths: '32.5' is not a positive integer" in result.stderr
+
+
+def test_training_free_methods_are_rows_next_to_the_scalings(runs):
+    methods = ["none", "self_extend,window=8,group=4", "rerope,window=8", "sinks,num_sinks=2,window=13",
+               "lm_infinite,n_global=2", "none,logn=32"]
+    result = ev.evaluate([runs["rope"], runs["alibi"], runs["learned"]], [32, 64], ["none", "yarn"],
+                         methods=methods, num_bytes=128, progress=False)
+    rows = result["rows"]
+    keys = {(r["run"], r["scaling"], r["method"], r["protocol"]) for r in rows}
+    # every (scaling, method) pair for RoPE; rotary-only methods skipped for ALiBi and learned
+    assert ("rope", "yarn", "self_extend(window=8,group=4)", "nonoverlap") in keys
+    assert not any(k[0] in ("alibi", "learned") and k[2].startswith(("self_extend", "rerope")) for k in keys)
+    assert ("alibi", "none", "sinks(window=13,num_sinks=2)", "streaming") in keys
+    # the method's own resolved parameters are recorded per length (lm_infinite's window = train_len)
+    lm = [r for r in rows if r["run"] == "rope" and r["method"].startswith("lm_infinite") and r["length"] == 64]
+    assert json.loads(lm[0]["method_params"]) == {"window": 32, "n_global": 2}
+    # within the training length, rerope with window ≥ L changes nothing; sinks change the numbers past L
+    nll = {(r["run"], r["scaling"], r["method"], r["length"]): r["nll"] for r in rows if r["protocol"] == "nonoverlap"}
+    assert nll[("rope", "none", "none+logn(32)", 32)] == pytest.approx(nll[("rope", "none", "none", 32)], rel=1e-6)
+    assert nll[("rope", "none", "sinks(window=13,num_sinks=2)", 64)] != nll[("rope", "none", "none", 64)]
+    # a learned table is defined past its length under sinks (positions stay ≤ S + R), undefined without
+    status = {(r["method"], r["length"]): r["status"] for r in rows if r["run"] == "learned" and r["protocol"] == "nonoverlap"}
+    assert status[("none", 64)] == "undefined" and status[("sinks(window=13,num_sinks=2)", 64)] == "ok"
+    table = ev.markdown_table(result)
+    assert "| method |" in table and "streaming 128" in table
+    with pytest.raises(ValueError, match="rotary encodings only"):
+        ev.evaluate([runs["alibi"]], [32], methods=["rerope"], num_bytes=64, progress=False)
+
+
+def test_streaming_protocol_equals_the_parallel_sinks_forward(runs):
+    """One stream through the bounded cache, in chunks = one forward over the stream with the sinks mask."""
+    from posenc.training_free import Method
+
+    run = ev.load_run(runs["rope"])
+    e = ev.Evaluator(run)
+    stream = np.arange(300) % 251
+    m = Method("sinks", window=13, num_sinks=2)
+    got = e.streaming_nll(stream, 200, run.cfg.rope_scaling, m, chunk=32)
+    want = e.nll(stream[None, :200], stream[None, 1:201], run.cfg.rope_scaling, m)[0]
+    np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4)
