@@ -6,9 +6,11 @@ An axis is `field=v1,v2,…`. Axes combine as a grid (every combination) or zipp
   trains its own run in `ROOT/<point name>` with `train_and_evaluate` (which resumes a half-finished run),
   then evaluates it past its training length. Its results land in `ROOT/<point name>/sweep_point.json`.
 * **eval**: each point sets `RopeScaling` fields (`factor`, `attention_factor`, `beta_fast`, `beta_slow`,
-  `kind`, `dynamic`, `truncate`, `original_max_len`) and re-evaluates one trained run — no retraining, and no
-  recompilation either: RoPE frequencies are traced inputs, so every point reuses one compiled forward per
-  length. Results land in `ROOT/points/<point name>.json`.
+  `kind`, `dynamic`, `truncate`, `original_max_len`) and training-free method fields (`method`, `window`,
+  `group`, `leak`, `n_global`, `num_sinks`, `logn`: see posenc/training_free.py) and re-evaluates one
+  trained run — no retraining, and no recompilation either: RoPE frequencies and the methods' parameters
+  are traced inputs, so every point reuses one compiled forward per length (and method). Results land in
+  `ROOT/points/<point name>.json`.
 
 A finished point (its JSON has status `done`) is skipped only if it was computed from the same config (train)
 or the same run and step (eval), scaling, split and test bytes; if only lengths were added, it is extended
@@ -36,6 +38,8 @@ from posenc import data
 from posenc.config import defining_fields
 from posenc.evaluate import LN2, Evaluator, check_num_bytes, load_run
 from posenc.rope_scaling import RopeScaling
+from posenc.training_free import FIELDS as METHOD_FIELDS
+from posenc.training_free import Method
 
 MODES = ("train", "eval")
 COMBINE = ("grid", "zip")
@@ -148,14 +152,14 @@ def select(points: list[dict[str, Any]], names: Sequence[str] | None = None, sha
 
 
 def _bpb_rows(evaluator: Evaluator, stream: np.ndarray, lengths: Sequence[int], num_bytes: int,
-              make_scaling: Callable[[int], RopeScaling]) -> dict[str, float | None]:
+              make_scaling: Callable[[int], RopeScaling], method: Method | None = None) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for length in lengths:
-        if evaluator.undefined_reason(length):
+        if evaluator.undefined_reason(length, evaluator.resolve(method, length)):
             out[f"bpb_L{length}"] = None
             continue
         x, y = data.eval_windows(stream, length=length, num_bytes=num_bytes)
-        out[f"bpb_L{length}"] = float(evaluator.nll(x, y, make_scaling(length)).mean()) / LN2
+        out[f"bpb_L{length}"] = float(evaluator.nll(x, y, make_scaling(length), method).mean()) / LN2
     return out
 
 
@@ -217,11 +221,26 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
     return records
 
 
+def split_point(point: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An eval-sweep point's (RopeScaling fields, training-free method fields); an unknown field is an error."""
+    method_fields = ("method",) + METHOD_FIELDS
+    unknown = sorted(set(point) - set(EVAL_FIELDS) - set(method_fields))
+    if unknown:
+        raise ValueError(f"eval sweep axes must be RopeScaling fields {EVAL_FIELDS} or training-free method fields "
+                         f"{method_fields}, got {unknown}")
+    return ({k: v for k, v in point.items() if k in EVAL_FIELDS},
+            {k: v for k, v in point.items() if k in method_fields})
+
+
+def eval_method(point: dict[str, Any], base_method: str = "none") -> Method:
+    """The training-free method of an eval-sweep point (its unset parameters resolved per length later)."""
+    fields = dict(split_point(point)[1])
+    return Method(fields.pop("method", base_method), **fields)
+
+
 def eval_scaling(run, point: dict[str, Any], base_kind: str, length: int) -> RopeScaling:
     """The RopeScaling of an eval-sweep point at `length` (factor L / L0 unless the point sets one)."""
-    unknown = sorted(set(point) - set(EVAL_FIELDS))
-    if unknown:
-        raise ValueError(f"eval sweep axes must be RopeScaling fields {EVAL_FIELDS}, got {unknown}")
+    point = split_point(point)[0]
     kwargs = {"kind": base_kind, "original_max_len": run.base_len}
     kwargs.update(point)
     if "factor" not in point and not kwargs.get("dynamic"):
@@ -234,17 +253,23 @@ def eval_scaling(run, point: dict[str, Any], base_kind: str, length: int) -> Rop
 
 def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, lengths: Sequence[int],
                    scaling: str = "yarn", num_bytes: int | None = None, split: str = "test",
-                   progress: bool = True) -> list[dict[str, Any]]:
-    """Re-evaluates one run at every point (one compiled forward per length for all points)."""
+                   progress: bool = True, method: str = "none") -> list[dict[str, Any]]:
+    """Re-evaluates one run at every point (one compiled forward per length and method for all points).
+    `scaling` is the base RoPE scaling kind and `method` the base training-free method the points modify."""
     run = load_run(workdir)
-    if not run.cfg.encoding.takes_rope_scaling:
+    rescales = scaling != "none" or any(split_point(p)[0] for _, p in points)
+    if rescales and not run.cfg.encoding.takes_rope_scaling:
         raise ValueError(f"an eval sweep over RoPE scaling needs a run whose encoding takes one; {workdir!r} has "
-                         f"posenc={run.cfg.posenc!r}")
+                         f"posenc={run.cfg.posenc!r} (sweep training-free method fields with --scaling=none)")
+    for _, point in points:  # every point's method must be defined for the run, before any work
+        eval_method(point, method).check(run.cfg.encoding, run.cfg)
     stream = data.load_corpus(run.config.data.path, run.config.data.cache_dir).split(split)
     nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what=f"the {split} split")
     ev = Evaluator(run)
     key = {"run": str(pathlib.Path(workdir).expanduser().resolve()), "step": run.step, "scaling": scaling,
            "split": split, "num_bytes": nb}
+    if method != "none":
+        key["method"] = method
     records = []
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
         path = pathlib.Path(root) / "points" / f"{name}.json"
@@ -256,8 +281,8 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
             records.append(record)
             continue
         try:
-            record.update(_bpb_rows(ev, stream, todo, nb, lambda n: eval_scaling(run, point, scaling, n)),
-                          status="done")
+            record.update(_bpb_rows(ev, stream, todo, nb, lambda n: eval_scaling(run, point, scaling, n),
+                                    eval_method(point, method)), status="done")
         except Exception as e:  # noqa: BLE001
             record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-2000:])
         _write(path, record)

@@ -1,10 +1,13 @@
 r"""Sample a continuation from a trained run with a KV cache.
 
     python scripts/generate.py --workdir=runs/default --prompt="ROMEO." --max_new_tokens=300 \
-        [--temperature=0.8 --top_k=40 --seed=0] [--scaling=yarn --factor=4]
+        [--temperature=0.8 --top_k=40 --seed=0] [--scaling=yarn --factor=4] [--method=sinks,num_sinks=4]
 
 Prints the prompt and its continuation. With --scaling (RoPE runs), the frequencies are rescaled at
-inference time (factor default: (prompt + max_new_tokens) / L0, L0 the run's original length).
+inference time (factor default: (prompt + max_new_tokens) / L0, L0 the run's original length). With
+--method, a training-free method of posenc/training_free.py (its unset parameters defaulted for the run at
+prompt + max_new_tokens); `sinks` and `lm_infinite` decode with a cache of exactly S + R slots, so
+--max_new_tokens can be as large as you like at constant memory per token.
 """
 
 import numpy as np
@@ -12,6 +15,7 @@ from absl import app, flags, logging
 
 from posenc import data, decode
 from posenc.evaluate import SCALINGS, load_run, scaling_for
+from posenc.training_free import Method
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Trained run.", required=True)
 _PROMPT = flags.DEFINE_string("prompt", "ROMEO.", "Prompt text (UTF-8 bytes).")
@@ -22,6 +26,8 @@ _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
 _SCALING = flags.DEFINE_enum("scaling", "run", SCALINGS, "RoPE scaling at inference time ('run': the run's own).")
 _FACTOR = flags.DEFINE_float("factor", None, "Fixed scaling factor.")
 _LONGROPE = flags.DEFINE_string("longrope", None, "LongRoPE JSON (scripts/search_longrope.py) for --scaling=longrope.")
+_METHOD = flags.DEFINE_string("method", None, "Training-free method spec, such as sinks,num_sinks=4,window=251 or "
+                              "self_extend,window=64,group=4 (posenc/training_free.py).")
 _CACHE = flags.DEFINE_integer("cache_size", None, "KV cache slots (default prompt + max_new_tokens).")
 
 
@@ -33,8 +39,17 @@ def main(argv):
     prompt = data.encode(_PROMPT.value)[None]
     total = prompt.shape[1] + _MAX_NEW.value
     scaling = scaling_for(run, _SCALING.value, total, _FACTOR.value, _LONGROPE.value)
+    method = None
+    if _METHOD.value:
+        try:
+            method = Method.parse(_METHOD.value)
+            method.check(run.cfg.encoding, run.cfg)
+            method = method.resolve(run.base_len, total)
+        except ValueError as e:
+            raise app.UsageError(f"--method={_METHOD.value}: {e}") from None
     out = decode.generate(run.graphdef, run.params, prompt, _MAX_NEW.value, temperature=_TEMPERATURE.value,
-                          top_k=_TOP_K.value, seed=_SEED.value, scaling=scaling, cache_size=_CACHE.value)
+                          top_k=_TOP_K.value, seed=_SEED.value, scaling=scaling, cache_size=_CACHE.value,
+                          method=method)
     print(data.decode(np.asarray(out[0])))
 
 

@@ -11,6 +11,12 @@ Eval: one trained run re-evaluated at every point, without retraining or recompi
     python scripts/sweep.py --mode=eval --workdir=runs/default --root=runs/yarn_sweep --scaling=yarn \
         --axis=factor=2,4,8,16 --axis=attention_factor=1.0,1.1,1.2,1.3 --lengths=1024
 
+Training-free methods (posenc/training_free.py) sweep the same way: --method names the base method and its
+fields are axes (the scaling stays --scaling, `none` for plain RoPE or for a non-RoPE run):
+
+    python scripts/sweep.py --mode=eval --workdir=runs/default --root=runs/self_extend_sweep --scaling=none \
+        --method=self_extend --axis=window=32,64,128 --axis=group=2,4,8,16 --lengths=1024,4096
+
 Rerunning resumes: points finished with the same config, run, scaling and bytes are skipped, and extended
 with lengths they lack. A sweep whose every point failed exits non-zero. To spread points over machines,
 give each machine its shard (--shard=0/3, 1/3, 2/3) or named points (--points=NAME,...), copy the point
@@ -22,7 +28,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from posenc import sweep
+from posenc import sweep, training_free
 from posenc.config import parse_lengths
 from posenc.evaluate import prepare_out_dir
 
@@ -37,6 +43,9 @@ _COMBINE = flags.DEFINE_enum("combine", "grid", sweep.COMBINE, "grid: every comb
 _LENGTHS = flags.DEFINE_list("lengths", ["256", "512", "1024", "2048", "4096"], "Evaluation lengths.")
 _SCALING = flags.DEFINE_string("scaling", None, "Train mode: scaling name at evaluation (default none). "
                                "Eval mode: the RopeScaling kind the axes modify (default yarn).")
+_METHOD = flags.DEFINE_enum("method", "none", training_free.METHODS,
+                            "Eval mode: the training-free method the points' method fields (window, group, leak, "
+                            "n_global, num_sinks, logn) apply to.")
 _NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Test bytes scored per length (default 8 x longest).")
 _PLOT_LENGTH = flags.DEFINE_integer("plot_length", None, "Length whose bits per byte fill the heatmap.")
 _POINTS = flags.DEFINE_list("points", None, "Run only these point names.")
@@ -62,7 +71,8 @@ def main(argv):
             if not _WORKDIR.value:
                 raise app.UsageError("--mode=eval needs --workdir (the trained run)")
             ran = sweep.run_eval_sweep(_WORKDIR.value, _ROOT.value, points, lengths=lengths,
-                                       scaling=_SCALING.value or "yarn", num_bytes=_NUM_BYTES.value)
+                                       scaling=_SCALING.value or "yarn", num_bytes=_NUM_BYTES.value,
+                                       method=_METHOD.value)
     records = sweep.gather(_ROOT.value, _MODE.value)
     paths = sweep.write_outputs(records, _ROOT.value, fields, lengths, _PLOT_LENGTH.value)
     print(paths["md"].read_text())

@@ -6,6 +6,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from posenc import evaluate as ev
@@ -140,3 +141,37 @@ def test_script_errors_and_a_sweep_that_failed_everywhere_exits_non_zero(trained
     assert result.returncode != 0 and "shard must be i/n with integers 0 <= i < n (such as 0/3), got 'abc'" in result.stderr
     result = sweep_script(*common, "--axis=factor=2", "--lengths=32.5")
     assert result.returncode != 0 and "--lengths: '32.5' is not a positive integer" in result.stderr
+
+
+def test_eval_sweep_over_training_free_method_fields_matches_evaluation_and_compiles_once(trained_run, tiny_config,
+                                                                                          tmp_path):
+    points = sweep.select(sweep.expand(sweep.parse_axes(["window=8,16", "group=2,4"])))
+    records = sweep.run_eval_sweep(str(trained_run), str(tmp_path / "s"), points, lengths=[64], scaling="none",
+                                   method="self_extend", num_bytes=128, progress=False)
+    by = {r["name"]: r for r in records}
+    assert all(r["status"] == "done" for r in records), [r.get("error") for r in records]
+    rows = ev.evaluate([str(trained_run)], [64], ["none"], methods=["self_extend,window=16,group=4"], num_bytes=128,
+                       progress=False)["rows"]
+    want = [r["bpb"] for r in rows if r["protocol"] == "nonoverlap"][0]
+    assert by["window=16,group=4"]["bpb_L64"] == pytest.approx(want, rel=1e-12)
+    assert len({r["bpb_L64"] for r in records}) == 4
+    # one compiled forward for every value of the traced parameters
+    e = ev.Evaluator(ev.load_run(str(trained_run)))
+    x = np.zeros((2, 64), np.int32)
+    from posenc.training_free import Method
+
+    for w, g in ((8, 2), (16, 4), (12, 3)):
+        e.nll(x, x, e.run.cfg.rope_scaling, Method("self_extend", window=w, group=g))
+    assert e._fn(64)._cache_size() == 1
+    # a method the encoding does not define fails before any work; method axes need no RoPE scaling
+    with pytest.raises(ValueError, match="method fields"):
+        sweep.split_point({"base": 3})
+    alibi = tmp_path / "alibi"
+    train.train_and_evaluate(tiny_config("posenc=alibi,tiny", train_steps=4), str(alibi))
+    with pytest.raises(ValueError, match="rotary encodings only"):
+        sweep.run_eval_sweep(str(alibi), str(tmp_path / "a"), points, lengths=[64], scaling="none",
+                             method="self_extend", num_bytes=128, progress=False)
+    sinks = sweep.select(sweep.expand(sweep.parse_axes(["num_sinks=1,4"])))
+    done = sweep.run_eval_sweep(str(alibi), str(tmp_path / "a"), sinks, lengths=[64], scaling="none", method="sinks",
+                                num_bytes=128, progress=False)
+    assert all(r["status"] == "done" for r in done)

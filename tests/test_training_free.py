@@ -280,3 +280,26 @@ def test_logn_scale_formula():
     p = jnp.arange(10)[None]
     want = np.maximum(1.0, np.log(np.arange(10) + 1.0) / np.log(4.0))
     np.testing.assert_allclose(np.asarray(training_free.logn_scale(p, 4))[0], want, rtol=1e-6)
+
+
+def _script(*args):
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    return subprocess.run([sys.executable, *args], cwd=root, capture_output=True, text=True, timeout=300)
+
+
+def test_generate_and_eval_scripts_take_methods(trained_run, tmp_path):
+    out = _script("scripts/generate.py", f"--workdir={trained_run}", "--prompt=ROMEO.", "--max_new_tokens=90",
+                  "--temperature=0", "--method=sinks,num_sinks=2")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("ROMEO.") and len(out.stdout.rstrip("\n")) >= 6 + 50
+    bad = _script("scripts/generate.py", f"--workdir={trained_run}", "--method=self_extend,leak=2")
+    assert bad.returncode != 0 and "takes ['window', 'group', 'logn']" in bad.stderr
+    ev = _script("scripts/eval_extrapolation.py", f"--workdir={trained_run}", "--lengths=32,64", "--num_bytes=128",
+                 "--scalings=none,yarn", "--method=none", "--method=rerope", "--method=sinks", f"--out={tmp_path}")
+    assert ev.returncode == 0, ev.stderr[-2000:]
+    assert "| rope | yarn | rerope |" in ev.stdout  # the run's directory is named rope
+    assert "streaming 128" in ev.stdout
