@@ -51,3 +51,12 @@ def test_entry_points_document_themselves(script):
     result = subprocess.run([sys.executable, script, "--helpshort"], cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 1 and f"python {script}" in result.stdout and "flags:" in result.stdout
+
+
+def test_benchmark_methods_prints_ratios_against_plain_attention():
+    out = run("scripts/benchmark_methods.py", "--length=64", "--rounds=1", "--attn_chunk=32", "--d_model=32")
+    result = json.loads(out.strip().splitlines()[-1])
+    by = {r["method"]: r for r in result["rows"]}
+    assert set(by) == {"none+logn(256)", "self_extend", "rerope", "leaky_rerope", "lm_infinite", "sinks"}
+    assert by["self_extend"]["bound"] == 4.0 and by["none+logn(256)"]["bound"] == 2.0
+    assert all(r["ratio_to_plain"] > 0 for r in by.values()) and result["cpu"]
