@@ -19,6 +19,7 @@ float32 with their float64 residual) and indexed by the traced step, so the deco
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from typing import NamedTuple
@@ -66,11 +67,16 @@ def _rotate_at_use(cfg: ModelConfig, scaling: RopeScaling, method: Method | None
     return cfg.encoding.length_dependent(cfg, scaling) or two
 
 
-def _method_args(cfg: ModelConfig, method: Method | None):
+def _method_args(cfg: ModelConfig, method: Method | None, scaling: RopeScaling):
+    """The traced method, re-indexed inside the cache under `sinks` unless LongRoPE's n̂ makes the
+    frequencies depend on the absolute position."""
     if method is None:
         return None
     method.check(cfg.encoding, cfg)
-    return method.args(cfg.encoding)
+    args = method.args(cfg.encoding)  # raises first if a default is unresolved
+    if method.method == "sinks" and not scaling.unscaled_positions:
+        args = dataclasses.replace(args, reindex=True)
+    return args
 
 
 def _cache_size(method: Method | None, cache_size: int | None, total: int) -> int:
@@ -131,12 +137,12 @@ def teacher_forced_logits(graphdef, params, tokens, *, prefill_len: int, scaling
     resolved training-free method (`lm_infinite` / `sinks` keep their bounded cache of S + R slots)."""
     cfg = _cfg(graphdef, params)
     b, t = tokens.shape
+    scaling = cfg.rope_scaling if scaling is None else scaling
+    args = _method_args(cfg, method, scaling)
     cache_size = _cache_size(method, cache_size, t)
     _check_request(cfg, prefill_len, t, cache_size, method)
-    scaling = cfg.rope_scaling if scaling is None else scaling
     schedule = rope_schedule(cfg, scaling, t)
     rotate = _rotate_at_use(cfg, scaling, method)
-    args = _method_args(cfg, method)
     n_hat = jnp.int32(scaling.unscaled_positions)
     logits, cache = _prefill(graphdef, params, tokens[:, :prefill_len], schedule, n_hat, args, prompt_len=prefill_len,
                              cache_size=cache_size, rotate_at_use=rotate, seq_len=t)
@@ -228,11 +234,12 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     if cache_size is not None and cache_size <= 0:
         raise ValueError(f"cache_size must be a positive number of slots (or unset for prompt + max_new_tokens = "
                          f"{total}), got {cache_size}")
-    cache_size = _cache_size(method, cache_size, total)
-    _check_request(cfg, prompt.shape[1], total, cache_size, method)
     if scaling is not None and scaling.kind != "none" and not cfg.encoding.takes_rope_scaling:
         raise ValueError(f"a RoPE scaling does not apply to posenc={cfg.posenc!r}")
     scaling = cfg.rope_scaling if scaling is None else scaling
+    args = _method_args(cfg, method, scaling)
+    cache_size = _cache_size(method, cache_size, total)
+    _check_request(cfg, prompt.shape[1], total, cache_size, method)
     need = cache_bytes(cfg, prompt.shape[0], cache_size)
 
     def too_big(why: str) -> MemoryError:
@@ -245,7 +252,6 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     if need > available:
         raise too_big(f"the device has {available / 2**30:.2f} GiB")
     rotate = _rotate_at_use(cfg, scaling, method)
-    args = _method_args(cfg, method)
     try:
         schedule = rope_schedule(cfg, scaling, max(cache_size, total))
         out = _generate(graphdef, params, prompt, schedule, jnp.int32(scaling.unscaled_positions), jax.random.key(seed),

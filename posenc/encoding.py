@@ -51,6 +51,9 @@ class Encoding(nnx.Module):
     # How positions enter (posenc.training_free.POSITION_KINDS): 'rotary' (q and k rotated), 'bias' (a logit
     # bias from positions), 'absolute' (added to the embeddings), 'contextual' (from q and k), 'none'.
     position_kind: ClassVar[str] = "none"
+    # Whether scores depend on positions only through i − j (False: FIRE normalises by the query's position),
+    # so that training-free methods may move both ends of a distance (`posenc.training_free`).
+    translation_invariant: ClassVar[bool] = True
     has_bias: ClassVar[bool] = False
     # The encoding's own config fields, `model.<name>.<option>`: {option: (default, comment)}.
     options: ClassVar[dict[str, tuple[Any, str]]] = {}

@@ -3,7 +3,8 @@ scaling, under three protocols.
 
 Protocols (each row of the results names its protocol):
   * `nonoverlap` — consecutive non-overlapping windows of length L covering the *same* first `num_bytes`
-    test bytes at every L, so lengths are compared on the same text: mean NLL, bits per byte, perplexity.
+    test bytes at every L, so lengths are compared on the same text: mean NLL, bits per byte, perplexity,
+    and each window's bits per byte (`window_bpb`, for intervals and paired comparisons across rows).
     Every position of a window is scored, so the mean mixes short and long contexts.
   * `per_position` — the mean loss at each position inside the window at the longest length (from the
     same forward passes): where extrapolation breaks.
@@ -30,7 +31,9 @@ applies to a run's encoding, each method's unset parameters resolved per run and
 
   * `streaming` — the first `num_bytes` bytes as one stream, fed in chunks through a KV cache of exactly
     S + R slots (the `eval_long_ppl` protocol of StreamingLLM): every byte is scored once, with memory
-    bounded by the cache whatever the length; `length` is the stream's.
+    bounded by the cache whatever the length; `length` is the stream's. A scaling is evaluated at the
+    longest distance the method lets attention see (S + R + 1 for sinks, L for lm_infinite), not at the
+    stream's length.
 
 RoPE frequencies and the methods' parameters enter the compiled forward pass as traced inputs, so each
 (run, length) compiles once per method whatever the number of scalings and parameter values.
@@ -279,10 +282,11 @@ class Evaluator:
         x = np.zeros(n, np.int32)
         y = np.zeros(n, np.int32)
         x[:num_bytes], y[:num_bytes] = stream[:num_bytes], stream[1:num_bytes + 1]
-        key = ("streaming", chunk, n, method.method, method.logn is not None)
+        size = sum(layout)
+        rotate = _rotate_at_use(cfg, scaling, method)
+        key = ("streaming", chunk, n, size, rotate, method.method, method.logn is not None)
         if key not in self._fns:
-            graphdef, rotate = self.run.graphdef, _rotate_at_use(cfg, scaling, method)
-            size = sum(layout)
+            graphdef = self.run.graphdef
 
             def fn(params, xs, ys, rope, args):
                 model = nnx.merge(graphdef, params)
@@ -299,10 +303,13 @@ class Evaluator:
                 return nll.reshape(-1)
 
             self._fns[key] = jax.jit(fn)
-        inv, af, n_hat, lo = _rope_args(cfg, scaling, n)
+        inv, af, n_hat, lo = _rope_args(cfg, scaling, method.span())  # the longest distance attention sees
         rope = (inv, af, n_hat, lo) if cfg.encoding.takes_rope_scaling else None
-        nll = np.asarray(self._fns[key](self.run.params, jnp.asarray(x), jnp.asarray(y), rope,
-                                        method.args(cfg.encoding)), np.float64)[:num_bytes]
+        args = method.args(cfg.encoding)
+        if method.method == "sinks" and not scaling.unscaled_positions:
+            args = dataclasses.replace(args, reindex=True)
+        nll = np.asarray(self._fns[key](self.run.params, jnp.asarray(x), jnp.asarray(y), rope, args),
+                         np.float64)[:num_bytes]
         return self._checked(nll[None], num_bytes, scaling)[0]
 
     def _checked(self, nll: np.ndarray, length: int, scaling: RopeScaling) -> np.ndarray:
@@ -451,7 +458,8 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                 x, y = data.eval_windows(stream, length=length, num_bytes=nb)
                 nll = ev.nll(x, y, sc, resolved)
                 mean = float(nll.mean())
-                row.update(nll=mean, bpb=mean / LN2, ppl=math.exp(mean), factor=sc.factor if sc.kind != "none" else 1.0)
+                row.update(nll=mean, bpb=mean / LN2, ppl=math.exp(mean), factor=sc.factor if sc.kind != "none" else 1.0,
+                           window_bpb=(nll.mean(axis=1) / LN2).tolist())
                 if length == longest:
                     per_position[f"{run.name}|{sname}" + ("" if plain else f"|{method.label}")] = nll.mean(axis=0).tolist()
             rows.append(row)
@@ -459,7 +467,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         if not plain:
             if method.cache_layout() is not None:  # (d) one stream through the bounded cache
                 resolved = ev.resolve(method, nb)
-                sc = scaling_for(run, sname, nb, factor, longrope_file)
+                sc = scaling_for(run, sname, resolved.span(), factor, longrope_file)  # at the longest distance seen
                 row = {**base_row, "protocol": "streaming", "length": nb, "status": "ok", "reason": "",
                        "method_params": json.dumps(resolved.set_fields())}
                 reason = ev.undefined_reason(nb, resolved)

@@ -50,6 +50,7 @@ class Fire(Encoding):
 
     name = "fire"
     position_kind = "bias"
+    translation_invariant = False  # the distance is normalised by ψ(max(i, L))
     paper = "Li et al. 2023, arXiv 2310.04418"
     has_bias = True
     options = {

@@ -171,11 +171,11 @@ class Attention(nnx.Module):
             training_free.near if mode == "branches" else training_free.visible, method)
         rotate = functools.partial(enc.rotate, ctx=ctx, layer=layer)
 
-        def far_branch(keys, q_pos, k_pos, shift=0):
+        def far_branch(keys, q_pos, k_pos):
             if mode != "branches":
                 return None
             fq, fk = training_free.far_positions(method, q_pos, k_pos)
-            return Far(rotate(q, fq - shift, role="q"), rotate(keys, fk - shift, role="k"), fq, fk,
+            return Far(rotate(q, fq, role="q"), rotate(keys, fk, role="k"), fq, fk,
                        functools.partial(training_free.far_visible, method))
 
         if cache is None:
@@ -189,6 +189,9 @@ class Attention(nnx.Module):
                               window=window, near_fn=near_fn, far=far_branch(k, positions, positions))
             return self.out(y.reshape(b, t, cfg.d_model))
         k_cache, v_cache, pos_cache, rotate_at_use = cache
+        if mode == "branches" and enc.position_kind == "rotary" and not rotate_at_use:
+            raise ValueError(f"method {method.method!r} needs a KV cache of unrotated keys (rotate_at_use=True): each "
+                             "key is rotated at its near and at its far position")
         k_new = (k if rotate_at_use else rotate(k, positions, role="k")).astype(k_cache.dtype)
         v_new, pos_new = v.astype(v_cache.dtype), jnp.broadcast_to(positions, (pos_cache.shape[0], t))
         bounded = method is not None and method.method in training_free.BOUNDED
@@ -212,7 +215,7 @@ class Attention(nnx.Module):
             pos_cache = pos_cache.at[:, slots].set(pos_new, mode="drop")
         q_pos, shift = positions, 0
         if rotate_at_use:
-            if method is not None and method.method == "sinks":  # re-indexed inside the cache: bounded positions
+            if method is not None and method.reindex:  # sinks, re-indexed inside the cache: bounded positions
                 shift = jnp.maximum(0, jnp.max(positions) - (method.fixed + method.window))
             far = far_branch(keys, positions, jnp.maximum(k_pos, 0))
             keys = rotate(keys, jnp.maximum(k_pos, 0) - shift, role="k")

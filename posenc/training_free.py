@@ -67,14 +67,7 @@ FIELDS = ("window", "group", "leak", "n_global", "num_sinks", "logn")
 ROTARY_ONLY = ("self_extend", "rerope", "leaky_rerope")
 BOUNDED = ("lm_infinite", "sinks")  # a KV cache of fixed + ring slots
 POSITION_KINDS = ("rotary", "bias", "absolute", "contextual", "none")
-DEFAULTS_DOC = {
-    "window": "self_extend, rerope, leaky_rerope: L0 / 4; lm_infinite: L0; sinks: L0 − num_sinks − 1",
-    "group": "self_extend: ⌈(L − W) / (L0 − W)⌉ (the smallest G whose grouped positions stay below L0)",
-    "leak": "leaky_rerope: max(1, (L − w) / (L0 − w)) (the largest distance is then L0)",
-    "n_global": "lm_infinite: 10 (the paper's)",
-    "num_sinks": "sinks: 4 (the paper's)",
-    "logn": "off; logn=L0 turns it on",
-}
+_LOWEST = {"n_global": 0, "num_sinks": 0, "logn": 2}  # the smallest valid value of each integer field (else 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,20 +86,17 @@ class Method:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         allowed = PARAMS[self.method] + ("logn",)
-        for name in FIELDS:
-            value = getattr(self, name)
-            if value is None:
-                continue
+        for name, value in self.set_fields().items():
             if name not in allowed:
                 raise ValueError(f"method {self.method!r} takes {list(allowed)}, got {name}={value!r}")
             if name == "leak":
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                        math.isfinite(value) and value >= 1):
                     raise ValueError(f"{self.method}.leak (k: distances past the window grow by 1/k) must be a "
                                      f"number >= 1, got {value!r}")
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name in (
-                    "n_global", "num_sinks") else 1) or (name == "logn" and value < 2):
-                low = {"n_global": 0, "num_sinks": 0, "logn": 2}.get(name, 1)
+            low = _LOWEST.get(name, 1)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{self.method}.{name} must be an integer >= {low}, got {value!r}")
 
     @classmethod
@@ -122,6 +112,8 @@ class Method:
             key = key.strip()
             if not sep or key not in FIELDS:
                 raise ValueError(f"method spec {text!r}: {part!r} must be field=value with field in {FIELDS}")
+            if key in kwargs:
+                raise ValueError(f"method spec {text!r}: {key} is given twice")
             try:
                 number = float(value)
             except ValueError:
@@ -140,8 +132,12 @@ class Method:
         return text + (f"+logn({self.logn})" if self.logn else "")
 
     def resolve(self, base_len: int, length: int) -> "Method":
-        """The method with every default filled for a run trained at L0 = `base_len`, at length L = `length`
-        (see `DEFAULTS_DOC`).
+        """The method with every default filled for a run trained at L0 = `base_len`, at length L = `length`:
+
+          window     self_extend, rerope, leaky_rerope: L0 / 4; lm_infinite: L0; sinks: L0 − num_sinks − 1
+          group      self_extend: ⌈(L − W) / (L0 − W)⌉, the smallest G whose grouped positions stay below L0
+          leak       leaky_rerope: max(1, (L − w) / (L0 − w)), so that the largest distance is L0
+          n_global   lm_infinite: 10 (the paper's);  num_sinks  sinks: 4 (the paper's);  logn: off
 
         Raises:
           ValueError: a window that leaves no room for grouping or leaking (W ≥ L0), or sinks that do not fit.
@@ -151,11 +147,13 @@ class Method:
             kw.setdefault("window", max(1, base_len // 4))
         if m == "self_extend" and "group" not in kw:
             if kw["window"] >= base_len:
-                raise ValueError(f"self_extend.window={kw['window']} must be < L0={base_len} to default group")
+                raise ValueError(f"self_extend.window={kw['window']} must be < L0={base_len} to default group "
+                                 "(or set group= explicitly)")
             kw["group"] = max(1, math.ceil((length - kw["window"]) / (base_len - kw["window"])))
         if m == "leaky_rerope" and "leak" not in kw:
             if kw["window"] >= base_len:
-                raise ValueError(f"leaky_rerope.window={kw['window']} must be < L0={base_len} to default leak")
+                raise ValueError(f"leaky_rerope.window={kw['window']} must be < L0={base_len} to default leak "
+                                 "(or set leak= explicitly)")
             kw["leak"] = max(1.0, (length - kw["window"]) / (base_len - kw["window"]))
         if m == "lm_infinite":
             kw.setdefault("window", base_len)
@@ -164,7 +162,8 @@ class Method:
             kw.setdefault("num_sinks", 4)
             if "window" not in kw:
                 if base_len - kw["num_sinks"] - 1 < 1:
-                    raise ValueError(f"sinks.num_sinks={kw['num_sinks']} leaves no recent window below L0={base_len}")
+                    raise ValueError(f"sinks.num_sinks={kw['num_sinks']} leaves no recent window below L0={base_len} "
+                                     "(or set window= explicitly)")
                 kw["window"] = base_len - kw["num_sinks"] - 1
         return Method(m, **kw)
 
@@ -176,7 +175,10 @@ class Method:
                              f"is {kind!r} (use lm_infinite, sinks or logn)")
         if self.method in BOUNDED and any(encoding_cls.window(cfg, i) for i in range(cfg.num_layers)):
             raise ValueError(f"method {self.method!r} is not defined for posenc={cfg.posenc!r}: its layers have "
-                             "sliding windows of their own")
+                             "sliding windows of their own (use self_extend, rerope, leaky_rerope or logn)")
+        if self.method in BOUNDED and kind == "bias" and not encoding_cls.translation_invariant:
+            raise ValueError(f"method {self.method!r} is not defined for posenc={cfg.posenc!r}: its bias depends on "
+                             "the query's own position, not only on distances (use logn)")
 
     def args(self, encoding_cls) -> "MethodArgs":
         """The forward pass's traced form (every default must be resolved: see `resolve`)."""
@@ -192,6 +194,15 @@ class Method:
                           leak=jnp.float32(self.leak or 1.0), fixed=jnp.int32(fixed or 0),
                           logn=jnp.float32(self.logn or 2))
 
+    def span(self) -> int | None:
+        """The largest distance + 1 attention sees under `sinks` (S + R + 1) or `lm_infinite` (L), else None:
+        the length at which a RoPE scaling is evaluated in the streaming protocol."""
+        if self.method == "sinks":
+            return self.num_sinks + self.window + 1
+        if self.method == "lm_infinite":
+            return self.window
+        return None
+
     def cache_layout(self) -> tuple[int, int] | None:
         """(fixed slots, ring slots) of the bounded KV cache of `lm_infinite` / `sinks`, else None."""
         if self.method == "lm_infinite":
@@ -205,13 +216,17 @@ class Method:
 @dataclasses.dataclass(frozen=True)
 class MethodArgs:
     """A resolved `Method` as the forward pass takes it: `method`, `mode` ('plain' | 'branches' | 'mask'),
-    `use_logn` and `max_position` (sinks on an absolute encoding: S + R, the largest embedded position)
-    static; the parameters traced scalars (`fixed`: lm_infinite's n_global or sinks' num_sinks)."""
+    `use_logn`, `max_position` (sinks on an absolute encoding: S + R, the largest embedded position; a
+    static shape bound, so those runs compile once per S + R) and `reindex` (sinks in a KV cache: rotate the
+    near branch at positions shifted into [0, S + R + T), set by `posenc.decode` where the frequencies do not
+    depend on the absolute position) static; the parameters traced scalars (`fixed`: lm_infinite's n_global
+    or sinks' num_sinks)."""
 
     method: str = dataclasses.field(metadata=dict(static=True))
     mode: str = dataclasses.field(metadata=dict(static=True))
     use_logn: bool = dataclasses.field(metadata=dict(static=True))
     max_position: int | None = dataclasses.field(metadata=dict(static=True))
+    reindex: bool = dataclasses.field(default=False, metadata=dict(static=True))
     window: Any = 0
     group: Any = 1
     leak: Any = 1.0

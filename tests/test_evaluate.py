@@ -221,7 +221,7 @@ def test_training_free_methods_are_rows_next_to_the_scalings(runs):
     # the method's own resolved parameters are recorded per length (lm_infinite's window = train_len)
     lm = [r for r in rows if r["run"] == "rope" and r["method"].startswith("lm_infinite") and r["length"] == 64]
     assert json.loads(lm[0]["method_params"]) == {"window": 32, "n_global": 2}
-    # within the training length, rerope with window ≥ L changes nothing; sinks change the numbers past L
+    # log-n with L0 = train_len changes nothing within it; sinks change the numbers past L
     nll = {(r["run"], r["scaling"], r["method"], r["length"]): r["nll"] for r in rows if r["protocol"] == "nonoverlap"}
     assert nll[("rope", "none", "none+logn(32)", 32)] == pytest.approx(nll[("rope", "none", "none", 32)], rel=1e-6)
     assert nll[("rope", "none", "sinks(window=13,num_sinks=2)", 64)] != nll[("rope", "none", "none", 64)]
@@ -234,14 +234,17 @@ def test_training_free_methods_are_rows_next_to_the_scalings(runs):
         ev.evaluate([runs["alibi"]], [32], methods=["rerope"], num_bytes=64, progress=False)
 
 
-def test_streaming_protocol_equals_the_parallel_sinks_forward(runs):
-    """One stream through the bounded cache, in chunks = one forward over the stream with the sinks mask."""
+@pytest.mark.parametrize("name", ["rope", "alibi"])
+def test_streaming_protocol_equals_the_parallel_forward(runs, name):
+    """One stream through the bounded cache, in chunks = one forward over the stream with the method's mask,
+    for two cache layouts of each method through one Evaluator."""
     from posenc.training_free import Method
 
-    run = ev.load_run(runs["rope"])
+    run = ev.load_run(runs[name])
     e = ev.Evaluator(run)
-    stream = np.arange(300) % 251
-    m = Method("sinks", window=13, num_sinks=2)
-    got = e.streaming_nll(stream, 200, run.cfg.rope_scaling, m, chunk=32)
-    want = e.nll(stream[None, :200], stream[None, 1:201], run.cfg.rope_scaling, m)[0]
-    np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4)
+    stream = np.random.default_rng(0).integers(0, 256, 300)
+    for m in (Method("sinks", window=13, num_sinks=2), Method("sinks", window=29, num_sinks=3),
+              Method("lm_infinite", window=16, n_global=2), Method("lm_infinite", window=24, n_global=5)):
+        got = e.streaming_nll(stream, 200, ev.RopeScaling(), m, chunk=32)
+        want = e.nll(stream[None, :200], stream[None, 1:201], ev.RopeScaling(), m)[0]
+        np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4, err_msg=m.label)

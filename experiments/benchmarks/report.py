@@ -54,6 +54,11 @@ def last_json(name):
 
 
 rope, decode = last_json("rope.log"), last_json("decode.log")
+methods = json.loads((HERE / "training_free_eval.json").read_text()) if (HERE / "training_free_eval.json").exists() else None
+method_rows = ["| method | resolved parameters | ms | ratio to plain | bound (2× per pass) | within |", "|---|---|---|---|---|---|"]
+for r in methods["rows"] if methods else []:
+    method_rows.append(f"| {r['method']} | {r['resolved']} | {r['seconds'] * 1e3:.0f} | {r['ratio_to_plain']:.2f} | "
+                       f"{r['bound']:.0f}× | {'yes' if r['within_bound'] else 'no'} |")
 rope_rows = ["| dtype | layout | apply_rope ms | jitted elementwise pass ms | ratio | NumPy copy ms | ratio |",
              "|---|---|---|---|---|---|---|"]
 for dtype in ("float32", "bfloat16"):
@@ -140,6 +145,15 @@ Default model, batch 1, RoPE: per-token time with the cache against one full for
 (what each token costs without a cache). The cached time grows with the context, as attention over it must.
 
 {chr(10).join(decode_rows)}
-"""
+
+## Training-free methods at evaluation (`scripts/benchmark_methods.py`, `training_free_eval.json`)
+
+""" + (f"""The reference model (RoPE, trained length 256, random weights) scoring one window of {methods['length']} tokens
+through the evaluation's jitted forward (query chunks of {methods['attn_chunk']}), each method with its defaults,
+{methods['rounds']} alternating rounds (median), on a {methods['cores']}-core {methods['cpu']}: plain attention takes
+{methods['plain_seconds'] * 1e3:.0f} ms. The two-branch methods compute a second q·kᵀ at the far positions (two passes).
+
+{chr(10).join(method_rows)}
+""" if methods else "Not measured yet: `python scripts/benchmark_methods.py --out=experiments/benchmarks/training_free_eval.json`.\n")
 (HERE / "README.md").write_text(text)
 print(text)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates experiments/benchmarks/: training throughput of the reference model (issue 3's target:
 # >= 1.0x PyTorch eager, MFU >= 40%), with ablations that undo each optimisation; apply_rope against an
-# elementwise pass; KV-cache decoding against recomputation; then the README.
+# elementwise pass; KV-cache decoding against recomputation; the training-free methods'
+# evaluation time against plain attention; then the README.
 # Needs PyTorch for the comparison: .venv/bin/pip install torch==2.13.0
 # Run from the repository root on an otherwise idle machine: bash experiments/benchmarks/run.sh
 set -euo pipefail
@@ -19,6 +20,7 @@ run without_block_causal --attn_block=0
 run baseline --without=dense_vjp,attention_vjp --attn_block=0
 .venv/bin/python scripts/benchmark_rope.py 2>/dev/null | tee "$out/rope.log"
 .venv/bin/python scripts/benchmark_decode.py 2>/dev/null | tee "$out/decode.log"
+.venv/bin/python scripts/benchmark_methods.py --out="$out/training_free_eval.json" 2>/dev/null
 echo "{\"wall_seconds\": $(($(date +%s) - start))}" > "$out/timing.json"
 echo "$(lscpu | grep 'Model name' | cut -d: -f2 | xargs), $(nproc) cores" > "$out/cpu.txt"
 .venv/bin/python experiments/benchmarks/report.py
