@@ -117,7 +117,12 @@ def _two_branch_attend(q, k, qf, kf, v, bias_near, bias_far, use_near):
 
 
 def _head_major(q, k, v):
+    """q scaled by 1/√H, and k, v with their heads repeated to q's (grouped-query attention: query head n
+    uses key/value head n // (N / N_kv), as `repeat_kv` in Hugging Face), all `[B, N, T, H]`."""
     scale = q.shape[-1] ** -0.5
+    rep = q.shape[2] // k.shape[2]
+    if rep > 1:
+        k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
     return (q * jnp.asarray(scale, q.dtype)).swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2)
 
 

@@ -269,8 +269,8 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
 def cache_bytes(cfg: ModelConfig, batch_size: int, cache_size: int) -> int:
     """Bytes of a KV cache: keys and values of every layer, `[B, S, N, H]` each (S = the layer's window for a
     windowed layer)."""
-    slots = sum(cfg.encoding.window(cfg, i) or cache_size for i in range(cfg.num_layers))
-    return 2 * batch_size * slots * cfg.d_model * jnp.dtype(cfg.dtype).itemsize
+    slots = sum(cfg.layer_window(i) or cache_size for i in range(cfg.num_layers))
+    return 2 * batch_size * slots * cfg.kv_heads * cfg.head_dim * jnp.dtype(cfg.dtype).itemsize
 
 
 def device_memory_bytes() -> int:

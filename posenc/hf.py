@@ -1,4 +1,8 @@
-"""Hugging Face model configs: a model's rotary embedding from its whole `config.json`.
+"""Hugging Face models: a model's rotary embedding from its whole `config.json`, and its checkpoint.
+
+`load_pretrained(path)` builds a posenc `Transformer` from a local checkpoint directory (Llama, Mistral,
+Qwen2, Qwen3, Phi-3, GPT-NeoX) whose logits are transformers' (tests/test_hf_models.py, fixtures made by
+scripts/make_hf_model_reference.py).
 
 `rope_from_hf_config(config)` gives exactly the inverse frequencies and cos/sin scale of the model's rotary
 embedding in transformers 5.x (`tests/test_hf.py` checks them against values transformers 5.23 computed
@@ -23,10 +27,13 @@ unknown key or type is an error naming it, and a missing base is an error: nothi
 
 from __future__ import annotations
 
+import json
+import pathlib
 from typing import Any, Mapping
 
 import numpy as np
 
+from posenc.model import ModelConfig
 from posenc.p_rope import p_rope_mask
 from posenc.rope_scaling import RopeScaling, default_inv_freq, rope_frequencies
 
@@ -59,19 +66,10 @@ def _rope_parameters(config: Mapping[str, Any], layer_type: str | None) -> dict[
     return params
 
 
-def rope_from_hf_config(config: Mapping[str, Any], *, layer_type: str | None = None,
-                        seq_len: int | None = None) -> tuple[np.ndarray, float]:
-    """(inv_freq float64 `[rotary_dim / 2]`, attention factor) of a Hugging Face model's rotary embedding.
-
-    Args:
-      config: the model's whole `config.json` as a dict.
-      layer_type: for configs with RoPE per layer type (Gemma 3): `full_attention` or `sliding_attention`.
-      seq_len: the current sequence length, for the length-dependent types (dynamic NTK, LongRoPE's
-        switch from short to long factors); None means within the original length, as at initialisation.
-
-    Raises:
-      ValueError: an unknown key or rope type, a missing base, or a missing / superfluous layer_type.
-    """
+def rope_setup(config: Mapping[str, Any], *, layer_type: str | None = None) -> tuple[float, int, int, RopeScaling]:
+    """(base, rotary_dim, head_dim, `RopeScaling`) of a Hugging Face model's rotary embedding, read as
+    transformers reads it (see the module docstring; not for the `proportional` type, see
+    `rope_from_hf_config`)."""
     params = _rope_parameters(config, layer_type)
     rope_type = params.pop("rope_type", params.pop("type", "default"))
     base = params.pop("rope_theta", None)
@@ -87,14 +85,8 @@ def rope_from_hf_config(config: Mapping[str, Any], *, layer_type: str | None = N
         config["hidden_size"] // config["num_attention_heads"]
     for key in IGNORED_BY_TRANSFORMERS.get("longrope" if rope_type in ("longrope", "su") else rope_type, ()):
         params.pop(key, None)
-
     if rope_type == "proportional":
-        factor = float(params.pop("factor", 1.0))
-        if params:
-            raise ValueError(f"rope_from_hf_config: unknown keys {sorted(params)} for rope_type 'proportional'")
-        inv = default_inv_freq(head_dim, float(base)) * np.asarray(p_rope_mask(head_dim // 2, head_dim, partial))
-        return inv / factor, 1.0
-
+        raise ValueError("rope_setup: the 'proportional' type is p-RoPE (posenc/p_rope.py), not a RopeScaling")
     rotary_dim = int(head_dim * partial)
     max_len = config.get("max_position_embeddings")
     if rope_type in ("llama3", "yarn", "longrope", "su") and "original_max_position_embeddings" in config:
@@ -103,8 +95,241 @@ def rope_from_hf_config(config: Mapping[str, Any], *, layer_type: str | None = N
         params["factor"] = max_len / params.get("original_max_position_embeddings", max_len)
     if rope_type != "default":
         params["rope_type"] = rope_type
-    scaling = RopeScaling.from_hf(params, max_position_embeddings=max_len)
+    return float(base), rotary_dim, int(head_dim), RopeScaling.from_hf(params, max_position_embeddings=max_len)
+
+
+def rope_from_hf_config(config: Mapping[str, Any], *, layer_type: str | None = None,
+                        seq_len: int | None = None) -> tuple[np.ndarray, float]:
+    """(inv_freq float64 `[rotary_dim / 2]`, attention factor) of a Hugging Face model's rotary embedding.
+
+    Args:
+      config: the model's whole `config.json` as a dict.
+      layer_type: for configs with RoPE per layer type (Gemma 3): `full_attention` or `sliding_attention`.
+      seq_len: the current sequence length, for the length-dependent types (dynamic NTK, LongRoPE's
+        switch from short to long factors); None means within the original length, as at initialisation.
+
+    Raises:
+      ValueError: an unknown key or rope type, a missing base, or a missing / superfluous layer_type.
+    """
+    params = _rope_parameters(config, layer_type)
+    if params.get("rope_type", params.get("type")) == "proportional":
+        params.pop("rope_type", None)
+        params.pop("type", None)
+        base = params.pop("rope_theta", config.get("rope_theta"))
+        partial = params.pop("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
+        head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+        factor = float(params.pop("factor", 1.0))
+        if params:
+            raise ValueError(f"rope_from_hf_config: unknown keys {sorted(params)} for rope_type 'proportional'")
+        if base is None:
+            raise ValueError("rope_from_hf_config: the config gives no RoPE base (rope_theta)")
+        inv = default_inv_freq(head_dim, float(base)) * np.asarray(p_rope_mask(head_dim // 2, head_dim, partial))
+        return inv / factor, 1.0
+    base, rotary_dim, _, scaling = rope_setup(config, layer_type=layer_type)
     if seq_len is None and scaling.kind in ("longrope", "dynamic_ntk"):  # as at initialisation
         seq_len = scaling.original_max_len
-    inv_freq, attention_factor = rope_frequencies(rotary_dim, base=float(base), scaling=scaling, seq_len=seq_len)
+    inv_freq, attention_factor = rope_frequencies(rotary_dim, base=base, scaling=scaling, seq_len=seq_len)
     return inv_freq, float(attention_factor)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Checkpoints
+
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox")
+_GATED = ("llama", "mistral", "qwen2", "qwen3", "phi3")  # SwiGLU MLP, RMSNorm, sequential residual
+_NEOX_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh"}
+# Checkpoint tensors that are buffers, not weights (older GPT-NeoX exports).
+_BUFFERS = ("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias")
+
+
+def read_config(path) -> dict[str, Any]:
+    path = pathlib.Path(path).expanduser()
+    try:
+        return json.loads((path / "config.json").read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{str(path)!r} is not a Hugging Face checkpoint directory: it has no config.json") from None
+
+
+def model_config_from_hf(config: Mapping[str, Any], *, dtype: str | None = None) -> ModelConfig:
+    """The posenc `ModelConfig` of a Hugging Face config of one of `FAMILIES`.
+
+    Raises:
+      ValueError: another family, an activation or attention layout the family does not have in posenc
+        (named), per-layer sliding windows.
+    """
+    family = config.get("model_type")
+    if family not in FAMILIES:
+        raise ValueError(f"load_pretrained: model_type={family!r} is not supported; supported: {FAMILIES}")
+    act = config.get("hidden_act", "silu")
+    if family in _GATED:
+        if act != "silu":
+            raise ValueError(f"load_pretrained: {family} with hidden_act={act!r} is not supported (posenc's gated MLP "
+                             "is SwiGLU: silu)")
+        mlp_act = "swiglu"
+    else:
+        if act not in _NEOX_ACTS:
+            raise ValueError(f"load_pretrained: gpt_neox with hidden_act={act!r} is not supported; "
+                             f"supported: {sorted(_NEOX_ACTS)}")
+        mlp_act = _NEOX_ACTS[act]
+    window = config.get("sliding_window")
+    if family in ("qwen2", "qwen3"):
+        if config.get("use_sliding_window"):
+            raise ValueError(f"load_pretrained: {family} with use_sliding_window=True (sliding windows on some "
+                             "layers only) is not supported")
+        window = None
+    base, rotary_dim, head_dim, scaling = rope_setup(config)
+    heads = config["num_attention_heads"]
+    bias = bool(config.get("attention_bias", family == "gpt_neox"))
+    return ModelConfig(
+        vocab_size=config["vocab_size"], d_model=config["hidden_size"], num_layers=config["num_hidden_layers"],
+        num_heads=heads, num_kv_heads=config.get("num_key_value_heads") or heads, head_size=head_dim,
+        mlp_dim=config["intermediate_size"], posenc="rope", max_len=config["max_position_embeddings"],
+        rope_base=base, rope_layout="half", rope_fraction=rotary_dim / head_dim, rope_scaling=scaling,
+        mlp_act=mlp_act, norm="layer" if family == "gpt_neox" else "rms",
+        norm_eps=float(config.get("layer_norm_eps" if family == "gpt_neox" else "rms_norm_eps", 1e-5)),
+        qkv_bias=family == "qwen2" or bias, out_bias=bias, mlp_bias=bool(config.get("mlp_bias", family == "gpt_neox")),
+        qk_norm=family == "qwen3", parallel_residual=family == "gpt_neox" and config.get("use_parallel_residual", True),
+        tie_embeddings=bool(config.get("tie_word_embeddings", False)), attn_window=int(window or 0),
+        dtype=dtype or "float32", param_dtype=dtype or "float32",
+    )
+
+
+def _read_tensors(path: pathlib.Path) -> dict[str, Any]:
+    """Every tensor of the checkpoint's safetensors (one file, or the shards of its index) as JAX arrays."""
+    from safetensors import safe_open  # noqa: PLC0415 — the `hf` extra
+
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    elif (path / "model.safetensors").exists():
+        files = ["model.safetensors"]
+    else:
+        raise ValueError(f"{str(path)!r} has no model.safetensors or model.safetensors.index.json")
+    tensors = {}
+    for name in files:
+        with safe_open(str(path / name), framework="flax") as f:
+            for key in f.keys():
+                tensors[key] = f.get_tensor(key)
+    return tensors
+
+
+def _hf_weights(cfg: ModelConfig, family: str, tensors: dict[str, Any]) -> dict[tuple, Any]:
+    """posenc parameter path → array (kernels transposed to `[in, out]`, fused projections laid out as
+    posenc's `qkv` = [q heads; k heads; v heads]), popping what it uses from `tensors`."""
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    def take(key):
+        if key not in tensors:
+            raise ValueError(f"load_pretrained: the checkpoint has no tensor {key!r}")
+        return tensors.pop(key)
+
+    def kernel(key):
+        return jnp.asarray(take(key)).T
+
+    n, nkv, h = cfg.num_heads, cfg.kv_heads, cfg.head_dim
+    out: dict[tuple, Any] = {}
+    if family == "gpt_neox":
+        pre, layers = "gpt_neox.", "gpt_neox.layers"
+        out[("embed", "embedding")] = take(pre + "embed_in.weight")
+        out[("final_norm", "scale")] = take(pre + "final_layer_norm.weight")
+        out[("final_norm", "bias")] = take(pre + "final_layer_norm.bias")
+        head = "embed_out.weight"
+    else:
+        pre, layers = "model.", "model.layers"
+        out[("embed", "embedding")] = take(pre + "embed_tokens.weight")
+        out[("final_norm", "scale")] = take(pre + "norm.weight")
+        head = "lm_head.weight"
+    if not cfg.tie_embeddings:
+        out[("head", "kernel")] = kernel(head)
+    tensors.pop(head, None)  # a tied checkpoint may store the head as well
+    for i in range(cfg.num_layers):
+        p, blk = f"{layers}.{i}.", ("blocks", i)
+        if family == "gpt_neox":
+            w = jnp.asarray(take(p + "attention.query_key_value.weight")).reshape(n, 3, h, cfg.d_model)
+            out[blk + ("attn", "qkv", "kernel")] = jnp.concatenate([w[:, j].reshape(n * h, -1) for j in range(3)]).T
+            if cfg.qkv_bias:
+                b = jnp.asarray(take(p + "attention.query_key_value.bias")).reshape(n, 3, h)
+                out[blk + ("attn", "qkv", "bias")] = jnp.concatenate([b[:, j].reshape(-1) for j in range(3)])
+            out[blk + ("attn", "out", "kernel")] = kernel(p + "attention.dense.weight")
+            if cfg.out_bias:
+                out[blk + ("attn", "out", "bias")] = take(p + "attention.dense.bias")
+            for ours, theirs in (("norm1", "input_layernorm"), ("norm2", "post_attention_layernorm")):
+                out[blk + (ours, "scale")] = take(p + theirs + ".weight")
+                out[blk + (ours, "bias")] = take(p + theirs + ".bias")
+            out[blk + ("fc", "kernel")] = kernel(p + "mlp.dense_h_to_4h.weight")
+            out[blk + ("proj", "kernel")] = kernel(p + "mlp.dense_4h_to_h.weight")
+            if cfg.mlp_bias:
+                out[blk + ("fc", "bias")] = take(p + "mlp.dense_h_to_4h.bias")
+                out[blk + ("proj", "bias")] = take(p + "mlp.dense_4h_to_h.bias")
+            continue
+        a = p + "self_attn."
+        if family == "phi3":
+            out[blk + ("attn", "qkv", "kernel")] = kernel(a + "qkv_proj.weight")
+            gate, up = jnp.split(jnp.asarray(take(p + "mlp.gate_up_proj.weight")), 2, axis=0)
+            out[blk + ("gate", "kernel")], out[blk + ("fc", "kernel")] = gate.T, up.T
+        else:
+            out[blk + ("attn", "qkv", "kernel")] = jnp.concatenate(
+                [jnp.asarray(take(a + f"{x}_proj.weight")) for x in "qkv"]).T
+            if cfg.qkv_bias:
+                out[blk + ("attn", "qkv", "bias")] = jnp.concatenate([jnp.asarray(take(a + f"{x}_proj.bias")) for x in "qkv"])
+            out[blk + ("gate", "kernel")] = kernel(p + "mlp.gate_proj.weight")
+            out[blk + ("fc", "kernel")] = kernel(p + "mlp.up_proj.weight")
+        out[blk + ("attn", "out", "kernel")] = kernel(a + "o_proj.weight")
+        if cfg.out_bias:
+            out[blk + ("attn", "out", "bias")] = take(a + "o_proj.bias")
+        if cfg.qk_norm:
+            out[blk + ("attn", "q_norm", "scale")] = take(a + "q_norm.weight")
+            out[blk + ("attn", "k_norm", "scale")] = take(a + "k_norm.weight")
+        out[blk + ("proj", "kernel")] = kernel(p + "mlp.down_proj.weight")
+        if cfg.mlp_bias:
+            for ours, theirs in (("gate", "gate_proj"), ("fc", "up_proj"), ("proj", "down_proj")):
+                out[blk + (ours, "bias")] = take(p + f"mlp.{theirs}.bias")
+        out[blk + ("norm1", "scale")] = take(p + "input_layernorm.weight")
+        out[blk + ("norm2", "scale")] = take(p + "post_attention_layernorm.weight")
+    return out
+
+
+def load_pretrained(path, *, dtype: str | None = None):
+    """A posenc `Transformer` holding a local Hugging Face checkpoint: `config.json` plus safetensors (one
+    file, or shards listed in `model.safetensors.index.json`), of the families in `FAMILIES`.
+
+    The model's RoPE is the checkpoint's own (base, partial rotary, scaling: `rope_setup`); `model(tokens)`
+    gives transformers' logits to float32 precision (tests/test_hf_models.py). `dtype`: None keeps float32
+    parameters and activations; 'bfloat16' loads the weights as bf16 and runs in bf16 (softmax, norms and
+    the logits in float32).
+
+    Raises:
+      ValueError: not a checkpoint directory, an unsupported family or feature (named), a missing tensor,
+        or checkpoint tensors the model has no place for (listed).
+    """
+    import jax  # noqa: PLC0415
+    import jax.numpy as jnp  # noqa: PLC0415
+    from flax import nnx  # noqa: PLC0415
+
+    from posenc.model import Transformer  # noqa: PLC0415
+
+    path = pathlib.Path(path).expanduser()
+    config = read_config(path)
+    if dtype not in (None, "float32", "bfloat16"):
+        raise ValueError(f"load_pretrained: dtype must be None, 'float32' or 'bfloat16', got {dtype!r}")
+    cfg = model_config_from_hf(config, dtype=dtype)
+    tensors = _read_tensors(path)
+    weights = _hf_weights(cfg, config["model_type"], tensors)
+    leftover = sorted(k for k in tensors if not k.endswith(_BUFFERS))
+    if leftover:
+        raise ValueError(f"load_pretrained: checkpoint tensors posenc has no place for: {leftover[:8]}"
+                         f"{' …' if len(leftover) > 8 else ''}")
+    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    flat = nnx.to_flat_state(abstract)
+    pdtype = jnp.dtype(cfg.param_dtype)
+    values = []
+    for key, var in flat:
+        if key not in weights:
+            raise ValueError(f"load_pretrained: no checkpoint tensor for posenc parameter {'.'.join(map(str, key))}")
+        value = jnp.asarray(weights.pop(key), pdtype)
+        if value.shape != var.shape:
+            raise ValueError(f"load_pretrained: {'.'.join(map(str, key))} has shape {value.shape} in the checkpoint, "
+                             f"posenc expects {var.shape}")
+        values.append((key, var.replace(value) if hasattr(var, "replace") else value))
+    state = nnx.from_flat_state(values)
+    return nnx.merge(graphdef, jax.tree.map(lambda x: x, state))

@@ -1,7 +1,12 @@
 """A decoder-only Transformer LM (Flax NNX) whose `posenc` decides how positions enter.
 
-Pre-norm blocks (RMSNorm → causal self-attention without biases → residual; RMSNorm → GELU MLP of
-`mlp_dim` → residual), a final RMSNorm and an untied output head, over bytes (vocab 256).
+The byte LM (the defaults): pre-norm blocks (RMSNorm → causal self-attention without biases → residual;
+RMSNorm → GELU MLP of `mlp_dim` → residual), a final RMSNorm and an untied output head, over bytes (vocab
+256). The same module also holds the Hugging Face families `posenc.hf.load_pretrained` reads, through config
+options: grouped-query attention (`num_kv_heads`), a head width of its own (`head_size`), SwiGLU
+(`mlp_act`), q/k/v, output and MLP biases, per-head q/k RMSNorm (Qwen3), LayerNorm (`norm`) with the
+model's epsilon, a parallel residual (GPT-NeoX), tied embeddings, a sliding window on every layer
+(Mistral, Phi-3), and parameters stored in bf16 (`param_dtype`).
 
 `ModelConfig.posenc` names an encoding of the registry (`posenc/encodings.py`; the interface is
 `posenc/encoding.py`). The Transformer builds it once (`Transformer.encoding`) and asks it, on every
@@ -27,6 +32,8 @@ from posenc.learned import LEARNED_BEYOND
 from posenc.rope_scaling import RopeScaling
 
 DTYPES = ("float32", "bfloat16")
+MLP_ACTS = ("gelu_tanh", "gelu", "swiglu")  # GELU (tanh approximation), exact GELU, silu(gate) · up
+NORMS = ("rms", "layer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +55,22 @@ class ModelConfig:
     rope_scaling: RopeScaling = RopeScaling()
     attn_chunk: int = 0  # query chunk size of attention; 0 = the whole sequence at once
     attn_block: int = 0  # block-causal attention block for default positions (skips future blocks); 0 = off
-    dtype: str = "float32"  # activations; parameters are float32
+    dtype: str = "float32"  # activations; parameters are `param_dtype`
     encoding_options: tuple = ()  # sorted (option, value) pairs of `model.<posenc>` (see Encoding.options)
+    # Architecture options of the Hugging Face families (posenc/hf.py); the byte LM keeps the defaults.
+    num_kv_heads: int = 0  # grouped-query attention: key/value heads, dividing num_heads (0 = num_heads)
+    head_size: int = 0  # width of each head (0 = d_model / num_heads)
+    mlp_act: str = "gelu_tanh"  # one of MLP_ACTS
+    norm: str = "rms"  # one of NORMS: RMSNorm, or LayerNorm with a bias
+    norm_eps: float = 1e-6
+    qkv_bias: bool = False  # biases on q, k and v (Qwen2, GPT-NeoX)
+    out_bias: bool = False  # a bias on the attention output (GPT-NeoX)
+    mlp_bias: bool = False  # biases on the MLP (GPT-NeoX)
+    qk_norm: bool = False  # RMSNorm over each head of q and k, before the rotation (Qwen3)
+    parallel_residual: bool = False  # x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX)
+    tie_embeddings: bool = False  # logits = x · embeddingᵀ (no output head)
+    attn_window: int = 0  # sliding-window attention on every layer: keys at distance < attn_window (0 = none)
+    param_dtype: str = "float32"  # one of DTYPES
 
     def __post_init__(self):
         def positive(name):
@@ -61,10 +82,23 @@ class ModelConfig:
             positive(name)
         if self.learned_beyond not in LEARNED_BEYOND:
             raise ValueError(f"model.learned_beyond must be one of {LEARNED_BEYOND}, got {self.learned_beyond!r}")
-        if self.d_model % self.num_heads:
+        if not self.head_size and self.d_model % self.num_heads:
             raise ValueError(f"model.d_model={self.d_model} must be divisible by model.num_heads={self.num_heads}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"model.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        for name in ("num_kv_heads", "head_size", "attn_window"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"model.{name} must be an integer >= 0 (0 = the default), got {value!r}")
+        if self.num_heads % self.kv_heads:
+            raise ValueError(f"model.num_kv_heads={self.num_kv_heads} must divide model.num_heads={self.num_heads}")
+        if self.mlp_act not in MLP_ACTS:
+            raise ValueError(f"model.mlp_act must be one of {MLP_ACTS}, got {self.mlp_act!r}")
+        if self.norm not in NORMS:
+            raise ValueError(f"model.norm must be one of {NORMS}, got {self.norm!r}")
+        if not self.norm_eps > 0:
+            raise ValueError(f"model.norm_eps must be > 0, got {self.norm_eps!r}")
+        for name in ("dtype", "param_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ValueError(f"model.{name} must be one of {DTYPES}, got {getattr(self, name)!r}")
         if self.attn_chunk < 0:
             raise ValueError(f"model.attn_chunk must be >= 0 (0 = no chunking), got {self.attn_chunk!r}")
         if self.attn_block < 0:
@@ -80,7 +114,16 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.num_heads
+        return self.head_size or self.d_model // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
+
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window of `layer`: the encoding's (local layers) and `attn_window`, the smaller one."""
+        windows = [w for w in (self.encoding.window(self, layer), self.attn_window) if w]
+        return min(windows) if windows else None
 
     @property
     def rotary_dim(self) -> int:
@@ -127,18 +170,30 @@ def dense_dot_general(x, kernel, dimension_numbers, precision=None, preferred_el
     return dense(x, kernel)
 
 
-def linear(d_in: int, d_out: int, std: float, rngs: nnx.Rngs) -> nnx.Linear:
-    """A bias-free `nnx.Linear` with N(0, std²) weights whose product is `dense`."""
-    return nnx.Linear(d_in, d_out, use_bias=False, kernel_init=nnx.initializers.normal(std),
-                      dot_general=dense_dot_general, rngs=rngs)
+def linear(d_in: int, d_out: int, std: float, rngs: nnx.Rngs, *, bias: bool = False,
+           param_dtype: str = "float32") -> nnx.Linear:
+    """An `nnx.Linear` with N(0, std²) weights (and a zero bias if `bias`) whose product is `dense`."""
+    return nnx.Linear(d_in, d_out, use_bias=bias, kernel_init=nnx.initializers.normal(std),
+                      dot_general=dense_dot_general, param_dtype=jnp.dtype(param_dtype), rngs=rngs)
+
+
+def norm(cfg: ModelConfig, dim: int, rngs: nnx.Rngs) -> nnx.Module:
+    """RMSNorm, or LayerNorm with a bias (`cfg.norm`), with the model's epsilon."""
+    cls = nnx.RMSNorm if cfg.norm == "rms" else nnx.LayerNorm
+    return cls(dim, epsilon=cfg.norm_eps, param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)
 
 
 class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        d = cfg.d_model
-        self.qkv = linear(d, 3 * d, 0.02, rngs)
-        self.out = linear(d, d, 0.02 / (2 * cfg.num_layers) ** 0.5, rngs)
+        d, h = cfg.d_model, cfg.head_dim
+        pd = cfg.param_dtype
+        self.qkv = linear(d, (cfg.num_heads + 2 * cfg.kv_heads) * h, 0.02, rngs, bias=cfg.qkv_bias, param_dtype=pd)
+        self.out = linear(cfg.num_heads * h, d, 0.02 / (2 * cfg.num_layers) ** 0.5, rngs, bias=cfg.out_bias,
+                          param_dtype=pd)
+        if cfg.qk_norm:
+            self.q_norm = norm(cfg, h, rngs)
+            self.k_norm = norm(cfg, h, rngs)
 
     def __call__(self, x, positions, enc, ctx, layer: int, cache=None, aligned=False, method=None):
         """Self-attention of `x [B, T, d]` at `positions [B|1, T]`, positions entering through the encoding
@@ -161,12 +216,15 @@ class Attention(nnx.Module):
         """
         cfg = self.cfg
         b, t, _ = x.shape
-        q, k, v = jnp.split(self.qkv(x).reshape(b, t, 3 * cfg.num_heads, cfg.head_dim), 3, axis=2)
+        n, nkv = cfg.num_heads, cfg.kv_heads
+        q, k, v = jnp.split(self.qkv(x).reshape(b, t, n + 2 * nkv, cfg.head_dim), (n, n + nkv), axis=2)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         mode = "plain" if method is None else method.mode
         if method is not None and method.use_logn:
             q = q * training_free.logn_scale(positions, method.logn)[..., None, None].astype(q.dtype)
         bias_fn = functools.partial(enc.bias, ctx=ctx, layer=layer) if enc.has_bias else None
-        window = enc.window(cfg, layer)
+        window = cfg.layer_window(layer)
         near_fn = None if mode == "plain" else functools.partial(
             training_free.near if mode == "branches" else training_free.visible, method)
         rotate = functools.partial(enc.rotate, ctx=ctx, layer=layer)
@@ -187,7 +245,7 @@ class Attention(nnx.Module):
             else:
                 y = attention(q_rot, k_rot, v, positions, positions, bias_fn=bias_fn, chunk_size=cfg.attn_chunk,
                               window=window, near_fn=near_fn, far=far_branch(k, positions, positions))
-            return self.out(y.reshape(b, t, cfg.d_model))
+            return self.out(y.reshape(b, t, n * cfg.head_dim))
         k_cache, v_cache, pos_cache, rotate_at_use = cache
         if mode == "branches" and enc.position_kind == "rotary" and not rotate_at_use:
             raise ValueError(f"method {method.method!r} needs a KV cache of unrotated keys (rotate_at_use=True): each "
@@ -225,25 +283,37 @@ class Attention(nnx.Module):
             q_rot = rotate(q, positions, role="q")
         y = attention(q_rot, keys, values, q_pos, k_pos, bias_fn=bias_fn, chunk_size=cfg.attn_chunk, window=window,
                       near_fn=near_fn, far=far)
-        return self.out(y.reshape(b, t, cfg.d_model)), (k_cache, v_cache, pos_cache)
+        return self.out(y.reshape(b, t, n * cfg.head_dim)), (k_cache, v_cache, pos_cache)
 
 
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.norm1 = nnx.RMSNorm(cfg.d_model, rngs=rngs)
+        self.cfg = cfg
+        pd, bias = cfg.param_dtype, cfg.mlp_bias
+        self.norm1 = norm(cfg, cfg.d_model, rngs)
         self.attn = Attention(cfg, rngs=rngs)
-        self.norm2 = nnx.RMSNorm(cfg.d_model, rngs=rngs)
-        self.fc = linear(cfg.d_model, cfg.mlp_dim, 0.02, rngs)
-        self.proj = linear(cfg.mlp_dim, cfg.d_model, 0.02 / (2 * cfg.num_layers) ** 0.5, rngs)
+        self.norm2 = norm(cfg, cfg.d_model, rngs)
+        self.fc = linear(cfg.d_model, cfg.mlp_dim, 0.02, rngs, bias=bias, param_dtype=pd)  # SwiGLU's up
+        if cfg.mlp_act == "swiglu":
+            self.gate = linear(cfg.d_model, cfg.mlp_dim, 0.02, rngs, bias=bias, param_dtype=pd)
+        self.proj = linear(cfg.mlp_dim, cfg.d_model, 0.02 / (2 * cfg.num_layers) ** 0.5, rngs, bias=bias,
+                           param_dtype=pd)
+
+    def mlp(self, x):
+        act = self.cfg.mlp_act
+        if act == "swiglu":
+            return self.proj(jax.nn.silu(self.gate(x)) * self.fc(x))
+        return self.proj(jax.nn.gelu(self.fc(x), approximate=act == "gelu_tanh"))
 
     def __call__(self, x, positions, enc, ctx, layer: int, cache=None, aligned=False, method=None):
         if cache is None:
-            x = x + self.attn(self.norm1(x), positions, enc, ctx, layer, aligned=aligned, method=method)
-            new_cache = None
+            y, new_cache = self.attn(self.norm1(x), positions, enc, ctx, layer, aligned=aligned, method=method), None
         else:
             y, new_cache = self.attn(self.norm1(x), positions, enc, ctx, layer, cache, method=method)
-            x = x + y
-        return x + self.proj(jax.nn.gelu(self.fc(self.norm2(x)))), new_cache
+        if self.cfg.parallel_residual:
+            return x + y + self.mlp(self.norm2(x)), new_cache
+        x = x + y
+        return x + self.mlp(self.norm2(x)), new_cache
 
 
 class Transformer(nnx.Module):
@@ -251,11 +321,13 @@ class Transformer(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, embedding_init=nnx.initializers.normal(1.0), rngs=rngs)
+        self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, embedding_init=nnx.initializers.normal(1.0),
+                               param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)
         self.encoding = get_encoding(cfg.posenc)(cfg, rngs=rngs)
         self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
-        self.final_norm = nnx.RMSNorm(cfg.d_model, rngs=rngs)
-        self.head = linear(cfg.d_model, cfg.vocab_size, 0.02, rngs)
+        self.final_norm = norm(cfg, cfg.d_model, rngs)
+        if not cfg.tie_embeddings:
+            self.head = linear(cfg.d_model, cfg.vocab_size, 0.02, rngs, param_dtype=cfg.param_dtype)
 
     def __call__(self, tokens, positions=None, *, seq_len: int | None = None, rope=None, cache: "KVCache | None" = None,
                  method: "training_free.MethodArgs | None" = None):
@@ -306,7 +378,8 @@ class Transformer(nnx.Module):
                 new_k.append(updated[0])
                 new_v.append(updated[1])
                 new_pos.append(updated[2])
-        logits = self.head(self.final_norm(x)).astype(jnp.float32)
+        x = self.final_norm(x)
+        logits = (self.embed.attend(x) if cfg.tie_embeddings else self.head(x)).astype(jnp.float32)
         if cache is None:
             return logits
         return logits, KVCache(tuple(new_k), tuple(new_v), tuple(new_pos), cache.rotate_at_use)
@@ -315,8 +388,8 @@ class Transformer(nnx.Module):
         """An empty cache: `max_len` slots per layer (slot = position), or the layer's window (a ring) for a
         windowed layer; empty slots have position −1."""
         cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
-        sizes = [self.encoding.window(cfg, i) or max_len for i in range(cfg.num_layers)]
-        shape = lambda s: (batch_size, s, cfg.num_heads, cfg.head_dim)  # noqa: E731
+        sizes = [cfg.layer_window(i) or max_len for i in range(cfg.num_layers)]
+        shape = lambda s: (batch_size, s, cfg.kv_heads, cfg.head_dim)  # noqa: E731
         return KVCache(tuple(jnp.zeros(shape(s), dtype) for s in sizes), tuple(jnp.zeros(shape(s), dtype) for s in sizes),
                        tuple(jnp.full((batch_size, s), -1, jnp.int32) for s in sizes), rotate_at_use)
 

@@ -173,7 +173,7 @@ class Method:
         if self.method in ROTARY_ONLY and kind != "rotary":
             raise ValueError(f"method {self.method!r} is defined for rotary encodings only; posenc={cfg.posenc!r} "
                              f"is {kind!r} (use lm_infinite, sinks or logn)")
-        if self.method in BOUNDED and any(encoding_cls.window(cfg, i) for i in range(cfg.num_layers)):
+        if self.method in BOUNDED and any(cfg.layer_window(i) for i in range(cfg.num_layers)):
             raise ValueError(f"method {self.method!r} is not defined for posenc={cfg.posenc!r}: its layers have "
                              "sliding windows of their own (use self_extend, rerope, leaky_rerope or logn)")
         if self.method in BOUNDED and kind == "bias" and not encoding_cls.translation_invariant:
