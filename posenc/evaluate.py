@@ -73,7 +73,7 @@ MAX_NLL = math.log(np.finfo(np.float64).max)
 
 @dataclasses.dataclass
 class Run:
-    """A trained run loaded for evaluation."""
+    """A trained run loaded for evaluation (or a Hugging Face checkpoint: `tokenizer` set, `hf_run`)."""
 
     workdir: str
     name: str
@@ -82,6 +82,7 @@ class Run:
     graphdef: Any
     params: Any
     step: int
+    tokenizer: Any = None  # a `tokenizers.Tokenizer` for a Hugging Face checkpoint; None: bytes
 
     @property
     def train_len(self) -> int:
@@ -97,6 +98,7 @@ class Run:
         s = self.cfg.rope_scaling
         rotary = self.cfg.encoding.takes_rope_scaling
         return {"run": self.name, "posenc": self.cfg.posenc, "train_len": self.train_len, "step": self.step,
+                "unit": "byte" if self.tokenizer is None else "token",
                 "rope_base": self.cfg.rope_base if rotary else None,
                 "run_scaling": s.kind if rotary else None, "d_model": self.cfg.d_model,
                 "num_layers": self.cfg.num_layers}
@@ -105,6 +107,48 @@ class Run:
 def load_run(workdir: str, name: str | None = None) -> Run:
     config, cfg, graphdef, params, step = checkpoint.restore_params(workdir)
     return Run(str(workdir), name or pathlib.Path(workdir).name, config, cfg, graphdef, params, step)
+
+
+def hf_run(path: str, text: str | None = None, *, dtype: str | None = None, name: str | None = None) -> Run:
+    """A Hugging Face checkpoint directory as a `Run` (`posenc.hf.load_pretrained`): its training length L0
+    is the original length of its RoPE scaling (else `max_position_embeddings`), its default scaling its own
+    (`run`), and it scores `text` (a UTF-8 file; default the bundled corpus's splits) in its own tokens."""
+    import ml_collections  # noqa: PLC0415
+
+    from posenc import hf  # noqa: PLC0415
+
+    model = hf.load_pretrained(path, dtype=dtype)
+    tokenizer = hf.load_tokenizer(path)
+    cfg = model.cfg
+    graphdef, params = nnx.split(model)
+    config = ml_collections.ConfigDict({
+        "train_len": int(cfg.rope_scaling.original_max_len or cfg.max_len),
+        "data": {"path": text or data.DEFAULT_CORPUS, "cache_dir": None},
+        "model": {"posenc": cfg.posenc, "rope": {"scaling": {"kind": cfg.rope_scaling.kind}}},
+        "eval": {"scalings": "run", "methods": "none"}})
+    return Run(str(path), name or pathlib.Path(path).expanduser().resolve().name, config, cfg, graphdef, params, 0,
+               tokenizer)
+
+
+def run_stream(run: Run, split: str, cache_dir: str | None = None) -> tuple[np.ndarray, np.ndarray, str]:
+    """(token stream, UTF-8 bytes per token, fingerprint) of the text `run` is scored on: the `split` of its
+    corpus in bytes (one byte per token), or for a Hugging Face run its tokens of the same split (or of the
+    whole text file it was given)."""
+    path = run.config.data.path
+    if run.tokenizer is None:
+        corpus = data.load_corpus(path, run.config.data.cache_dir)
+        stream = corpus.split(split)
+        return stream, np.ones(len(stream), np.int64), corpus.sha256
+    from posenc import hf  # noqa: PLC0415
+
+    if path == data.DEFAULT_CORPUS:
+        corpus = data.load_corpus(path, cache_dir)
+        text, digest = bytes(corpus.split(split)).decode("utf-8", errors="replace"), corpus.sha256
+    else:
+        raw = pathlib.Path(path).expanduser().read_bytes()
+        text, digest = raw.decode("utf-8", errors="replace"), __import__("hashlib").sha256(raw).hexdigest()
+    ids, nbytes = hf.tokenize(run.tokenizer, text)
+    return ids, nbytes, digest
 
 
 def scaling_for(run: Run, name: str, length: int, factor: float | None = None,
@@ -364,13 +408,19 @@ def sliding_windows(stream: np.ndarray, num_bytes: int, window: int, stride: int
 def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence[str] | None = None, *,
              num_bytes: int | None = None, factor: float | None = None, stride: int | None = None,
              split: str = "test", learned_beyond: str | None = None, attn_chunk: int = 1024, progress: bool = True,
-             longrope_file: str | None = None, methods: Sequence[str | Method] | None = None) -> dict[str, Any]:
+             longrope_file: str | None = None, methods: Sequence[str | Method] | None = None,
+             hf_models: Sequence[str] = (), text: str | None = None, hf_dtype: str | None = None) -> dict[str, Any]:
     """Evaluates runs at lengths under scalings; returns {'rows': [...], 'per_position': {...}, ...}.
 
-    Each run is scored on the `split` of its own corpus (`data.path`); rows and the table name it.
+    Each run is scored on the `split` of its own corpus (`data.path`); rows and the table name it. A Hugging
+    Face checkpoint (`hf_models`) is scored in its own tokens: lengths and `num_bytes` count tokens, `nll`
+    and `ppl` are per token and `bpb` is per UTF-8 byte of the text scored (comparable with the byte models).
 
     Args:
       workdirs: trained runs.
+      hf_models: Hugging Face checkpoint directories (`hf_run`), evaluated next to the runs.
+      text: a UTF-8 file the Hugging Face checkpoints score, whole (default: the `split` of the bundled corpus).
+      hf_dtype: None (float32) or 'bfloat16' for the checkpoints' weights.
       lengths: evaluation lengths L (tokens).
       scalings: names from `SCALINGS`; the ones that do not apply to a run's encoding are skipped for that
         run (a ValueError if one applies to none of the runs). None: each run's own `default_scalings`.
@@ -400,7 +450,9 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
     for name in scalings or ():
         if name not in SCALINGS:
             raise ValueError(f"scaling must be one of {SCALINGS}, got {name!r}")
-    runs = [load_run(w) for w in workdirs]
+    runs = [load_run(w) for w in workdirs] + [hf_run(p, text, dtype=hf_dtype) for p in hf_models]
+    if not runs:
+        raise ValueError("evaluate: give at least one run (workdirs) or Hugging Face checkpoint (hf_models)")
     names = [r.name for r in runs]
     if len(set(names)) != len(names):  # same basename: use the whole path
         runs = [dataclasses.replace(r, name=str(r.workdir)) for r in runs]
@@ -413,16 +465,20 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
     for m in methods or ():
         if not any(method_applies(r, m) for r in runs):
             m.check(runs[0].cfg.encoding, runs[0].cfg)  # raises, naming the method and the encoding
-    streams, corpora = {}, {}
+    streams, corpora, corpus_of = {}, {}, {}
     for run in runs:
         path = run.config.data.path
-        if path not in corpora:
-            corpus = data.load_corpus(path, run.config.data.cache_dir)
-            stream = corpus.split(split)
-            nb = check_num_bytes(stream, lengths, num_bytes, default_windows=16,
-                                 what=f"the {split} split of data.path={path!r}")
-            streams[path] = stream
-            corpora[path] = {"sha256": corpus.sha256, "num_bytes": nb}
+        key = path if run.tokenizer is None else f"{path} ({run.name} tokens)"
+        corpus_of[run.workdir] = key
+        if key not in corpora:
+            stream, counts, digest = run_stream(run, split)
+            what = (f"the {split} split of data.path={path!r}" if run.tokenizer is None or path == data.DEFAULT_CORPUS
+                    else f"{path!r} in {run.name}'s tokens")
+            nb = check_num_bytes(stream, lengths, num_bytes, default_windows=16, what=what)
+            streams[key] = (stream, counts)
+            corpora[key] = {"sha256": digest, "num_bytes": nb}
+            if run.tokenizer is not None:
+                corpora[key]["text_bytes"] = int(counts[1:nb + 1].sum())
     longest = lengths[-1]
 
     jobs = []
@@ -440,8 +496,14 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
     evaluators = {r.workdir: Evaluator(r, attn_chunk=attn_chunk, learned_beyond=learned_beyond) for r in runs}
     for run, sname, method in jobs:
         ev = evaluators[run.workdir]
-        corpus_path = run.config.data.path
-        stream, nb = streams[corpus_path], corpora[corpus_path]["num_bytes"]
+        corpus_path = corpus_of[run.workdir]
+        (stream, counts), nb = streams[corpus_path], corpora[corpus_path]["num_bytes"]
+        tokens = run.tokenizer is not None
+
+        def bpb(nll, first=1):
+            """Bits per byte of the targets stream[first : first + nll.size] (nats / bytes / ln 2)."""
+            return float(nll.sum() / counts[first:first + nll.size].sum()) / LN2
+
         plain = method == Method()
         base_row = {**run.summary(), "scaling": sname, "method": method.label, "split": split, "corpus": corpus_path,
                     "num_bytes": nb}
@@ -458,8 +520,9 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                 x, y = data.eval_windows(stream, length=length, num_bytes=nb)
                 nll = ev.nll(x, y, sc, resolved)
                 mean = float(nll.mean())
-                row.update(nll=mean, bpb=mean / LN2, ppl=math.exp(mean), factor=sc.factor if sc.kind != "none" else 1.0,
-                           window_bpb=(nll.mean(axis=1) / LN2).tolist())
+                row.update(nll=mean, bpb=mean / LN2 if not tokens else bpb(nll), ppl=math.exp(mean),
+                           factor=sc.factor if sc.kind != "none" else 1.0,
+                           window_bpb=[bpb(nll[i], 1 + i * length) for i in range(len(nll))])
                 if length == longest:
                     per_position[f"{run.name}|{sname}" + ("" if plain else f"|{method.label}")] = nll.mean(axis=0).tolist()
             rows.append(row)
@@ -474,8 +537,10 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                 if reason:
                     row.update(status="undefined", reason=reason, nll=None, bpb=None, ppl=None, factor=None)
                 else:
-                    mean = float(ev.streaming_nll(stream, nb, sc, resolved).mean())
-                    row.update(nll=mean, bpb=mean / LN2, ppl=math.exp(mean), factor=sc.factor if sc.kind != "none" else 1.0)
+                    nll = ev.streaming_nll(stream, nb, sc, resolved)
+                    mean = float(nll.mean())
+                    row.update(nll=mean, bpb=mean / LN2 if not tokens else bpb(nll), ppl=math.exp(mean),
+                               factor=sc.factor if sc.kind != "none" else 1.0)
                 rows.append(row)
             bar.update()
             continue
@@ -485,8 +550,12 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         x, y, w = sliding_windows(stream, nb, window, st)
         nll = ev.nll(x, y, scaling_for(run, sname, window, factor, longrope_file))
         mean = float((nll * w).sum() / w.sum())
+        per_byte = mean / LN2
+        if tokens:  # the bytes of each window's targets, laid out as the windows are
+            c = sliding_windows(counts, nb, window, st)[1]
+            per_byte = float((nll * w).sum() / (c * w).sum()) / LN2
         rows.append({**base_row, "protocol": "sliding", "length": window, "stride": st, "status": "ok", "reason": "",
-                     "nll": mean, "bpb": mean / LN2, "ppl": math.exp(mean), "factor": 1.0})
+                     "nll": mean, "bpb": per_byte, "ppl": math.exp(mean), "factor": 1.0})
         bar.update()
     bar.close()
     sizes = {c["num_bytes"] for c in corpora.values()}
@@ -540,7 +609,9 @@ def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
              "| " + " | ".join(head + cols) + " |", "|" + "---|" * (len(head) + len(cols))]
     for key, cells in table.items():
         c = corpus_of[key[0]]
-        lines.append("| " + " | ".join([key[0], c, str(corpora[c]["num_bytes"])] + list(key[1:])
+        scored = corpora[c]["num_bytes"]
+        scored = f"{scored} tokens, {corpora[c]['text_bytes']} bytes" if "text_bytes" in corpora[c] else str(scored)
+        lines.append("| " + " | ".join([key[0], c, scored] + list(key[1:])
                                        + [cells.get(col, "") for col in cols]) + " |")
     return "\n".join(lines)
 

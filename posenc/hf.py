@@ -333,3 +333,29 @@ def load_pretrained(path, *, dtype: str | None = None):
         values.append((key, var.replace(value) if hasattr(var, "replace") else value))
     state = nnx.from_flat_state(values)
     return nnx.merge(graphdef, jax.tree.map(lambda x: x, state))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Text
+
+
+def load_tokenizer(path):
+    """The checkpoint's `tokenizer.json`, read with the `tokenizers` package."""
+    from tokenizers import Tokenizer  # noqa: PLC0415 — the `hf` extra
+
+    file = pathlib.Path(path).expanduser() / "tokenizer.json"
+    if not file.exists():
+        raise ValueError(f"{str(path)!r} has no tokenizer.json (the checkpoint's tokenizer, read with the "
+                         "`tokenizers` package)")
+    return Tokenizer.from_file(str(file))
+
+
+def tokenize(tokenizer, text: str) -> tuple[np.ndarray, np.ndarray]:
+    """(token ids `[n]` int32, UTF-8 bytes of the text each token covers `[n]`), without special tokens: the
+    bytes sum to those of the text the tokens cover, so that Σ NLL / Σ bytes is bits per byte."""
+    enc = tokenizer.encode(text, add_special_tokens=False)
+    ids = np.asarray(enc.ids, np.int32)
+    starts = [a for a, _ in enc.offsets] + [len(text)]
+    # a token's bytes: from its start to the next token's start (whitespace a pre-tokenizer drops is counted)
+    nbytes = np.asarray([len(text[starts[i]:starts[i + 1]].encode("utf-8")) for i in range(len(ids))], np.int64)
+    return ids, nbytes

@@ -4,6 +4,14 @@ r"""Perplexity past the training length, with inference-time RoPE scaling: a tab
         [--lengths=256,512,1024,2048,4096] [--scalings=none,linear,ntk,dynamic_ntk,yarn] \
         [--method=none --method=self_extend,group=4 --method=rerope --method=sinks,num_sinks=4 ...] [--out=DIR]
 
+A Hugging Face checkpoint (--hf_model=DIR: config.json, safetensors, tokenizer.json; Llama, Mistral, Qwen2/3,
+Phi-3, GPT-NeoX) is evaluated the same way in its own tokens — lengths and --num_bytes count tokens, nll/ppl
+are per token, bpb per UTF-8 byte — on --text=FILE or the bundled corpus, with its own scaling as the row
+`run` next to every scaling and method:
+
+    python scripts/eval_extrapolation.py --hf_model=~/models/Llama-3.2-1B --text=book.txt \
+        --lengths=4096,8192,16384,32768 --scalings=run,none,yarn --method=none --method=self_extend,group=8
+
 Lengths and the number of test bytes default to the first run's `config.eval`, scalings to each run's own
 `config.eval.scalings` that apply to its encoding (a non-RoPE run gets `none`; a run trained or fine-tuned
 with a RoPE scaling is also evaluated with that scaling, `run`). Each run is scored on its own corpus, named
@@ -24,7 +32,12 @@ from posenc import checkpoint
 from posenc.config import parse_lengths
 from posenc.evaluate import evaluate, markdown_table, prepare_out_dir, write_outputs
 
-_WORKDIRS = flags.DEFINE_multi_string("workdir", None, "Run directories (repeat the flag).", required=True)
+_WORKDIRS = flags.DEFINE_multi_string("workdir", [], "Run directories (repeat the flag).")
+_HF = flags.DEFINE_multi_string("hf_model", [], "Hugging Face checkpoint directories (config.json, safetensors, "
+                                "tokenizer.json; repeat the flag), scored in their own tokens.")
+_TEXT = flags.DEFINE_string("text", None, "A UTF-8 text file the --hf_model checkpoints score, whole (default: the "
+                            "--split of the bundled corpus).")
+_HF_DTYPE = flags.DEFINE_enum("hf_dtype", None, ["float32", "bfloat16"], "Weights of the --hf_model checkpoints.")
 _LENGTHS = flags.DEFINE_list("lengths", None, "Evaluation lengths (default: the run's config.eval.lengths).")
 _SCALINGS = flags.DEFINE_list("scalings", None, "Scalings (default: each run's config.eval.scalings that apply).")
 _FACTOR = flags.DEFINE_float("factor", None, "Fixed scaling factor instead of L / train_len.")
@@ -49,14 +62,25 @@ def main(argv):
     for flag in (_FACTOR, _NUM_BYTES, _STRIDE):
         if flag.value is not None and not flag.value > 0:
             raise app.UsageError(f"--{flag.name} must be > 0 (or left out for its default), got {flag.value}")
-    out = prepare_out_dir(_OUT.value or pathlib.Path(_WORKDIRS.value[0]) / "eval")  # fails before any work
-    first = checkpoint.load_config(_WORKDIRS.value[0])
-    lengths = parse_lengths(_LENGTHS.value or first.eval.lengths,
-                            "--lengths" if _LENGTHS.value else f"config.eval.lengths of {_WORKDIRS.value[0]}")
-    num_bytes = _NUM_BYTES.value or first.eval.num_bytes
+    if not _WORKDIRS.value and not _HF.value:
+        raise app.UsageError("give --workdir=RUN and/or --hf_model=DIR")
+    if _TEXT.value and not _HF.value:
+        raise app.UsageError("--text is the text of the --hf_model checkpoints (byte runs score their own corpus)")
+    first_dir = (_WORKDIRS.value or _HF.value)[0]
+    out = prepare_out_dir(_OUT.value or pathlib.Path(first_dir) / "eval")  # fails before any work
+    if _WORKDIRS.value:
+        first = checkpoint.load_config(_WORKDIRS.value[0])
+        lengths = parse_lengths(_LENGTHS.value or first.eval.lengths,
+                                "--lengths" if _LENGTHS.value else f"config.eval.lengths of {_WORKDIRS.value[0]}")
+        num_bytes = _NUM_BYTES.value or first.eval.num_bytes
+    else:
+        if not _LENGTHS.value:
+            raise app.UsageError("--lengths is required with --hf_model alone (lengths in tokens)")
+        lengths, num_bytes = parse_lengths(_LENGTHS.value, "--lengths"), _NUM_BYTES.value
     result = evaluate(_WORKDIRS.value, lengths, _SCALINGS.value, num_bytes=num_bytes, factor=_FACTOR.value,
                       stride=_STRIDE.value, split=_SPLIT.value, learned_beyond=_LEARNED.value,
-                      attn_chunk=_CHUNK.value, longrope_file=_LONGROPE.value, methods=_METHODS.value)
+                      attn_chunk=_CHUNK.value, longrope_file=_LONGROPE.value, methods=_METHODS.value,
+                      hf_models=_HF.value, text=_TEXT.value, hf_dtype=_HF_DTYPE.value)
     paths = write_outputs(result, out)
     print(markdown_table(result))
     undefined = {r["reason"] for r in result["rows"] if r["status"] != "ok"}

@@ -3,6 +3,8 @@ r"""Sample a continuation from a trained run with a KV cache.
     python scripts/generate.py --workdir=runs/default --prompt="ROMEO." --max_new_tokens=300 \
         [--temperature=0.8 --top_k=40 --seed=0] [--scaling=yarn --factor=4] [--method=sinks,num_sinks=4]
 
+    python scripts/generate.py --hf_model=~/models/Qwen2.5-0.5B --prompt="Once upon a time" --temperature=0
+
 Prints the prompt and its continuation. With --scaling (RoPE runs), the frequencies are rescaled at
 inference time (factor default: (prompt + max_new_tokens) / L0, L0 the run's original length). With
 --method, a training-free method of posenc/training_free.py (its unset parameters defaulted for the run at
@@ -14,10 +16,12 @@ import numpy as np
 from absl import app, flags, logging
 
 from posenc import data, decode
-from posenc.evaluate import SCALINGS, load_run, scaling_for
+from posenc.evaluate import SCALINGS, hf_run, load_run, scaling_for
 from posenc.training_free import Method
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Trained run.", required=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Trained run.")
+_HF = flags.DEFINE_string("hf_model", None, "A Hugging Face checkpoint directory instead of a run (its tokenizer.json "
+                          "encodes the prompt and decodes the continuation).")
 _PROMPT = flags.DEFINE_string("prompt", "ROMEO.", "Prompt text (UTF-8 bytes).")
 _MAX_NEW = flags.DEFINE_integer("max_new_tokens", 300, "Bytes to generate.")
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.8, "Sampling temperature (0 = greedy).")
@@ -35,8 +39,13 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.ERROR)
-    run = load_run(_WORKDIR.value)
-    prompt = data.encode(_PROMPT.value)[None]
+    if bool(_WORKDIR.value) == bool(_HF.value):
+        raise app.UsageError("give exactly one of --workdir=RUN and --hf_model=DIR")
+    run = load_run(_WORKDIR.value) if _WORKDIR.value else hf_run(_HF.value)
+    if run.tokenizer is None:
+        prompt = data.encode(_PROMPT.value)[None]
+    else:
+        prompt = np.asarray(run.tokenizer.encode(_PROMPT.value, add_special_tokens=False).ids, np.int32)[None]
     total = prompt.shape[1] + _MAX_NEW.value
     scaling = scaling_for(run, _SCALING.value, total, _FACTOR.value, _LONGROPE.value)
     method = None
@@ -50,7 +59,8 @@ def main(argv):
     out = decode.generate(run.graphdef, run.params, prompt, _MAX_NEW.value, temperature=_TEMPERATURE.value,
                           top_k=_TOP_K.value, seed=_SEED.value, scaling=scaling, cache_size=_CACHE.value,
                           method=method)
-    print(data.decode(np.asarray(out[0])))
+    ids = np.asarray(out[0])
+    print(data.decode(ids) if run.tokenizer is None else run.tokenizer.decode(ids.tolist(), skip_special_tokens=False))
 
 
 if __name__ == "__main__":

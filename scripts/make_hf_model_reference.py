@@ -25,7 +25,7 @@ import numpy as np
 import tokenizers
 import torch
 import transformers
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_models"
@@ -63,6 +63,7 @@ def tokenizer() -> Tokenizer:
     vocab = {"<unk>": 0, **{c: i + 1 for i, c in enumerate(chars)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    tok.decoder = decoders.Fuse()  # characters back together, without spaces between them
     return tok
 
 

@@ -75,3 +75,51 @@ def test_errors_name_the_problem(tmp_path):
         hf.load_pretrained(bad)
     with pytest.raises(ValueError, match="dtype must be"):
         hf.load_pretrained(DATA / "mistral", dtype="float16")
+
+
+def test_tokenize_counts_every_byte_of_the_text():
+    tok = hf.load_tokenizer(DATA / "llama")
+    text = "Où est la clé ? — ça va.\n  Fin."
+    ids, nbytes = hf.tokenize(tok, text)
+    assert len(ids) == len(nbytes) and nbytes.sum() == len(text.encode("utf-8"))
+    assert nbytes.max() > 1  # 'é', 'ç', '—' are one (unknown) token of several bytes
+
+
+def test_evaluate_a_checkpoint_per_token_and_per_byte(tmp_path):
+    from posenc import evaluate as ev
+
+    text = tmp_path / "book.txt"
+    text.write_text(("Le chêne et le roseau. " * 40 + "Fin — ç'est là.\n") * 3)
+    result = ev.evaluate([], [16, 32], None, hf_models=[str(DATA / "qwen2")], text=str(text), num_bytes=128,
+                         methods=["none", "self_extend,window=8,group=2"], progress=False)
+    rows = [r for r in result["rows"] if r["protocol"] == "nonoverlap"]
+    assert {r["scaling"] for r in rows} == {"run"} and all(r["unit"] == "token" for r in rows)
+    # the row `run` is the checkpoint's own model: its per-token NLL is transformers' cross-entropy
+    model = hf.load_pretrained(DATA / "qwen2")
+    ids, nbytes = hf.tokenize(hf.load_tokenizer(DATA / "qwen2"), text.read_text())
+    x, y = ids[:128].reshape(-1, 16), ids[1:129].reshape(-1, 16)
+    logits = np.asarray(model(jnp.asarray(x)), np.float64)
+    logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
+    nll = -np.take_along_axis(logp, y[..., None], -1)[..., 0]
+    row = next(r for r in rows if r["length"] == 16 and r["method"] == "none")
+    assert row["nll"] == pytest.approx(nll.mean(), rel=1e-5)
+    assert row["bpb"] == pytest.approx(nll.sum() / nbytes[1:129].sum() / np.log(2), rel=1e-5)
+    assert row["bpb"] < row["nll"] / np.log(2)  # multi-byte tokens: fewer bits per byte than per token
+    assert result["corpora"][row["corpus"]]["text_bytes"] == int(nbytes[1:129].sum())
+
+
+def test_scripts_take_hf_model(tmp_path):
+    import subprocess
+    import sys
+
+    root = DATA.parent.parent.parent
+    ev = subprocess.run([sys.executable, "scripts/eval_extrapolation.py", f"--hf_model={DATA / 'llama'}",
+                         "--lengths=16,32", "--num_bytes=64", f"--out={tmp_path}", "--method=none", "--method=rerope"],
+                        cwd=root, capture_output=True, text=True, timeout=300)
+    assert ev.returncode == 0, ev.stderr[-2000:]
+    assert "| llama | run | rerope |" in ev.stdout and "tokens" in ev.stdout
+    gen = subprocess.run([sys.executable, "scripts/generate.py", f"--hf_model={DATA / 'llama'}", "--prompt=Hello",
+                          "--max_new_tokens=40", "--temperature=0", "--method=sinks,num_sinks=2,window=9"],
+                         cwd=root, capture_output=True, text=True, timeout=300)
+    assert gen.returncode == 0, gen.stderr[-2000:]
+    assert gen.stdout.startswith("Hello")
