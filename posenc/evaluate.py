@@ -112,7 +112,8 @@ def load_run(workdir: str, name: str | None = None) -> Run:
 def hf_run(path: str, text: str | None = None, *, dtype: str | None = None, name: str | None = None) -> Run:
     """A Hugging Face checkpoint directory as a `Run` (`posenc.hf.load_pretrained`): its training length L0
     is the original length of its RoPE scaling (else `max_position_embeddings`), its default scaling its own
-    (`run`), and it scores `text` (a UTF-8 file; default the bundled corpus's splits) in its own tokens."""
+    (`run`), and it scores the splits of `text` (a corpus path as `data.path`: a text file or a directory,
+    split 90/5/5%; default the bundled corpus) in its own tokens."""
     import ml_collections  # noqa: PLC0415
 
     from posenc import hf  # noqa: PLC0415
@@ -130,25 +131,18 @@ def hf_run(path: str, text: str | None = None, *, dtype: str | None = None, name
                tokenizer)
 
 
-def run_stream(run: Run, split: str, cache_dir: str | None = None) -> tuple[np.ndarray, np.ndarray, str]:
-    """(token stream, UTF-8 bytes per token, fingerprint) of the text `run` is scored on: the `split` of its
-    corpus in bytes (one byte per token), or for a Hugging Face run its tokens of the same split (or of the
-    whole text file it was given)."""
-    path = run.config.data.path
+def run_stream(run: Run, split: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """(token stream, UTF-8 bytes per token, corpus fingerprint) of the `split` of the corpus `run` is scored
+    on (`data.path`: the bundled corpus, a text file or a directory; see posenc/data.py): its bytes (one per
+    token), or a Hugging Face run's tokens of the same text."""
+    corpus = data.load_corpus(run.config.data.path, run.config.data.cache_dir)
+    stream = corpus.split(split)
     if run.tokenizer is None:
-        corpus = data.load_corpus(path, run.config.data.cache_dir)
-        stream = corpus.split(split)
         return stream, np.ones(len(stream), np.int64), corpus.sha256
     from posenc import hf  # noqa: PLC0415
 
-    if path == data.DEFAULT_CORPUS:
-        corpus = data.load_corpus(path, cache_dir)
-        text, digest = bytes(corpus.split(split)).decode("utf-8", errors="replace"), corpus.sha256
-    else:
-        raw = pathlib.Path(path).expanduser().read_bytes()
-        text, digest = raw.decode("utf-8", errors="replace"), __import__("hashlib").sha256(raw).hexdigest()
-    ids, nbytes = hf.tokenize(run.tokenizer, text)
-    return ids, nbytes, digest
+    ids, nbytes = hf.tokenize(run.tokenizer, bytes(stream).decode("utf-8", errors="replace"))
+    return ids, nbytes, corpus.sha256
 
 
 def scaling_for(run: Run, name: str, length: int, factor: float | None = None,
@@ -419,7 +413,8 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
     Args:
       workdirs: trained runs.
       hf_models: Hugging Face checkpoint directories (`hf_run`), evaluated next to the runs.
-      text: a UTF-8 file the Hugging Face checkpoints score, whole (default: the `split` of the bundled corpus).
+      text: the corpus the Hugging Face checkpoints score (a text file or a directory, as `data.path`: its
+        `split`, the last 5% for `test`; default the bundled corpus).
       hf_dtype: None (float32) or 'bfloat16' for the checkpoints' weights.
       lengths: evaluation lengths L (tokens).
       scalings: names from `SCALINGS`; the ones that do not apply to a run's encoding are skipped for that
@@ -472,8 +467,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         corpus_of[run.workdir] = key
         if key not in corpora:
             stream, counts, digest = run_stream(run, split)
-            what = (f"the {split} split of data.path={path!r}" if run.tokenizer is None or path == data.DEFAULT_CORPUS
-                    else f"{path!r} in {run.name}'s tokens")
+            what = f"the {split} split of data.path={path!r}" + ("" if run.tokenizer is None else f" in {run.name}'s tokens")
             nb = check_num_bytes(stream, lengths, num_bytes, default_windows=16, what=what)
             streams[key] = (stream, counts)
             corpora[key] = {"sha256": digest, "num_bytes": nb}

@@ -223,17 +223,19 @@ def longrope_attention_factor(factor: float, original_max_len: int) -> float:
 
 def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: bool = False, out: str | None = None,
                num_bytes: int | None = None, short_generations: int | None = None,
-               progress: bool = True) -> dict:
+               progress: bool = True, hf_model: bool = False, text: str | None = None) -> dict:
     """Both stages of LongRoPE on a trained RoPE run; returns (and writes to `out`) the scaling JSON.
 
     Stage 1 searches long factors (and n̂) for perplexity at `target_len`; with `per_layer`, a second
     search starts from the best shared vector tiled over the layers. Stage 2 searches short factors
-    (no n̂) that restore perplexity at the original length. Fitness uses the validation split.
+    (no n̂) that restore perplexity at the original length. Fitness uses the validation split. With
+    `hf_model`, `workdir` is a Hugging Face checkpoint directory, searched on the validation split of the
+    corpus `text` in its own tokens (lengths and `num_bytes` in tokens; perplexity per token).
     """
     from posenc import data  # noqa: PLC0415
-    from posenc.evaluate import Evaluator, load_run  # noqa: PLC0415
+    from posenc.evaluate import Evaluator, hf_run, load_run, run_stream  # noqa: PLC0415
 
-    run = load_run(workdir)
+    run = hf_run(workdir, text) if hf_model else load_run(workdir)
     cfg_model = run.cfg
     if not cfg_model.encoding.takes_rope_scaling:
         raise ValueError(f"LongRoPE needs a run whose encoding takes a RoPE scaling; {workdir!r} has "
@@ -244,8 +246,7 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
     s = target_len / orig
     out_dir = pathlib.Path(out or pathlib.Path(workdir) / f"longrope_{target_len}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    corpus = data.load_corpus(run.config.data.path, run.config.data.cache_dir)
-    search_split = corpus.validation  # never the test split
+    search_split = run_stream(run, "validation")[0]  # never the test split
     evaluator = Evaluator(run)
     af = longrope_attention_factor(s, orig)
 

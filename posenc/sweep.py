@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from posenc import data
 from posenc.config import defining_fields
-from posenc.evaluate import LN2, Evaluator, check_num_bytes, load_run
+from posenc.evaluate import LN2, Evaluator, check_num_bytes, hf_run, load_run, run_stream
 from posenc.rope_scaling import RopeScaling
 from posenc.training_free import FIELDS as METHOD_FIELDS
 from posenc.training_free import Method
@@ -152,14 +152,18 @@ def select(points: list[dict[str, Any]], names: Sequence[str] | None = None, sha
 
 
 def _bpb_rows(evaluator: Evaluator, stream: np.ndarray, lengths: Sequence[int], num_bytes: int,
-              make_scaling: Callable[[int], RopeScaling], method: Method | None = None) -> dict[str, float | None]:
+              make_scaling: Callable[[int], RopeScaling], method: Method | None = None,
+              counts: np.ndarray | None = None) -> dict[str, float | None]:
+    """Bits per byte at each length (`counts`: UTF-8 bytes per token of a Hugging Face run's stream)."""
     out: dict[str, float | None] = {}
     for length in lengths:
         if evaluator.undefined_reason(length, evaluator.resolve(method, length)):
             out[f"bpb_L{length}"] = None
             continue
         x, y = data.eval_windows(stream, length=length, num_bytes=num_bytes)
-        out[f"bpb_L{length}"] = float(evaluator.nll(x, y, make_scaling(length), method).mean()) / LN2
+        nll = evaluator.nll(x, y, make_scaling(length), method)
+        per_unit = nll.mean() if counts is None else nll.sum() / counts[1:num_bytes + 1].sum()
+        out[f"bpb_L{length}"] = float(per_unit) / LN2
     return out
 
 
@@ -253,23 +257,28 @@ def eval_scaling(run, point: dict[str, Any], base_kind: str, length: int) -> Rop
 
 def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, lengths: Sequence[int],
                    scaling: str = "yarn", num_bytes: int | None = None, split: str = "test",
-                   progress: bool = True, method: str = "none") -> list[dict[str, Any]]:
+                   progress: bool = True, method: str = "none", hf_model: bool = False,
+                   text: str | None = None) -> list[dict[str, Any]]:
     """Re-evaluates one run at every point (one compiled forward per length and method for all points).
-    `scaling` is the base RoPE scaling kind and `method` the base training-free method the points modify."""
-    run = load_run(workdir)
+    `scaling` is the base RoPE scaling kind and `method` the base training-free method the points modify.
+    With `hf_model`, `workdir` is a Hugging Face checkpoint directory scoring the corpus `text` in its own
+    tokens (lengths and `num_bytes` in tokens; bits per UTF-8 byte)."""
+    run = hf_run(workdir, text) if hf_model else load_run(workdir)
     rescales = scaling != "none" or any(split_point(p)[0] for _, p in points)
     if rescales and not run.cfg.encoding.takes_rope_scaling:
         raise ValueError(f"an eval sweep over RoPE scaling needs a run whose encoding takes one; {workdir!r} has "
                          f"posenc={run.cfg.posenc!r} (sweep training-free method fields with --scaling=none)")
     for _, point in points:  # every point's method must be defined for the run, before any work
         eval_method(point, method).check(run.cfg.encoding, run.cfg)
-    stream = data.load_corpus(run.config.data.path, run.config.data.cache_dir).split(split)
+    stream, counts, digest = run_stream(run, split)
     nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what=f"the {split} split")
     ev = Evaluator(run)
     key = {"run": str(pathlib.Path(workdir).expanduser().resolve()), "step": run.step, "scaling": scaling,
            "split": split, "num_bytes": nb}
     if method != "none":
         key["method"] = method
+    if hf_model:
+        key.update(hf_model=True, corpus=digest)
     records = []
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
         path = pathlib.Path(root) / "points" / f"{name}.json"
@@ -282,7 +291,7 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
             continue
         try:
             record.update(_bpb_rows(ev, stream, todo, nb, lambda n: eval_scaling(run, point, scaling, n),
-                                    eval_method(point, method)), status="done")
+                                    eval_method(point, method), counts if hf_model else None), status="done")
         except Exception as e:  # noqa: BLE001
             record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-2000:])
         _write(path, record)

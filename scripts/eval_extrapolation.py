@@ -6,7 +6,8 @@ r"""Perplexity past the training length, with inference-time RoPE scaling: a tab
 
 A Hugging Face checkpoint (--hf_model=DIR: config.json, safetensors, tokenizer.json; Llama, Mistral, Qwen2/3,
 Phi-3, GPT-NeoX) is evaluated the same way in its own tokens — lengths and --num_bytes count tokens, nll/ppl
-are per token, bpb per UTF-8 byte — on --text=FILE or the bundled corpus, with its own scaling as the row
+are per token, bpb per UTF-8 byte — on the --split of --text=FILE|DIR (split 90/5/5% like data.path: `test`
+is the last 5%) or of the bundled corpus, with its own scaling as the row
 `run` next to every scaling and method:
 
     python scripts/eval_extrapolation.py --hf_model=~/models/Llama-3.2-1B --text=book.txt \
@@ -35,8 +36,8 @@ from posenc.evaluate import evaluate, markdown_table, prepare_out_dir, write_out
 _WORKDIRS = flags.DEFINE_multi_string("workdir", [], "Run directories (repeat the flag).")
 _HF = flags.DEFINE_multi_string("hf_model", [], "Hugging Face checkpoint directories (config.json, safetensors, "
                                 "tokenizer.json; repeat the flag), scored in their own tokens.")
-_TEXT = flags.DEFINE_string("text", None, "A UTF-8 text file the --hf_model checkpoints score, whole (default: the "
-                            "--split of the bundled corpus).")
+_TEXT = flags.DEFINE_string("text", None, "The corpus the --hf_model checkpoints score: a UTF-8 text file or a "
+                            "directory, split 90/5/5% as data.path (--split of it; default the bundled corpus).")
 _HF_DTYPE = flags.DEFINE_enum("hf_dtype", None, ["float32", "bfloat16"], "Weights of the --hf_model checkpoints.")
 _LENGTHS = flags.DEFINE_list("lengths", None, "Evaluation lengths (default: the run's config.eval.lengths).")
 _SCALINGS = flags.DEFINE_list("scalings", None, "Scalings (default: each run's config.eval.scalings that apply).")

@@ -18,7 +18,10 @@ from absl import app, flags, logging
 
 from posenc.longrope import SearchConfig, search_run
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Trained RoPE run.", required=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Trained RoPE run.")
+_HF = flags.DEFINE_string("hf_model", None, "A Hugging Face checkpoint directory instead of --workdir (lengths and "
+                          "--num_bytes in its tokens; searched on the validation split of --text).")
+_TEXT = flags.DEFINE_string("text", None, "With --hf_model: its corpus (as data.path; default the bundled one).")
 _TARGET = flags.DEFINE_integer("target_len", None, "Target context length.", required=True)
 _POP = flags.DEFINE_integer("population", 64, "Population size.")
 _GENS = flags.DEFINE_integer("generations", 40, "Generations (iterations).")
@@ -38,10 +41,13 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.ERROR)
+    if bool(_WORKDIR.value) == bool(_HF.value):
+        raise app.UsageError("give exactly one of --workdir=RUN and --hf_model=DIR")
     cfg = SearchConfig(population=_POP.value, generations=_GENS.value, mutations=_MUT.value, crossovers=_CROSS.value,
                        parents=_PARENTS.value, mutation_prob=_PROB.value, factor_bound=_BOUND.value, seed=_SEED.value)
-    result = search_run(_WORKDIR.value, _TARGET.value, cfg, per_layer=_PER_LAYER.value, out=_OUT.value,
-                        num_bytes=_NUM_BYTES.value, short_generations=_SHORT_GENS.value)
+    result = search_run(_WORKDIR.value or _HF.value, _TARGET.value, cfg, per_layer=_PER_LAYER.value, out=_OUT.value,
+                        num_bytes=_NUM_BYTES.value, short_generations=_SHORT_GENS.value, hf_model=bool(_HF.value),
+                        text=_TEXT.value)
     summary = {k: v for k, v in result.items() if k not in ("short_factor", "long_factor")}
     print(json.dumps(summary, indent=1))
 

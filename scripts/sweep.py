@@ -37,6 +37,9 @@ _MODE = flags.DEFINE_enum("mode", None, sweep.MODES, "train: a run per point; ev
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Base config (train mode).",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "The trained run (eval mode).")
+_HF = flags.DEFINE_string("hf_model", None, "Eval mode: a Hugging Face checkpoint directory instead of --workdir, "
+                          "scored in its own tokens (lengths in tokens).")
+_TEXT = flags.DEFINE_string("text", None, "With --hf_model: the corpus it scores (as data.path; default the bundled one).")
 _ROOT = flags.DEFINE_string("root", None, "Sweep directory.", required=True)
 _AXES = flags.DEFINE_multi_string("axis", [], "field=v1,v2,... (repeat for more axes).")
 _COMBINE = flags.DEFINE_enum("combine", "grid", sweep.COMBINE, "grid: every combination; zip: i-th values together.")
@@ -68,11 +71,11 @@ def main(argv):
             ran = sweep.run_train_sweep(_CONFIG.value, _ROOT.value, points, lengths=lengths,
                                         scaling=_SCALING.value or "none", num_bytes=_NUM_BYTES.value)
         else:
-            if not _WORKDIR.value:
-                raise app.UsageError("--mode=eval needs --workdir (the trained run)")
-            ran = sweep.run_eval_sweep(_WORKDIR.value, _ROOT.value, points, lengths=lengths,
+            if bool(_WORKDIR.value) == bool(_HF.value):
+                raise app.UsageError("--mode=eval needs exactly one of --workdir (the trained run) and --hf_model")
+            ran = sweep.run_eval_sweep(_WORKDIR.value or _HF.value, _ROOT.value, points, lengths=lengths,
                                        scaling=_SCALING.value or "yarn", num_bytes=_NUM_BYTES.value,
-                                       method=_METHOD.value)
+                                       method=_METHOD.value, hf_model=bool(_HF.value), text=_TEXT.value)
     records = sweep.gather(_ROOT.value, _MODE.value)
     paths = sweep.write_outputs(records, _ROOT.value, fields, lengths, _PLOT_LENGTH.value)
     print(paths["md"].read_text())

@@ -89,14 +89,17 @@ def test_evaluate_a_checkpoint_per_token_and_per_byte(tmp_path):
     from posenc import evaluate as ev
 
     text = tmp_path / "book.txt"
-    text.write_text(("Le chêne et le roseau. " * 40 + "Fin — ç'est là.\n") * 3)
+    text.write_text(("Le chêne et le roseau. " * 40 + "Fin — ç'est là.\n") * 60)
     result = ev.evaluate([], [16, 32], None, hf_models=[str(DATA / "qwen2")], text=str(text), num_bytes=128,
                          methods=["none", "self_extend,window=8,group=2"], progress=False)
     rows = [r for r in result["rows"] if r["protocol"] == "nonoverlap"]
     assert {r["scaling"] for r in rows} == {"run"} and all(r["unit"] == "token" for r in rows)
     # the row `run` is the checkpoint's own model: its per-token NLL is transformers' cross-entropy
     model = hf.load_pretrained(DATA / "qwen2")
-    ids, nbytes = hf.tokenize(hf.load_tokenizer(DATA / "qwen2"), text.read_text())
+    from posenc import data
+
+    test_text = bytes(data.load_corpus(str(text)).test).decode("utf-8", errors="replace")  # the last 5%
+    ids, nbytes = hf.tokenize(hf.load_tokenizer(DATA / "qwen2"), test_text)
     x, y = ids[:128].reshape(-1, 16), ids[1:129].reshape(-1, 16)
     logits = np.asarray(model(jnp.asarray(x)), np.float64)
     logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
@@ -123,3 +126,21 @@ def test_scripts_take_hf_model(tmp_path):
                          cwd=root, capture_output=True, text=True, timeout=300)
     assert gen.returncode == 0, gen.stderr[-2000:]
     assert gen.stdout.startswith("Hello")
+
+
+def test_sweep_and_longrope_search_take_a_checkpoint(tmp_path):
+    from posenc import evaluate as ev
+    from posenc import longrope, sweep
+
+    points = sweep.select(sweep.expand(sweep.parse_axes(["factor=1.0,2.0"])))
+    records = sweep.run_eval_sweep(str(DATA / "qwen3"), str(tmp_path / "s"), points, lengths=[32], scaling="linear",
+                                   num_bytes=64, progress=False, hf_model=True)
+    assert all(r["status"] == "done" for r in records), [r.get("error") for r in records]
+    # factor 2 with the checkpoint's own kind = its own scaling = the row `run` of the evaluation
+    plain = ev.evaluate([], [32], ["run"], hf_models=[str(DATA / "qwen3")], num_bytes=64, progress=False)["rows"]
+    want = next(r["bpb"] for r in plain if r["protocol"] == "nonoverlap")
+    assert {r["name"]: r for r in records}["factor=2"]["bpb_L32"] == pytest.approx(want, rel=1e-9)
+    cfg = longrope.SearchConfig(population=4, generations=1, mutations=2, crossovers=2, parents=2)
+    result = longrope.search_run(str(DATA / "llama"), 32, cfg, out=str(tmp_path / "lr"), num_bytes=64,
+                                 progress=False, hf_model=True)
+    assert result["original_max_len"] == 16 and len(result["long_factor"]) == 4
