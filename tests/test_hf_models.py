@@ -144,3 +144,20 @@ def test_sweep_and_longrope_search_take_a_checkpoint(tmp_path):
     result = longrope.search_run(str(DATA / "llama"), 32, cfg, out=str(tmp_path / "lr"), num_bytes=64,
                                  progress=False, hf_model=True)
     assert result["original_max_len"] == 16 and len(result["long_factor"]) == 4
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen3", "gpt_neox"])
+def test_cached_decoding_of_a_checkpoint_equals_its_forward(family):
+    """Grouped-query heads, a sliding window (Mistral's ring cache), q/k norms, the parallel residual."""
+    from flax import nnx
+
+    from posenc import decode
+
+    model = hf.load_pretrained(DATA / family)
+    tokens = jnp.asarray(REF["tokens"][:, :40])
+    graphdef, params = nnx.split(model)
+    got = decode.teacher_forced_logits(graphdef, params, tokens, prefill_len=7)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(model(tokens)), atol=1e-4, rtol=1e-4)
+    cfg = model.cfg
+    slots = cfg.num_layers * (cfg.attn_window or 40)  # Mistral's layers keep a ring of their window
+    assert decode.cache_bytes(cfg, 1, 40) == 2 * slots * cfg.kv_heads * cfg.head_dim * 4  # only the kv heads
