@@ -138,6 +138,48 @@ def _attend(q, k, v, q_pos, k_pos, bias_fn, window=None, near_fn=None, far=None)
     return _two_branch_attend(q, k, far.q, far.k, v, bias, bias_far, keep)
 
 
+IMPLEMENTATIONS = ("auto", "posenc", "xla", "cudnn")
+
+
+def implementation(requested: str, *, aligned: bool, has_bias: bool, plain: bool, dtype, head_dim: int,
+                   backend: str | None = None) -> str:
+    """The one place that chooses how a layer attends: 'posenc' (this module's attention, any mask, bias,
+    window, cache or training-free method) or a `jax.nn.dot_product_attention` implementation — 'cudnn', the
+    fused GPU kernel (FlashAttention-style), or 'xla' (its reference; CPU tests run the same call).
+
+    `auto` picks 'cudnn' on a GPU where the kernel applies — default positions 0 … T−1 for queries and keys
+    (`is_causal` aligns the mask top-left, exact only then), no logit bias, no training-free method, bf16 or
+    fp16 activations, head_dim ≤ 128 and a multiple of 8 (cuDNN's limits) — and 'posenc' everywhere else.
+    An explicit 'xla' or 'cudnn' where the kernel does not apply is a ValueError naming why.
+    """
+    if requested not in IMPLEMENTATIONS:
+        raise ValueError(f"model.attn_impl must be one of {IMPLEMENTATIONS}, got {requested!r}")
+    if requested == "posenc":
+        return "posenc"
+    why = None
+    if not aligned:
+        why = "positions other than 0 … T−1 (a KV cache, chunks or explicit positions)"
+    elif has_bias:
+        why = "a logit bias (ALiBi, T5, KERPLE, FIRE, CoPE)"
+    elif not plain:
+        why = "a training-free method"
+    fused_ok = why is None and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16) and head_dim <= 128 and head_dim % 8 == 0
+    if requested == "auto":
+        on_gpu = (backend or jax.default_backend()) == "gpu"
+        return "cudnn" if on_gpu and fused_ok else "posenc"
+    if why is not None:
+        raise ValueError(f"model.attn_impl={requested!r}: jax.nn.dot_product_attention does not apply to {why}; "
+                         "use 'auto' or 'posenc'")
+    return requested
+
+
+def fused_attention(q, k, v, *, impl: str, window: int | None = None):
+    """`jax.nn.dot_product_attention` for default positions: q `[B, T, N, H]`, k/v `[B, T, N_kv, H]` (grouped
+    heads as they are), causal, with a sliding `window` as `local_window_size=(window − 1, 0)`."""
+    local = None if window is None else (window - 1, 0)
+    return jax.nn.dot_product_attention(q, k, v, is_causal=True, local_window_size=local, implementation=impl)
+
+
 def block_causal_attention(q, k, v, q_pos, k_pos, *, bias_fn=None, block: int = 128, window: int | None = None):
     """Causal attention for aligned, sorted positions (q_pos == k_pos == 0 … T−1), skipping the blocks of
     keys that lie entirely in the future of a block of queries: block i of queries attends only to the keys

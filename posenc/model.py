@@ -26,7 +26,7 @@ import numpy as np
 from flax import nnx
 
 from posenc import training_free
-from posenc.attention import Far, attention, block_causal_attention
+from posenc.attention import IMPLEMENTATIONS, Far, attention, block_causal_attention, fused_attention, implementation
 from posenc.encodings import get_encoding
 from posenc.learned import LEARNED_BEYOND
 from posenc.rope_scaling import RopeScaling
@@ -55,7 +55,10 @@ class ModelConfig:
     rope_scaling: RopeScaling = RopeScaling()
     attn_chunk: int = 0  # query chunk size of attention; 0 = the whole sequence at once
     attn_block: int = 0  # block-causal attention block for default positions (skips future blocks); 0 = off
-    dtype: str = "float32"  # activations; parameters are `param_dtype`
+    attn_impl: str = "auto"  # posenc.attention.IMPLEMENTATIONS: auto = the fused cuDNN kernel on a GPU where it applies
+    # Activations and matmuls; parameters are `param_dtype`. bfloat16 is mixed precision: products and
+    # activations in bf16, scores' accumulation, softmax, norms, RoPE angles and the loss in float32.
+    dtype: str = "float32"
     encoding_options: tuple = ()  # sorted (option, value) pairs of `model.<posenc>` (see Encoding.options)
     # Architecture options of the Hugging Face families (posenc/hf.py); the byte LM keeps the defaults.
     num_kv_heads: int = 0  # grouped-query attention: key/value heads, dividing num_heads (0 = num_heads)
@@ -103,6 +106,8 @@ class ModelConfig:
             raise ValueError(f"model.attn_chunk must be >= 0 (0 = no chunking), got {self.attn_chunk!r}")
         if self.attn_block < 0:
             raise ValueError(f"model.attn_block must be >= 0 (0 = off), got {self.attn_block!r}")
+        if self.attn_impl not in IMPLEMENTATIONS:
+            raise ValueError(f"model.attn_impl must be one of {IMPLEMENTATIONS}, got {self.attn_impl!r}")
         enc = get_encoding(self.posenc)
         enc.option_values(self)
         enc.check(self)
@@ -171,10 +176,13 @@ def dense_dot_general(x, kernel, dimension_numbers, precision=None, preferred_el
 
 
 def linear(d_in: int, d_out: int, std: float, rngs: nnx.Rngs, *, bias: bool = False,
-           param_dtype: str = "float32") -> nnx.Linear:
-    """An `nnx.Linear` with N(0, std²) weights (and a zero bias if `bias`) whose product is `dense`."""
+           param_dtype: str = "float32", dtype: str = "float32") -> nnx.Linear:
+    """An `nnx.Linear` with N(0, std²) weights (and a zero bias if `bias`) whose product is `dense`, computed
+    in `dtype` (mixed precision: float32 parameters cast to bf16 for the product; their gradients are
+    float32 again through the cast)."""
     return nnx.Linear(d_in, d_out, use_bias=bias, kernel_init=nnx.initializers.normal(std),
-                      dot_general=dense_dot_general, param_dtype=jnp.dtype(param_dtype), rngs=rngs)
+                      dot_general=dense_dot_general, param_dtype=jnp.dtype(param_dtype), dtype=jnp.dtype(dtype),
+                      rngs=rngs)
 
 
 def norm(cfg: ModelConfig, dim: int, rngs: nnx.Rngs) -> nnx.Module:
@@ -188,9 +196,10 @@ class Attention(nnx.Module):
         self.cfg = cfg
         d, h = cfg.d_model, cfg.head_dim
         pd = cfg.param_dtype
-        self.qkv = linear(d, (cfg.num_heads + 2 * cfg.kv_heads) * h, 0.02, rngs, bias=cfg.qkv_bias, param_dtype=pd)
+        self.qkv = linear(d, (cfg.num_heads + 2 * cfg.kv_heads) * h, 0.02, rngs, bias=cfg.qkv_bias, param_dtype=pd,
+                          dtype=cfg.dtype)
         self.out = linear(cfg.num_heads * h, d, 0.02 / (2 * cfg.num_layers) ** 0.5, rngs, bias=cfg.out_bias,
-                          param_dtype=pd)
+                          param_dtype=pd, dtype=cfg.dtype)
         if cfg.qk_norm:
             self.q_norm = norm(cfg, h, rngs)
             self.k_norm = norm(cfg, h, rngs)
@@ -239,7 +248,11 @@ class Attention(nnx.Module):
         if cache is None:
             k_rot = rotate(k, positions, role="k")
             q_rot = rotate(q, positions, role="q")
-            if aligned and cfg.attn_block and mode == "plain" and not (cfg.attn_chunk and cfg.attn_chunk < t):
+            impl = implementation(cfg.attn_impl, aligned=aligned, has_bias=enc.has_bias, plain=mode == "plain",
+                                  dtype=q_rot.dtype, head_dim=cfg.head_dim)
+            if impl != "posenc":
+                y = fused_attention(q_rot, k_rot, v, impl=impl, window=window)
+            elif aligned and cfg.attn_block and mode == "plain" and not (cfg.attn_chunk and cfg.attn_chunk < t):
                 y = block_causal_attention(q_rot, k_rot, v, positions, positions, bias_fn=bias_fn,
                                            block=cfg.attn_block, window=window)
             else:
@@ -293,11 +306,11 @@ class Block(nnx.Module):
         self.norm1 = norm(cfg, cfg.d_model, rngs)
         self.attn = Attention(cfg, rngs=rngs)
         self.norm2 = norm(cfg, cfg.d_model, rngs)
-        self.fc = linear(cfg.d_model, cfg.mlp_dim, 0.02, rngs, bias=bias, param_dtype=pd)  # SwiGLU's up
+        self.fc = linear(cfg.d_model, cfg.mlp_dim, 0.02, rngs, bias=bias, param_dtype=pd, dtype=cfg.dtype)  # SwiGLU: up
         if cfg.mlp_act == "swiglu":
-            self.gate = linear(cfg.d_model, cfg.mlp_dim, 0.02, rngs, bias=bias, param_dtype=pd)
+            self.gate = linear(cfg.d_model, cfg.mlp_dim, 0.02, rngs, bias=bias, param_dtype=pd, dtype=cfg.dtype)
         self.proj = linear(cfg.mlp_dim, cfg.d_model, 0.02 / (2 * cfg.num_layers) ** 0.5, rngs, bias=bias,
-                           param_dtype=pd)
+                           param_dtype=pd, dtype=cfg.dtype)
 
     def mlp(self, x):
         act = self.cfg.mlp_act
@@ -322,12 +335,12 @@ class Transformer(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, embedding_init=nnx.initializers.normal(1.0),
-                               param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)
+                               param_dtype=jnp.dtype(cfg.param_dtype), dtype=jnp.dtype(cfg.dtype), rngs=rngs)
         self.encoding = get_encoding(cfg.posenc)(cfg, rngs=rngs)
         self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
         self.final_norm = norm(cfg, cfg.d_model, rngs)
         if not cfg.tie_embeddings:
-            self.head = linear(cfg.d_model, cfg.vocab_size, 0.02, rngs, param_dtype=cfg.param_dtype)
+            self.head = linear(cfg.d_model, cfg.vocab_size, 0.02, rngs, param_dtype=cfg.param_dtype, dtype=cfg.dtype)
 
     def __call__(self, tokens, positions=None, *, seq_len: int | None = None, rope=None, cache: "KVCache | None" = None,
                  method: "training_free.MethodArgs | None" = None):
@@ -378,7 +391,7 @@ class Transformer(nnx.Module):
                 new_k.append(updated[0])
                 new_v.append(updated[1])
                 new_pos.append(updated[2])
-        x = self.final_norm(x)
+        x = self.final_norm(x).astype(dtype)  # norms compute in float32 (float32 scale); products in dtype
         logits = (self.embed.attend(x) if cfg.tie_embeddings else self.head(x)).astype(jnp.float32)
         if cache is None:
             return logits

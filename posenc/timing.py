@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import platform
+import subprocess
 import time
 from typing import Callable
 
@@ -17,3 +19,13 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+def cpu_model() -> str:
+    """The CPU's model name from lscpu (benchmark results record which machine they came from)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return platform.processor() or "unknown"
+    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
+                "unknown")

@@ -14,8 +14,6 @@ the bound and whether it holds. The last line is JSON (with the CPU model from l
 import json
 import os
 import pathlib
-import platform
-import subprocess
 import time
 
 import jax
@@ -26,6 +24,7 @@ from flax import nnx
 
 from posenc import evaluate
 from posenc.model import ModelConfig, Transformer
+from posenc.timing import cpu_model
 from posenc.training_free import Method
 
 _LENGTH = flags.DEFINE_integer("length", 4096, "Tokens per evaluation window.")
@@ -35,15 +34,6 @@ _D_MODEL = flags.DEFINE_integer("d_model", 256, "Model width (tests shrink it)."
 _OUT = flags.DEFINE_string("out", None, "Also write the JSON here.")
 
 METHODS = ("none", "none,logn=256", "self_extend", "rerope", "leaky_rerope", "lm_infinite", "sinks")
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor() or "unknown"
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
-                "unknown")
 
 
 def main(argv):

@@ -1,6 +1,6 @@
 r"""Training throughput of the reference model, against the matmul peak measured in the same run.
 
-    python scripts/benchmark_train.py [--steps=10] [--rounds=3] [--torch] [--profile]
+    python scripts/benchmark_train.py [--steps=10] [--rounds=3] [--torch] [--profile] [--dtype=bfloat16]
 
 Reference model: bytes, d_model 256, 4 layers, 4 heads, MLP 1024 (GELU), RMSNorm, RoPE, train_len 512,
 batch 8, float32, AdamW. Times the jitted train step (compilation excluded) over `steps` steps, `rounds`
@@ -12,6 +12,11 @@ included) + 12·layers·d_model·T. MFU = model FLOP/s / peak.
 With --torch (needs `pip install torch==2.13.0`), the same model in PyTorch eager
 (`scaled_dot_product_attention`, AdamW) is timed in the same rounds, alternating with JAX so that both
 see the same machine load, and the median of the per-round ratios is printed.
+
+With --dtype=bfloat16, posenc trains in mixed precision (`model.dtype=bfloat16`: float32 parameters and
+optimizer state, bf16 products and activations, float32 softmax, norms and loss), PyTorch under
+`torch.autocast("cpu", dtype=torch.bfloat16)`, and the peak is the bf16 matmul's (float32 accumulation).
+The CPU model (lscpu) is part of the JSON.
 
 With --profile, one more round runs under `jax.profiler` and the XLA ops that took the most time are
 printed with their shapes (op times overlap when XLA runs independent ops concurrently, so they add up to
@@ -34,6 +39,7 @@ import numpy as np
 from absl import app, flags
 
 from posenc import checkpoint, data
+from posenc.timing import cpu_model
 from posenc.config import validate
 from posenc.model import count_params
 from posenc.train import load_config_file, make_optimizer, make_train_step
@@ -45,6 +51,7 @@ _PROFILE = flags.DEFINE_bool("profile", False, "Print the XLA ops of the step th
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Batch size.")
 _LEN = flags.DEFINE_integer("train_len", 512, "Sequence length.")
 _BLOCK = flags.DEFINE_integer("attn_block", None, "model.attn_block (block-causal attention); default: the config's.")
+_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Training precision (bfloat16: mixed).")
 _WITHOUT = flags.DEFINE_list("without", [], "Ablations, to measure what each optimisation is worth: dense_vjp "
                              "(nnx.Linear's plain product and autodiff), attention_vjp (autodiff through the softmax).")
 ABLATIONS = ("dense_vjp", "attention_vjp")
@@ -64,10 +71,11 @@ def apply_ablations(names) -> None:
             raise ValueError(f"--without: unknown ablation {name!r}; valid: {ABLATIONS}")
 
 
-def matmul_peak(n: int = 2048, repeats: int = 20) -> float:
-    """FLOP/s of the fastest of `repeats` jitted float32 [n, n] @ [n, n] products."""
-    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-    f = jax.jit(lambda x: x @ x)
+def matmul_peak(n: int = 2048, repeats: int = 20, dtype: str = "float32") -> float:
+    """FLOP/s of the fastest of `repeats` jitted [n, n] @ [n, n] products in `dtype` (bf16: float32
+    accumulation, as the model's products)."""
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32).astype(dtype)
+    f = jax.jit(lambda x: jnp.dot(x, x, preferred_element_type=jnp.float32))
     f(a).block_until_ready()
     times = []
     for _ in range(repeats):
@@ -82,6 +90,7 @@ def reference_config():
     config.batch_size, config.train_len = _BATCH.value, _LEN.value
     config.model.d_model, config.model.num_layers, config.model.num_heads, config.model.mlp_dim = 256, 4, 4, 1024
     config.train_steps = 1000
+    config.model.dtype = _DTYPE.value
     if _BLOCK.value is not None:
         config.model.attn_block = _BLOCK.value
     return config
@@ -158,7 +167,9 @@ def torch_runner(config):
     x = torch.randint(0, 256, (config.batch_size, t))
 
     def step():
-        loss = F.cross_entropy(model(x).view(-1, 256), x.view(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.model.dtype == "bfloat16"):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().view(-1, 256), x.view(-1))
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -203,7 +214,7 @@ def main(argv):
     cfg = validate(config)
     n_params = count_params_of(cfg)
     flops_per_token = 6 * (n_params - cfg.vocab_size * m.d_model) + 12 * m.num_layers * m.d_model * config.train_len
-    peak = matmul_peak()
+    peak = matmul_peak(dtype=_DTYPE.value)
     run_jax, step, state, batch = jax_runner(config)
     run_torch, torch_threads = torch_runner(config) if _TORCH.value else (None, None)
     jax_tps, torch_tps = [], []
@@ -211,15 +222,16 @@ def main(argv):
         jax_tps.append(run_jax(_STEPS.value))
         if run_torch:
             torch_tps.append(run_torch(_STEPS.value))
-    peak = max(peak, matmul_peak())  # again after the rounds: the machine's best of both moments
+    peak = max(peak, matmul_peak(dtype=_DTYPE.value))  # again after the rounds: the machine's best of both moments
     tps = float(np.median(jax_tps))
     result = {"tokens_per_s": tps, "mfu": tps * flops_per_token / peak, "matmul_peak_gflops": peak / 1e9,
               "model_gflops_per_s": tps * flops_per_token / 1e9, "flops_per_token": flops_per_token,
               "params": n_params, "rounds_tokens_per_s": jax_tps, "steps": _STEPS.value,
               "batch_size": config.batch_size, "train_len": config.train_len, "attn_block": m.attn_block,
-              "without": _WITHOUT.value,              "backend": jax.default_backend(), "devices": len(jax.devices()), "jax": jax.__version__}
+              "without": _WITHOUT.value, "dtype": _DTYPE.value, "cpu": cpu_model(), "backend": jax.default_backend(),
+              "devices": len(jax.devices()), "jax": jax.__version__}
     print(f"JAX: {tps:.0f} tokens/s (rounds: {', '.join(f'{r:.0f}' for r in jax_tps)}), "
-          f"{result['model_gflops_per_s']:.1f} GFLOP/s of model FLOPs; float32 matmul peak {peak / 1e9:.1f} GFLOP/s; "
+          f"{result['model_gflops_per_s']:.1f} GFLOP/s of model FLOPs; {_DTYPE.value} matmul peak {peak / 1e9:.1f} GFLOP/s; "
           f"MFU {result['mfu']:.1%}")
     if run_torch:
         ratio = float(np.median(np.asarray(jax_tps) / np.asarray(torch_tps)))

@@ -1,11 +1,15 @@
 """Attention over explicit positions: chunked == full (with ALiBi), causal masks from positions."""
 
+import dataclasses
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import posenc
+from posenc import attention as attention_mod
 from posenc.attention import attention
 
 RNG = np.random.default_rng(0)
@@ -178,3 +182,34 @@ def test_learned_bias_gets_the_gradient_of_the_textbook_formula(mode):
         oracle = jax.grad(lambda w: jnp.sum(textbook(w) * g))(w)
     assert np.abs(np.asarray(oracle)).max() > 1e-3  # the bias matters
     np.testing.assert_allclose(ours, oracle, rtol=1e-9, atol=1e-12)
+
+
+def test_one_place_chooses_the_fused_kernel():
+    choose = functools.partial(attention_mod.implementation, aligned=True, has_bias=False, plain=True,
+                               dtype=jnp.bfloat16, head_dim=64)
+    assert choose("auto", backend="gpu") == "cudnn" and choose("auto", backend="cpu") == "posenc"
+    assert choose("auto", backend="gpu", dtype=jnp.float32) == "posenc"  # cuDNN's kernel is half precision
+    assert choose("auto", backend="gpu", head_dim=256) == "posenc"
+    assert attention_mod.implementation("auto", aligned=False, has_bias=False, plain=True, dtype=jnp.bfloat16,
+                                        head_dim=64, backend="gpu") == "posenc"  # a cache or chunks
+    assert attention_mod.implementation("auto", aligned=True, has_bias=True, plain=True, dtype=jnp.bfloat16,
+                                        head_dim=64, backend="gpu") == "posenc"  # ALiBi & co.
+    with pytest.raises(ValueError, match="does not apply to a logit bias"):
+        attention_mod.implementation("xla", aligned=True, has_bias=True, plain=True, dtype=jnp.bfloat16, head_dim=64)
+    with pytest.raises(ValueError, match="attn_impl must be one of"):
+        choose("flash")
+
+
+@pytest.mark.parametrize("kw", [{}, {"num_kv_heads": 1}, {"attn_window": 5}])
+def test_the_fused_call_equals_posenc_attention_on_cpu(kw):
+    """The code path a GPU takes (jax.nn.dot_product_attention, here its 'xla' implementation) gives the
+    model's logits: causal alignment, grouped heads and the sliding window are passed as posenc means them."""
+    from flax import nnx
+
+    from posenc.model import ModelConfig, Transformer
+
+    cfg = ModelConfig(d_model=32, num_layers=2, num_heads=4, mlp_dim=64, **kw)
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    fused = Transformer(dataclasses.replace(cfg, attn_impl="xla"), rngs=nnx.Rngs(0))
+    x = jnp.asarray(np.random.RandomState(0).randint(0, 256, (2, 24)))
+    np.testing.assert_allclose(np.asarray(fused(x)), np.asarray(model(x)), atol=2e-5, rtol=2e-5)

@@ -63,3 +63,11 @@ def test_benchmark_methods_prints_ratios_against_plain_attention():
     assert by["self_extend"]["resolved"] == {"window": 64, "group": 1} and by["sinks"]["resolved"] == {
         "window": 251, "num_sinks": 4}
     assert all(r["within_bound"] == (r["ratio_to_plain"] <= r["bound"]) for r in by.values()) and result["cpu"]
+
+
+def test_benchmark_gpu_runs_its_path_on_cpu_with_tiny_shapes():
+    out = run("scripts/benchmark_gpu.py", "--tiny", "--steps=1", "--rounds=1")
+    result = json.loads(out.strip().splitlines()[-1])
+    assert [r["model"] for r in result["rows"]] == ["reference", "gpt2_small"]
+    assert all(r["tokens_per_s"] > 0 and 0 < r["mfu"] for r in result["rows"])
+    assert result["peak_source"] == "measured bf16 matmul" and result["rows"][0]["attention"] == "posenc"  # a CPU

@@ -1,0 +1,140 @@
+r"""Training throughput on an accelerator: the reference model and a GPT-2-small-sized one, bf16, MFU.
+
+    pip install -e '.[cuda]'
+    python scripts/benchmark_gpu.py [--models=reference,gpt2_small] [--steps=20] [--rounds=3] [--out=FILE.json]
+
+Models (posenc's Transformer, RoPE, AdamW, mixed precision `model.dtype=bfloat16`: float32 parameters,
+bf16 products; attention through the one chooser `posenc.attention.implementation`, i.e. cuDNN's fused
+kernel on a GPU):
+  * `reference`: d_model 256, 4 layers, 4 heads, MLP 1024, bytes, train_len 512, batch 8 (the CPU benchmark's);
+  * `gpt2_small`: d_model 768, 12 layers, 12 heads, MLP 3072, vocab 50304, T 1024 (124M parameters), batch
+    `--batch_size` (default 16).
+Each round times `steps` jitted steps on random tokens (compilation excluded); the median round is reported.
+MFU = model FLOP/s (6·N + 12·layers·d_model·T per token, PaLM App. B) / the device's dense bf16 peak: from
+the table below by `device_kind` when known, else the best bf16 matmul measured here (`peak_source` says
+which); the measured matmul is reported either way. The last line is JSON. `--tiny` shrinks everything, so
+that the path runs on a CPU in tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import app, flags
+from flax import nnx
+
+from posenc import checkpoint
+from posenc.attention import implementation
+from posenc.config import validate
+from posenc.model import Transformer, count_params
+from posenc.timing import cpu_model
+from posenc.train import load_config_file, make_optimizer, make_train_step
+
+_MODELS = flags.DEFINE_list("models", ["reference", "gpt2_small"], "Models to time.")
+_STEPS = flags.DEFINE_integer("steps", 20, "Timed steps per round.")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Rounds (median).")
+_BATCH = flags.DEFINE_integer("batch_size", 16, "Batch size of gpt2_small.")
+_TINY = flags.DEFINE_bool("tiny", False, "Tiny shapes (the CPU test of this script).")
+_OUT = flags.DEFINE_string("out", None, "Also write the JSON here.")
+
+# Dense bf16 tensor-core peaks (FLOP/s, without sparsity) from the vendors' data sheets.
+BF16_PEAKS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10G": 70e12,
+              "RTX 4090": 165.2e12}
+SHAPES = {
+    "reference": dict(d_model=256, num_layers=4, num_heads=4, mlp_dim=1024, vocab_size=256, train_len=512, batch=8),
+    "gpt2_small": dict(d_model=768, num_layers=12, num_heads=12, mlp_dim=3072, vocab_size=50304, train_len=1024,
+                       batch=None),
+}
+TINY = dict(d_model=32, num_layers=2, num_heads=2, mlp_dim=64, vocab_size=256, train_len=64, batch=2)
+
+
+def device_peak(kind: str) -> float | None:
+    return next((peak for name, peak in BF16_PEAKS.items() if name.lower() in kind.lower()), None)
+
+
+def bf16_matmul_peak(n: int, repeats: int = 10) -> float:
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32).astype(jnp.bfloat16)
+    f = jax.jit(lambda x: jnp.dot(x, x, preferred_element_type=jnp.float32))
+    f(a).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f(a).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def make_config(shape: dict) -> ml_collections.ConfigDict:
+    config = load_config_file("configs/default.py", "posenc=rope")
+    m = config.model
+    m.d_model, m.num_layers, m.num_heads, m.mlp_dim = (shape[k] for k in ("d_model", "num_layers", "num_heads", "mlp_dim"))
+    m.dtype = "bfloat16"
+    config.train_len, config.batch_size, config.train_steps = shape["train_len"], shape["batch"], 1000
+    return config
+
+
+def time_model(name: str, shape: dict) -> dict:
+    config = make_config(shape)
+    cfg = dataclasses.replace(validate(config), vocab_size=shape["vocab_size"])
+    tx, _ = make_optimizer(config)
+    graphdef, abstract = checkpoint.abstract_model(cfg)
+    params = checkpoint.init_params(cfg, 0)
+    opt_state = tx.init(params)
+    step = make_train_step(graphdef, tx)
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.integers(0, shape["vocab_size"], (shape["batch"], shape["train_len"])), jnp.int32)
+    params, opt_state, metrics = step(params, opt_state, x, x)  # compile
+    float(metrics["loss"])
+    rounds = []
+    for _ in range(_ROUNDS.value):
+        t0 = time.perf_counter()
+        for _ in range(_STEPS.value):
+            params, opt_state, metrics = step(params, opt_state, x, x)
+        float(metrics["loss"])
+        rounds.append(_STEPS.value * shape["batch"] * shape["train_len"] / (time.perf_counter() - t0))
+    n_params = count_params(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    flops = 6 * (n_params - cfg.vocab_size * cfg.d_model) + 12 * cfg.num_layers * cfg.d_model * shape["train_len"]
+    impl = implementation(cfg.attn_impl, aligned=True, has_bias=False, plain=True, dtype=jnp.bfloat16,
+                          head_dim=cfg.head_dim)
+    tps = float(np.median(rounds))
+    return {"model": name, "params": n_params, "tokens_per_s": tps, "rounds_tokens_per_s": rounds,
+            "model_tflops_per_s": tps * flops / 1e12, "flops_per_token": flops, "batch_size": shape["batch"],
+            "train_len": shape["train_len"], "attention": impl}
+
+
+def main(argv):
+    del argv
+    dev = jax.devices()[0]
+    kind = getattr(dev, "device_kind", dev.platform)
+    measured = bf16_matmul_peak(256 if _TINY.value else 8192)
+    table = device_peak(kind)
+    peak, source = (table, f"data sheet ({kind})") if table else (measured, "measured bf16 matmul")
+    rows = []
+    for name in _MODELS.value:
+        if name not in SHAPES:
+            raise app.UsageError(f"--models: unknown {name!r}; valid: {sorted(SHAPES)}")
+        shape = dict(TINY) if _TINY.value else dict(SHAPES[name])
+        shape["batch"] = shape["batch"] or _BATCH.value
+        row = time_model(name, shape)
+        row["mfu"] = row["model_tflops_per_s"] * 1e12 / peak
+        rows.append(row)
+        print(f"{name}: {row['params'] / 1e6:.1f}M parameters, {row['tokens_per_s']:.0f} tokens/s, "
+              f"{row['model_tflops_per_s']:.1f} TFLOP/s, MFU {row['mfu']:.1%} (attention: {row['attention']})")
+    result = {"device": kind, "backend": jax.default_backend(), "peak_tflops": peak / 1e12, "peak_source": source,
+              "measured_bf16_matmul_tflops": measured / 1e12, "rows": rows, "tiny": _TINY.value,
+              "host_cpu": cpu_model(), "jax": jax.__version__}
+    print(f"peak: {peak / 1e12:.0f} TFLOP/s ({source}); measured bf16 matmul {measured / 1e12:.0f} TFLOP/s")
+    if _OUT.value:
+        pathlib.Path(_OUT.value).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    app.run(main)
