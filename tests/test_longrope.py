@@ -92,6 +92,7 @@ def test_search_run_never_reads_the_test_split_and_reloads(rope_run, tmp_path, m
     class NoTest:
         def __init__(self, corpus):
             self.validation, self.train, self.source = corpus.validation, corpus.train, corpus.source
+            self.sha256 = corpus.sha256
 
         @property
         def test(self):
