@@ -71,3 +71,11 @@ def test_benchmark_gpu_runs_its_path_on_cpu_with_tiny_shapes():
     assert [r["model"] for r in result["rows"]] == ["reference", "gpt2_small"]
     assert all(r["tokens_per_s"] > 0 and 0 < r["mfu"] for r in result["rows"])
     assert result["peak_source"] == "measured bf16 matmul" and result["rows"][0]["attention"] == "posenc"  # a CPU
+
+
+def test_benchmark_eval_agrees_with_pytorch_and_prints_ratios():
+    pytest.importorskip("torch", reason="benchmark_eval.py times PyTorch SDPA; CI installs no torch")
+    out = run("scripts/benchmark_eval.py", "--lengths=64,128", "--rounds=1", "--attn_chunk=32", "--d_model=32")
+    result = json.loads(out.strip().splitlines()[-1])
+    assert [r["length"] for r in result["rows"]] == [64, 128]
+    assert all(r["max_abs_nll_diff"] < 1e-3 and r["ratio"] > 0 for r in result["rows"])  # the same model

@@ -54,6 +54,12 @@ def last_json(name):
 
 
 rope, decode = last_json("rope.log"), last_json("decode.log")
+def optional(name):
+    path = HERE / name
+    return json.loads(path.read_text().strip().splitlines()[-1]) if path.exists() and path.read_text().strip() else None
+
+
+bf16, evalbench, gpu = optional("bf16.json"), optional("eval_throughput.json"), optional("gpu.json")
 methods = json.loads((HERE / "training_free_eval.json").read_text()) if (HERE / "training_free_eval.json").exists() else None
 method_rows = ["| method | resolved parameters | ms | ratio to plain | bound (2× per pass) | within |", "|---|---|---|---|---|---|"]
 for r in methods["rows"] if methods else []:
@@ -155,5 +161,55 @@ through the evaluation's jitted forward (query chunks of {methods['attn_chunk']}
 
 {chr(10).join(method_rows)}
 """ if methods else "Not measured yet: `python scripts/benchmark_methods.py --out=experiments/benchmarks/training_free_eval.json`.\n")
+
+text += "\n## bf16 mixed precision (`scripts/benchmark_train.py --torch --dtype=bfloat16`, `bf16.log`)\n\n" + (
+    f"""posenc with `model.dtype=bfloat16` (float32 parameters and AdamW state, bf16 products and activations,
+float32 softmax, norms and loss) against PyTorch eager under `torch.autocast("cpu", dtype=torch.bfloat16)`, the
+reference model, {len(bf16['rounds_tokens_per_s'])} alternating rounds, on a {bf16['cpu']}:
+
+| | tokens/s | MFU (against the bf16 matmul peak, {bf16['matmul_peak_gflops']:.0f} GFLOP/s) |
+|---|---|---|
+| posenc bf16 | {bf16['tokens_per_s']:.0f} | {bf16['mfu']:.1%} |
+| PyTorch eager + autocast bf16 | {bf16['torch_tokens_per_s']:.0f} | |
+| ratio (median of rounds) | {bf16['jax_over_torch']:.2f} | |
+
+{len(bf16['rounds_tokens_per_s'])} rounds of {bf16['steps']} step(s): PyTorch's bf16 path is that slow on this CPU. Read the ratio as "PyTorch
+has no fast bf16 kernel here" (lscpu: no AVX512-BF16 / AMX on this AMD EPYC), not as "bf16 is fast": whether
+bf16 beats float32 is the A/B below, and the Intel (AMX) rows are still to be measured.
+""" if bf16 else "Not measured yet.\n")
+ab = optional("dtype_ab.json")
+text += ("" if not ab else f"""
+posenc float32 against posenc bf16, alternating `scripts/benchmark_train.py` runs on the same machine
+(`dtype_ab.json`, {ab['cpu']}): float32 {ab['float32']:.0f} tokens/s, bf16 {ab['bfloat16']:.0f} tokens/s
+(bf16 / float32 = {ab['bfloat16'] / ab['float32']:.2f}); so the default stays float32 on this machine.
+""")
+quality = optional("bf16_quality.json")
+text += ("" if not quality else f"""
+Quality (`bash experiments/benchmarks/bf16_quality.sh`, `bf16_quality.json`): the default 400-step run ends at
+{quality['float32']['val_bpb']:.4f} validation bits per byte in float32 and {quality['bfloat16']['val_bpb']:.4f} in bf16
+(difference {quality['bpb_difference']:+.4f}; the bound is ±{quality['bound']}: {'within' if quality['within_bound'] else 'NOT within'}).
+""")
+
+text += "\n## Evaluation forward against PyTorch SDPA (`scripts/benchmark_eval.py`, `eval_throughput.json`)\n\n" + (
+    f"""The reference model (random weights) scoring one window of L tokens: posenc's evaluation forward
+(queries in chunks of {evalbench['attn_chunk']}) against the same weights in PyTorch with
+`scaled_dot_product_attention(is_causal=True)`, {evalbench['rounds']} alternating rounds, on a {evalbench['cpu']}
+(torch {evalbench['torch']}, {evalbench['torch_threads']} threads):
+
+| L | posenc tokens/s | PyTorch SDPA tokens/s | ratio | NLLs agree to |
+|---|---|---|---|---|
+""" + "\n".join(f"| {r['length']} | {r['jax_tokens_per_s']:.0f} | {r['torch_tokens_per_s']:.0f} | {r['ratio']:.2f} | "
+                f"{r['max_abs_nll_diff']:.1e} |" for r in evalbench["rows"]) + "\n" if evalbench else "Not measured yet.\n")
+
+text += "\n## GPU (`scripts/benchmark_gpu.py`, `gpu.json`)\n\n" + (
+    f"""On {gpu['device']}: """ + "; ".join(f"{r['model']} ({r['params'] / 1e6:.0f}M) {r['tokens_per_s']:.0f} tokens/s, "
+                                           f"MFU {r['mfu']:.1%} (attention: {r['attention']})" for r in gpu["rows"])
+    + f" — against a bf16 peak of {gpu['peak_tflops']:.0f} TFLOP/s ({gpu['peak_source']}).\n"
+    if gpu else """Not measured: no GPU has been lent to this project's sessions so far. The path is ready and
+tested on CPU (`pip install -e '.[cuda]'`; attention takes cuDNN's fused kernel through
+`posenc.attention.implementation` where it applies; `python scripts/benchmark_gpu.py --out=experiments/benchmarks/gpu.json`
+times the reference model and a 124M GPT-2-small-sized one in bf16 against the device's bf16 peak; 3 rounds
+of 20 steps per model, sized for the 5-minute budget of one device check, and not yet run on a GPU).
+""")
 (HERE / "README.md").write_text(text)
 print(text)
