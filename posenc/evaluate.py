@@ -399,6 +399,17 @@ def sliding_windows(stream: np.ndarray, num_bytes: int, window: int, stride: int
     return x, y, w
 
 
+def _scores(nll: np.ndarray, bits_per_byte: float, scaling: RopeScaling) -> dict[str, Any]:
+    """A row's numbers from its per-token NLLs (nats) and its bits per byte."""
+    mean = float(nll.mean())
+    return {"nll": mean, "bpb": float(bits_per_byte), "ppl": math.exp(mean),
+            "factor": scaling.factor if scaling.kind != "none" else 1.0}
+
+
+def _undefined(reason: str) -> dict[str, Any]:
+    return {"status": "undefined", "reason": reason, "nll": None, "bpb": None, "ppl": None, "factor": None}
+
+
 def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence[str] | None = None, *,
              num_bytes: int | None = None, factor: float | None = None, stride: int | None = None,
              split: str = "test", learned_beyond: str | None = None, attn_chunk: int = 1024, progress: bool = True,
@@ -496,6 +507,8 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
 
         def bpb(nll, first=1):
             """Bits per byte of the targets stream[first : first + nll.size] (nats / bytes / ln 2)."""
+            if not tokens:  # one byte per token
+                return float(nll.mean()) / LN2
             return float(nll.sum() / counts[first:first + nll.size].sum()) / LN2
 
         plain = method == Method()
@@ -508,14 +521,12 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                    "method_params": json.dumps(resolved.set_fields())}
             reason = ev.undefined_reason(length, resolved)
             if reason:
-                row.update(status="undefined", reason=reason, nll=None, bpb=None, ppl=None, factor=None)
+                row.update(_undefined(reason))
             else:
                 sc = scaling_for(run, sname, length, factor, longrope_file)
                 x, y = data.eval_windows(stream, length=length, num_bytes=nb)
                 nll = ev.nll(x, y, sc, resolved)
-                mean = float(nll.mean())
-                row.update(nll=mean, bpb=mean / LN2 if not tokens else bpb(nll), ppl=math.exp(mean),
-                           factor=sc.factor if sc.kind != "none" else 1.0,
+                row.update(_scores(nll, bpb(nll), sc),
                            window_bpb=[bpb(nll[i], 1 + i * length) for i in range(len(nll))])
                 if length == longest:
                     per_position[f"{run.name}|{sname}" + ("" if plain else f"|{method.label}")] = nll.mean(axis=0).tolist()
@@ -529,12 +540,10 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                        "method_params": json.dumps(resolved.set_fields())}
                 reason = ev.undefined_reason(nb, resolved)
                 if reason:
-                    row.update(status="undefined", reason=reason, nll=None, bpb=None, ppl=None, factor=None)
+                    row.update(_undefined(reason))
                 else:
                     nll = ev.streaming_nll(stream, nb, sc, resolved)
-                    mean = float(nll.mean())
-                    row.update(nll=mean, bpb=mean / LN2 if not tokens else bpb(nll), ppl=math.exp(mean),
-                               factor=sc.factor if sc.kind != "none" else 1.0)
+                    row.update(_scores(nll, bpb(nll), sc))
                 rows.append(row)
             bar.update()
             continue

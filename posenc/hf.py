@@ -226,7 +226,7 @@ def _hf_weights(cfg: ModelConfig, family: str, tensors: dict[str, Any]) -> dict[
     def kernel(key):
         return jnp.asarray(take(key)).T
 
-    n, nkv, h = cfg.num_heads, cfg.kv_heads, cfg.head_dim
+    n, h = cfg.num_heads, cfg.head_dim
     out: dict[tuple, Any] = {}
     if family == "gpt_neox":
         pre, layers = "gpt_neox.", "gpt_neox.layers"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import pathlib
 import platform
 import subprocess
 import time
@@ -29,3 +31,10 @@ def cpu_model() -> str:
         return platform.processor() or "unknown"
     return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
                 "unknown")
+
+
+def emit(result: dict, out: str | None = None) -> None:
+    """A benchmark's result: written to `out` (JSON) if given, and printed as the last line."""
+    if out:
+        pathlib.Path(out).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result))

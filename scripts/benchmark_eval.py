@@ -13,8 +13,6 @@ line is JSON, with the CPU model.
 
 from __future__ import annotations
 
-import json
-import pathlib
 import time
 
 import jax
@@ -27,7 +25,7 @@ from posenc import evaluate
 from posenc.config import parse_lengths
 from posenc.model import ModelConfig, Transformer
 from posenc.rope_scaling import RopeScaling
-from posenc.timing import cpu_model
+from posenc.timing import cpu_model, emit
 
 _LENGTHS = flags.DEFINE_list("lengths", ["4096", "16384", "32768"], "Window lengths.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds (median of the ratios).")
@@ -110,9 +108,7 @@ def main(argv):
     result = {"rows": rows, "attn_chunk": _CHUNK.value, "d_model": _D_MODEL.value, "rounds": _ROUNDS.value,
               "cpu": cpu_model(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
               "jax": jax.__version__}
-    if _OUT.value:
-        pathlib.Path(_OUT.value).write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result))
+    emit(result, _OUT.value)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,6 @@ that the path runs on a CPU in tests.
 from __future__ import annotations
 
 import dataclasses
-import json
-import pathlib
 import time
 
 import jax
@@ -34,7 +32,7 @@ from posenc import checkpoint
 from posenc.attention import implementation
 from posenc.config import validate
 from posenc.model import Transformer, count_params
-from posenc.timing import cpu_model
+from posenc.timing import cpu_model, emit
 from posenc.train import load_config_file, make_optimizer, make_train_step
 
 _MODELS = flags.DEFINE_list("models", ["reference", "gpt2_small"], "Models to time.")
@@ -131,9 +129,7 @@ def main(argv):
               "measured_bf16_matmul_tflops": measured / 1e12, "rows": rows, "tiny": _TINY.value,
               "host_cpu": cpu_model(), "jax": jax.__version__}
     print(f"peak: {peak / 1e12:.0f} TFLOP/s ({source}); measured bf16 matmul {measured / 1e12:.0f} TFLOP/s")
-    if _OUT.value:
-        pathlib.Path(_OUT.value).write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result))
+    emit(result, _OUT.value)
 
 
 if __name__ == "__main__":

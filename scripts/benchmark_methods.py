@@ -11,9 +11,7 @@ method's time is the median of its rounds. A method's bound is 2× plain per pas
 the bound and whether it holds. The last line is JSON (with the CPU model from lscpu).
 """
 
-import json
 import os
-import pathlib
 import time
 
 import jax
@@ -24,7 +22,7 @@ from flax import nnx
 
 from posenc import evaluate
 from posenc.model import ModelConfig, Transformer
-from posenc.timing import cpu_model
+from posenc.timing import cpu_model, emit
 from posenc.training_free import Method
 
 _LENGTH = flags.DEFINE_integer("length", 4096, "Tokens per evaluation window.")
@@ -70,9 +68,7 @@ def main(argv):
     result = {"length": length, "attn_chunk": _CHUNK.value, "d_model": _D_MODEL.value, "plain_seconds": plain,
               "rounds": _ROUNDS.value, "rows": rows, "cpu": cpu_model(), "cores": os.cpu_count(),
               "jax": jax.__version__}
-    if _OUT.value:
-        pathlib.Path(_OUT.value).write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result))
+    emit(result, _OUT.value)
 
 
 if __name__ == "__main__":
