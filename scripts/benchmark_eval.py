@@ -52,7 +52,7 @@ def torch_forward(model: Transformer):
 
     def forward(tokens: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
-            x_ids = torch.from_numpy(tokens)
+            x_ids = torch.from_numpy(tokens).long()
             length = x_ids.shape[1]
             ang = (torch.arange(length, dtype=torch.float64)[:, None] * inv_freq).float()
             cos, sin = ang.cos(), ang.sin()
