@@ -33,6 +33,16 @@ def cpu_model() -> str:
                 "unknown")
 
 
+def cpu_bf16_flags() -> list[str]:
+    """The CPU's bf16 instruction sets (`avx512_bf16`, `amx_bf16`) from /proc/cpuinfo; [] if none (or unknown)."""
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+    return sorted(flags & {"avx512_bf16", "amx_bf16"})
+
+
 def emit(result: dict, out: str | None = None) -> None:
     """A benchmark's result: written to `out` (JSON) if given, and printed as the last line."""
     if out:

@@ -180,9 +180,9 @@ reference model, {len(bf16['rounds_tokens_per_s'])} alternating rounds, on a {bf
 | PyTorch eager + autocast bf16 | {bf16['torch_tokens_per_s']:.0f} | |
 | ratio (median of rounds) | {bf16['jax_over_torch']:.2f} | |
 
-{len(bf16['rounds_tokens_per_s'])} rounds of {bf16['steps']} step(s): PyTorch's bf16 path is that slow on this CPU. Read the ratio as "PyTorch
-has no fast bf16 kernel here" (lscpu: no AVX512-BF16 / AMX on this AMD EPYC), not as "bf16 is fast": whether
-bf16 beats float32 is the A/B below, and the Intel (AMX) rows are still to be measured.
+{len(bf16['rounds_tokens_per_s'])} round(s) of {bf16['steps']} step(s) (PyTorch's bf16 can be very slow on a CPU without bf16
+instructions; this log's CPU bf16 flags: {', '.join(bf16['cpu_bf16']) if bf16.get('cpu_bf16') else 'none' if 'cpu_bf16' in bf16 else 'not recorded'}).
+The ratio compares with PyTorch on the same machine; whether bf16 beats float32 for posenc is the A/B below.
 """ if bf16 else "Not measured yet.\n")
 ab = optional("dtype_ab.json")
 text += ("" if not ab else f"""
