@@ -167,10 +167,10 @@ def test_bfloat16_is_mixed_precision_float32_parameters_bf16_products():
     product runs on bf16 operands, and the loss is float32 and close to the float32 model's."""
     import optax
 
-    cfg32 = ModelConfig(d_model=64, num_layers=2, num_heads=2, mlp_dim=128)
+    cfg32 = ModelConfig(d_model=32, num_layers=1, num_heads=2, mlp_dim=64)
     cfg16 = dataclasses.replace(cfg32, dtype="bfloat16")
     m32, m16 = Transformer(cfg32, rngs=nnx.Rngs(0)), Transformer(cfg16, rngs=nnx.Rngs(0))
-    x = jnp.asarray(np.random.RandomState(0).randint(0, 256, (2, 64)))
+    x = jnp.asarray(np.random.RandomState(0).randint(0, 256, (2, 32)))
 
     def loss(model):
         return optax.softmax_cross_entropy_with_integer_labels(model(x), x).mean()
@@ -190,7 +190,7 @@ def test_bfloat16_is_mixed_precision_float32_parameters_bf16_products():
     graphdef, params = nnx.split(m16)
     found = list(dots(jax.make_jaxpr(jax.grad(lambda p: loss(nnx.merge(graphdef, p))))(params).jaxpr))
     f32 = [a for a in found if any(v.dtype == jnp.float32 for v in a)]
-    assert len(found) > 20 and len(found) - len(f32) > 20
+    assert len(found) > 10 and len(found) - len(f32) > 10
     assert all(any(v.shape == (2, 2) for v in a) for a in f32), f32  # only RoPE's exact 2×2 identity (_materialize)
     grads = nnx.grad(loss)(m16)
     assert all(g.dtype == jnp.float32 and jnp.isfinite(g).all() for g in jax.tree.leaves(nnx.state(grads, nnx.Param)))
