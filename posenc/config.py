@@ -20,6 +20,7 @@ from posenc.encodings import ENCODINGS, get_encoding
 from posenc.longrope import read_factors
 from posenc.model import ModelConfig
 from posenc.rope_scaling import RopeScaling
+from posenc.tasks import TaskSpec
 
 
 # Fields a rerun may change: how often things happen and how the same math is laid out, not what it computes.
@@ -116,6 +117,15 @@ def rope_scaling_from_config(s: ml_collections.ConfigDict) -> RopeScaling:
         raise ValueError(f"model.rope.scaling: {e}") from None
 
 
+def max_len(config: ml_collections.ConfigDict) -> int:
+    """Positions the model is trained on (the learned table's rows): `train_len`, or
+    `positions.max_position` with randomized positions (posenc/tasks.py)."""
+    pos = config.get("positions")
+    if pos is not None and pos.get("randomize"):
+        return int(pos.max_position)
+    return int(config.train_len)
+
+
 def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
     m = config.model
     encoding = get_encoding(m.posenc)
@@ -124,7 +134,7 @@ def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
                          "which takes no RoPE scaling: leave it 'none'")
     return ModelConfig(
         d_model=m.d_model, num_layers=m.num_layers, num_heads=m.num_heads, mlp_dim=m.mlp_dim, posenc=m.posenc,
-        max_len=config.train_len, learned_beyond=m.learned_beyond, sinusoidal_base=float(m.sinusoidal_base),
+        max_len=max_len(config), learned_beyond=m.learned_beyond, sinusoidal_base=float(m.sinusoidal_base),
         rope_base=float(m.rope.base), rope_layout=m.rope.layout, rope_fraction=float(m.rope.fraction),
         rope_scaling=rope_scaling_from_config(m.rope.scaling) if encoding.takes_rope_scaling else RopeScaling(),
         attn_chunk=m.attn_chunk, attn_block=m.get("attn_block", 0), attn_impl=m.get("attn_impl", "auto"), dtype=m.dtype,
@@ -156,4 +166,5 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
         raise ValueError(f"config.grad_clip must be > 0, got {config.grad_clip!r}")
     if "eval" in config:
         parse_lengths(config.eval.lengths, "config.eval.lengths")
+    TaskSpec.from_config(config)  # task.* and positions.*
     return model_config(config)

@@ -279,3 +279,66 @@ def device_memory_bytes() -> int:
     if stats.get("bytes_limit"):
         return int(stats["bytes_limit"])
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "first", "cache_size", "rotate_at_use", "seq_len"))
+def _greedy(graphdef, params, tokens, answer, positions, schedule, n_hat, method=None, *, first, cache_size,
+            rotate_at_use, seq_len):
+    model = nnx.merge(graphdef, params)
+    b, t = tokens.shape
+    cache = model.init_cache(b, cache_size, rotate_at_use)
+    rope = lambda i: _rope(model.cfg, schedule, i, n_hat)  # noqa: E731
+    logits, cache = model(tokens[:, :first], positions[:, :first], seq_len=seq_len, rope=rope(first - 1), cache=cache,
+                          method=method)
+    head = jnp.argmax(logits[:, -1], axis=-1)
+
+    def body(carry, p):
+        cache, prev = carry
+        token = jnp.where(answer[:, p], prev, tokens[:, p])  # an answer token is the model's own choice
+        pos = jax.lax.dynamic_slice_in_dim(positions, p, 1, axis=1)
+        step_logits, cache = model(token[:, None], pos, seq_len=seq_len, rope=rope(p), cache=cache, method=method)
+        nxt = jnp.argmax(step_logits[:, -1], axis=-1)
+        return (cache, nxt), nxt
+
+    _, rest = jax.lax.scan(body, (cache, head), jnp.arange(first, t - 1))
+    return jnp.concatenate([head[:, None], rest.T], axis=1)
+
+
+def greedy_answers(graphdef, params, tokens, answer, *, positions=None, scaling: RopeScaling | None = None,
+                   method: Method | None = None) -> np.ndarray:
+    """Greedy decoding of the answer tokens with the KV cache, the prompt tokens given.
+
+    `tokens [B, T]` and the boolean `answer [B, T]` (no answer at index 0): the prompt up to the first answer
+    token is prefilled, then every later token is fed one at a time — the given token outside the answers,
+    the model's own greedy (argmax) choice inside them, so that a multi-token answer is decoded as generation
+    would, and a task with several answer spans (recall) gets its prompt between them. `positions [B|1, T]`:
+    increasing positions (default 0 … T−1; randomized positions per row). `method`: a resolved training-free
+    method (`lm_infinite` / `sinks` keep their bounded cache).
+
+    Returns:
+      `[B, T]`: the tokens with every answer position replaced by the greedy prediction (exact match of a row:
+      `(out == tokens)[answer]` all true).
+    """
+    cfg = _cfg(graphdef, params)
+    tokens = np.asarray(tokens, np.int32)
+    answer = np.asarray(answer, bool)
+    b, t = tokens.shape
+    if answer.shape != tokens.shape or answer[:, 0].any() or not answer.any(axis=1).all():
+        raise ValueError("answer must be a [B, T] mask like tokens with an answer token in every row and none at index 0")
+    first = int(np.argmax(answer, axis=1).min())
+    positions = np.broadcast_to(np.arange(t) if positions is None else np.asarray(positions), (b, t)).astype(np.int32)
+    if (np.diff(positions, axis=1) <= 0).any() or positions.min() < 0:
+        raise ValueError("positions must be increasing and >= 0 along each row")
+    scaling = cfg.rope_scaling if scaling is None else scaling
+    seq_len = int(positions[:, :-1].max()) + 1  # the last token is only a target: never an input
+    if seq_len != t - 1 and (is_length_dependent(scaling) or (method is not None and method.method != "none")):
+        raise ValueError("positions other than 0 … T−1 are decoded without a length-dependent scaling or a "
+                         "training-free method (their schedules and caches are indexed by position)")
+    args = _method_args(cfg, method, scaling)
+    cache_size = _cache_size(method, None, t)
+    _check_request(cfg, first, seq_len, max(cache_size, seq_len), method)
+    schedule = rope_schedule(cfg, scaling, t)
+    out = _greedy(graphdef, params, jnp.asarray(tokens), jnp.asarray(answer), jnp.asarray(positions), schedule,
+                  jnp.int32(scaling.unscaled_positions), args, first=first, cache_size=cache_size,
+                  rotate_at_use=_rotate_at_use(cfg, scaling, method), seq_len=seq_len)
+    return np.where(answer, np.concatenate([tokens[:, :first], np.asarray(out)], axis=1), tokens)

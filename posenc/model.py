@@ -212,7 +212,8 @@ class Attention(nnx.Module):
         With `cache = (k [B, S, N, H], v [B, S, N, H], k_pos [B, S], rotate_at_use)` (decoding; empty slots
         have position −1), the queries attend to the cached keys and the new ones, the new keys and values
         are written into the cache, and `(y, (k, v, k_pos))` is returned. A layer without a window keeps
-        every position (slot = position); a windowed layer keeps a ring of `window` slots (slot = position
+        every position (slot = the number of earlier tokens: the position itself for positions 0, 1, …, and any
+        increasing positions, such as randomized ones, fit a cache of their count); a windowed layer keeps a ring of `window` slots (slot = position
         mod window), and under `lm_infinite` / `sinks` the first `fixed` positions keep slots of their own
         and the others share a ring of S − fixed: the new queries attend to the cache as it was plus the new
         keys, then the fixed and the newest ring-many of those enter it, so memory stays bounded and the
@@ -267,7 +268,7 @@ class Attention(nnx.Module):
         v_new, pos_new = v.astype(v_cache.dtype), jnp.broadcast_to(positions, (pos_cache.shape[0], t))
         bounded = method is not None and method.method in training_free.BOUNDED
         if window is None and not bounded:
-            offset = positions.reshape(-1)[0]  # new tokens occupy slots offset … offset + T − 1 in every row
+            offset = jnp.sum(pos_cache[0] >= 0)  # the next free slot: slots fill in order (slot = position for 0, 1, …)
             k_cache = jax.lax.dynamic_update_slice(k_cache, k_new, (0, offset, 0, 0))
             v_cache = jax.lax.dynamic_update_slice(v_cache, v_new, (0, offset, 0, 0))
             pos_cache = jax.lax.dynamic_update_slice(pos_cache, pos_new, (0, offset))

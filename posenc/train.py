@@ -34,7 +34,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from tqdm.auto import tqdm
 
-from posenc import checkpoint, data, sharding
+from posenc import checkpoint, data, sharding, tasks
 from posenc.config import RECOVERY_FIELDS, RESUMABLE_FIELDS, run_changes, schedule_steps, validate
 from posenc.evaluate import LN2, MAX_NLL
 from posenc.learned import interpolate_table
@@ -101,27 +101,37 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
     ), schedule
 
 
-def cross_entropy(graphdef, params, inputs, targets, **model_kwargs):
-    """Summed next-byte NLL (nats) and token count: metrics are sums with a denominator."""
-    logits = nnx.merge(graphdef, params)(inputs, **model_kwargs)
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-    return jnp.sum(nll), nll.size
+def _logits(graphdef, params, inputs, positions=None, seq_len=None):
+    model = nnx.merge(graphdef, params)
+    return model(inputs) if positions is None else model(inputs, positions, seq_len=seq_len)
 
 
-def make_train_step(graphdef, tx, shardings=None):
-    """`step(params, opt_state, inputs, targets) -> (params, opt_state, metrics)`, jitted, donating the state.
+def cross_entropy(graphdef, params, inputs, targets, weights=None, positions=None, seq_len=None):
+    """Summed next-byte NLL (nats) and its denominator: Σ w·nll and Σ w (every target when `weights` is None;
+    a task's answer tokens otherwise). `positions [B, T]` (randomized positions) need the static `seq_len`."""
+    nll = optax.softmax_cross_entropy_with_integer_labels(_logits(graphdef, params, inputs, positions, seq_len),
+                                                          targets)
+    if weights is None:
+        return jnp.sum(nll), nll.size
+    return jnp.sum(nll * weights), jnp.sum(weights)
+
+
+def make_train_step(graphdef, tx, shardings=None, seq_len=None):
+    """`step(params, opt_state, inputs, targets, weights=None, positions=None) -> (params, opt_state, metrics)`,
+    jitted, donating the state. The loss is the weighted mean NLL (`cross_entropy`); `seq_len` is the static
+    context length that randomized `positions` need.
 
     metrics: `loss` (mean NLL before the update), `grad_norm`, and `finite`: whether the loss (and its
     perplexity, `MAX_NLL`), the gradient norm and every updated parameter are finite (a finite loss can still
     be followed by an update that overflows the weights). `shardings`: optional (params, opt_state) shardings
     the updated state keeps (FSDP); None leaves the layout to XLA.
     """
-    def loss_fn(params, inputs, targets):
-        total, count = cross_entropy(graphdef, params, inputs, targets)
-        return total / count
+    def loss_fn(params, inputs, targets, weights, positions):
+        total, count = cross_entropy(graphdef, params, inputs, targets, weights, positions, seq_len)
+        return total / jnp.maximum(count, 1)
 
-    def step(params, opt_state, inputs, targets):
-        loss, grads = jax.value_and_grad(loss_fn)(params, inputs, targets)
+    def step(params, opt_state, inputs, targets, weights=None, positions=None):
+        loss, grads = jax.value_and_grad(loss_fn)(params, inputs, targets, weights, positions)
         updates, opt_state = tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         if shardings is not None:
@@ -146,21 +156,37 @@ def shard_batch(batch: np.ndarray, sharding: NamedSharding) -> jax.Array:
     return jax.make_array_from_process_local_data(sharding, batch[i * rows:(i + 1) * rows], batch.shape)
 
 
-def make_eval_step(graphdef):
-    return jax.jit(lambda params, inputs, targets: cross_entropy(graphdef, params, inputs, targets)[0])
+def make_eval_step(graphdef, seq_len=None):
+    """`eval_step(params, batch) -> {nll, count, exact}`: summed weighted NLL, its weight, and the number of
+    rows whose every weighted target is the argmax (a task's teacher-forced exact match)."""
+
+    def fn(params, batch):
+        x, y = batch["inputs"], batch["targets"]
+        w = batch.get("weights")
+        logits = _logits(graphdef, params, x, batch.get("positions"), seq_len)
+        nll = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+        w = jnp.ones_like(nll) if w is None else w
+        wrong = (jnp.argmax(logits, -1) != y) & (w > 0)
+        return {"nll": jnp.sum(nll * w), "count": jnp.sum(w), "exact": jnp.sum(~wrong.any(-1))}
+
+    return jax.jit(fn)
 
 
-def evaluate_windows(eval_step, params, inputs, targets, batch_size: int, sharding=None) -> dict[str, float]:
-    """Mean NLL, bits per byte and perplexity over windows `[n, T]`, in batches of `batch_size`."""
-    total, count = 0.0, 0
-    for i in range(0, len(inputs), batch_size):
-        x, y = inputs[i:i + batch_size], targets[i:i + batch_size]
-        if sharding is not None and len(x) % sharding.mesh.size == 0:
-            x, y = shard_batch(x, sharding), shard_batch(y, sharding)
-        total += float(eval_step(params, x, y))
-        count += y.size
+def evaluate_windows(eval_step, params, batch: dict[str, np.ndarray], batch_size: int,
+                     sharding=None) -> dict[str, float]:
+    """Mean (weighted) NLL, bits per byte, perplexity and exact-match accuracy over the rows of `batch`
+    (`inputs`, `targets` `[n, T]`, optional `weights`, `positions`), in batches of `batch_size`."""
+    total, count, exact, rows = 0.0, 0.0, 0, 0
+    for i in range(0, len(batch["inputs"]), batch_size):
+        part = {k: v[i:i + batch_size] for k, v in batch.items()}
+        if sharding is not None and len(part["inputs"]) % sharding.mesh.size == 0:
+            part = {k: shard_batch(v, sharding) for k, v in part.items()}
+        out = eval_step(params, part)
+        total, count = total + float(out["nll"]), count + float(out["count"])
+        exact, rows = exact + int(out["exact"]), rows + len(part["inputs"])
     nll = total / count
-    return {"nll": nll, "bpb": nll / LN2, "ppl": float(np.exp(nll)) if nll <= MAX_NLL else float("inf")}
+    return {"nll": nll, "bpb": nll / LN2, "ppl": float(np.exp(nll)) if nll <= MAX_NLL else float("inf"),
+            "accuracy": exact / rows}
 
 
 def _init_from(other: str, cfg: ModelConfig, params):
@@ -313,7 +339,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     corpus = data.load_corpus(config.data.path, config.data.cache_dir)
     data.check_length(corpus, "train", config.train_len, "one training window")
     data.check_length(corpus, "validation", config.train_len, "one validation window")
-    val_x, val_y = data.eval_windows(corpus.validation, length=config.train_len, max_windows=config.eval_windows)
+    spec = tasks.TaskSpec.from_config(config)
+    if spec is None:
+        val_x, val_y = data.eval_windows(corpus.validation, length=config.train_len, max_windows=config.eval_windows)
+        val = {"inputs": val_x, "targets": val_y}
+    else:
+        val = tasks.validation_batch(spec, corpus, seed=config.seed, batch_size=config.eval_windows,
+                                     length=config.train_len)
 
     devices = jax.devices()
     if config.batch_size % len(devices):
@@ -321,10 +353,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     sharding.make_mesh(devices, fsdp_size(config))  # fails here, before anything is written
     is_main = jax.process_index() == 0  # one process writes metrics, events, run.json and holds the lock
     with checkpoint.WorkdirLock(workdir_path) if is_main else contextlib.nullcontext():
-        return _train(config, cfg, workdir_path, corpus, val_x, val_y, devices, is_main)
+        return _train(config, cfg, workdir_path, corpus, spec, val, devices, is_main)
 
 
-def _train(config, cfg, workdir_path, corpus, val_x, val_y, devices, is_main) -> dict[str, float]:
+def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main) -> dict[str, float]:
     mesh = sharding.make_mesh(devices, fsdp_size(config))
     batch_sharding = sharding.batch_sharding(mesh)
 
@@ -350,8 +382,9 @@ def _train(config, cfg, workdir_path, corpus, val_x, val_y, devices, is_main) ->
     state_shardings = (sharding.tree_shardings(mesh, params), sharding.tree_shardings(mesh, opt_state))
     params, opt_state = jax.device_put((params, opt_state), state_shardings)
 
-    train_step = make_train_step(graphdef, tx, state_shardings if mesh.shape["fsdp"] > 1 else None)
-    eval_step = make_eval_step(graphdef)
+    seq_len = spec.max_position if spec is not None and spec.randomize else None
+    train_step = make_train_step(graphdef, tx, state_shardings if mesh.shape["fsdp"] > 1 else None, seq_len)
+    eval_step = make_eval_step(graphdef, seq_len)
     metrics_path = workdir_path / "metrics.jsonl"
     if is_main:
         kept = _read_metrics(metrics_path, start)
@@ -383,11 +416,16 @@ def _train(config, cfg, workdir_path, corpus, val_x, val_y, devices, is_main) ->
     try:
         with open(metrics_path if is_main else os.devnull, "a") as metrics_file:
             for step in bar:
-                x, y = data.train_batch(corpus.train, seed=config.seed, step=step, batch_size=config.batch_size,
-                                        length=config.train_len)
-                x, y = shard_batch(x, batch_sharding), shard_batch(y, batch_sharding)
+                if spec is None:
+                    batch = data.train_batch(corpus.train, seed=config.seed, step=step, batch_size=config.batch_size,
+                                             length=config.train_len)
+                else:
+                    b = tasks.train_batch(spec, corpus, seed=config.seed, step=step, batch_size=config.batch_size,
+                                          length=config.train_len)
+                    batch = (b["inputs"], b["targets"], b["weights"]) + ((b["positions"],) if "positions" in b else ())
+                batch = [shard_batch(a, batch_sharding) for a in batch]
                 t0 = time.perf_counter()
-                params, opt_state, out = train_step(params, opt_state, x, y)
+                params, opt_state, out = train_step(params, opt_state, *batch)
                 loss = float(out["loss"])
                 dt = time.perf_counter() - t0
                 if step > start:  # the first step of a session includes compilation
@@ -402,11 +440,14 @@ def _train(config, cfg, workdir_path, corpus, val_x, val_y, devices, is_main) ->
                        "learning_rate": float(schedule(step)), "tokens_per_s": tps}
                 save_now = done % config.checkpoint_every == 0 or done == config.train_steps
                 if done % config.eval_every == 0 or done == config.train_steps:
-                    val = evaluate_windows(eval_step, params, val_x, val_y, config.batch_size, batch_sharding)
+                    val = evaluate_windows(eval_step, params, val_batch, config.batch_size, batch_sharding)
                     row.update({"val_loss": val["nll"], "val_bpb": val["bpb"], "val_ppl": val["ppl"]})
+                    if spec is not None and spec.name != "lm":  # teacher-forced exact match of the answers
+                        row["val_accuracy"] = val["accuracy"]
                 elif save_now:  # a checkpoint is good only if it evaluates to finite numbers
                     n = config.batch_size
-                    val = {"nll": evaluate_windows(eval_step, params, val_x[:n], val_y[:n], n, batch_sharding)["nll"]}
+                    first = {k: v[:n] for k, v in val_batch.items()}
+                    val = {"nll": evaluate_windows(eval_step, params, first, n, batch_sharding)["nll"]}
                 if (save_now or "val_loss" in row) and not val["nll"] <= MAX_NLL:  # NaN fails too
                     raise diverged(f"non-finite validation perplexity (loss {val['nll']})", done)
                 if is_main and (done % config.log_every == 0 or "val_loss" in row):

@@ -1,0 +1,74 @@
+r"""Synthetic tasks: passkey retrieval, associative recall, copy and reverse (posenc/tasks.py).
+
+    python scripts/train.py --config=configs/tasks.py:task=passkey,posenc=rope --workdir=runs/passkey-rope
+    python scripts/train.py --config=configs/tasks.py:task=copy,posenc=alibi,randomize --workdir=runs/copy-alibi-rp
+    python scripts/eval_tasks.py --workdir=runs/passkey-rope --lengths=256,512,1024 --depths=0,0.5,1
+
+The arg is a comma-separated list of variants:
+  task=NAME    passkey (default) | recall | copy | reverse | lm (plain text windows, e.g. with randomize)
+  posenc=NAME  an encoding of posenc/encodings.py, or a RoPE scaling kind (as in configs/default.py)
+  randomize    randomized positions (Ruoss et al. 2023): positions are a sorted random subset of
+               [0, positions.max_position)
+  tiny         a model and run small enough for tests
+
+Everything else is configs/default.py's (the same model and optimiser fields). The loss counts only answer
+tokens; the validation metrics add `val_accuracy`, the teacher-forced exact match of the answers.
+
+Defaults, from the pilot in experiments/length_generalization (pilot.json, 2 CPU cores):
+  passkey    train_len 256, the default model, 600 steps at lr 3e-3: >= 90% at 256 in about 10 minutes
+  recall, copy, reverse   train_len 64 (examples of 3..64 tokens), tested to 4x
+"""
+
+import importlib.util
+import pathlib
+
+from ml_collections import config_dict
+
+from posenc.tasks import TASKS
+
+_default = importlib.util.spec_from_file_location("posenc_default_config", pathlib.Path(__file__).with_name("default.py"))
+default = importlib.util.module_from_spec(_default)
+_default.loader.exec_module(default)
+
+
+def get_config(arg: str | None = None):
+    variants = default.parse_arg(arg)
+    unknown = sorted(set(variants) - {"task", "posenc", "randomize", "tiny"})
+    if unknown:
+        raise ValueError(f"configs/tasks.py: unknown variant(s) {unknown}; valid: task=<{'|'.join(TASKS + ('lm',))}>, "
+                         "posenc=<name>, randomize, tiny")
+    task = variants.get("task", "passkey")
+    if task not in TASKS + ("lm",):
+        raise ValueError(f"configs/tasks.py: task must be one of {TASKS + ('lm',)}, got {task!r}")
+    base = ",".join(f"{k}={v}" if v else k for k, v in variants.items() if k in ("posenc", "tiny"))
+    config = default.get_config(base)
+
+    config.task = config_dict.ConfigDict()
+    config.task.name = task  # passkey | recall | copy | reverse | lm
+    config.task.filler = "repeat"  # passkey filler: repeat (the papers' sentence) | shakespeare (the corpus)
+    config.task.min_len = config_dict.placeholder(int)  # shortest example (inputs); unset: train_len for passkey, else the task's minimum
+    config.task.lm_ratio = 0.0  # fraction of each batch's rows that are LM text windows
+
+    config.positions = config_dict.ConfigDict()
+    config.positions.randomize = "randomize" in variants  # sorted random subset of [0, max_position)
+    config.positions.max_position = 4096  # positions' range with randomize (the learned table's rows)
+
+    if task == "passkey":
+        config.train_steps = 600
+        config.eval.lengths = "256,512,1024,2048,4096"
+    elif task != "lm":
+        config.train_len = 64
+        config.train_steps = 1000
+        config.warmup_steps = 100
+        config.positions.max_position = 1024
+        config.eval.lengths = "32,64,128,192,256"
+    config.eval.depths = "0,0.25,0.5,0.75,1"  # passkey needle depths in eval_tasks.py
+    config.eval.examples = 50  # examples per cell in eval_tasks.py
+
+    if "tiny" in variants:
+        config.train_steps = 8
+        config.train_len = 128 if task == "passkey" else 32
+        config.positions.max_position = 512
+        config.eval.lengths = "128,256" if task == "passkey" else "32,64"
+        config.eval.examples = 4
+    return config

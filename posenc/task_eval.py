@@ -1,0 +1,381 @@
+"""Task accuracy past the training length: exact match by greedy decoding, per length × depth cell.
+
+Each cell (run, scaling, training-free method, length L, depth) scores `n` test examples of the run's task
+(`posenc.tasks.eval_examples`: keys of the test split, L input tokens, the needle at `depth` for passkey):
+
+  * `accuracy` — exact match of greedy decoding with the KV cache (`posenc.decode.greedy_answers`): every
+    answer token is the model's argmax, fed back as generation would, and the row's count `correct` of `n`
+    carries a Wilson 95% interval (`ci_low`, `ci_high`);
+  * `tf_accuracy` — the same exact match from one teacher-forced parallel forward pass (the argmax at every
+    answer position). The two agree whenever the first wrong token decides; they can differ under a scaling
+    whose frequencies depend on the prefix length (decoding uses each prefix's, the forward pass L's);
+  * `answer_logprob` — the teacher-forced log-probability of the whole answer (nats, mean over examples).
+
+Scalings and methods are those of `posenc.evaluate` (the same names, L0 and defaults per run and length);
+a learned table past its length, and a randomized-positions run past `positions.max_position`, are reported
+`undefined`. A randomized-positions run is tested at positions drawn as in training (Ruoss et al. 2023),
+without scalings or methods (they index positions as if they were 0 … L−1). A Hugging Face checkpoint
+(`hf_models`) is scored on passkey in its own tokens: lengths count tokens and the answer " NNNNN" is its
+tokenization.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import pathlib
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from tqdm.auto import tqdm
+
+from posenc import data, decode, tasks
+from posenc.evaluate import (Evaluator, Run, _rope_args, applies, hf_run, load_run, method_applies, parse_methods,
+                             prepare_out_dir, scaling_for)
+from posenc.training_free import Method
+
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+
+
+def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion k / n (Wilson 1927): the p with |k − np| ≤ z√(np(1−p))."""
+    if n <= 0 or not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n and n > 0, got k={k}, n={n}")
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (0.0 if k == 0 else centre - half), (1.0 if k == n else centre + half)
+
+
+@dataclasses.dataclass
+class TaskRun:
+    """A run and what it is tested on."""
+
+    run: Run
+    task: str
+    filler: str
+    randomize: bool
+    max_position: int | None
+    encode: Any = tasks.byte_encode
+
+    @classmethod
+    def of(cls, run: Run, task: str | None = None, filler: str | None = None) -> "TaskRun":
+        cfg_task = run.config.get("task")
+        pos = run.config.get("positions")
+        own = cfg_task.name if cfg_task is not None else None
+        name = task or own
+        if name is None or name == "lm":
+            raise ValueError(f"run {run.name!r} was not trained on a task (config.task); pass --task=passkey to "
+                             "test it on one")
+        if task and own and own != "lm" and task != own:
+            raise ValueError(f"run {run.name!r} was trained on task {own!r}, not {task!r}")
+        encode = tasks.byte_encode
+        if run.tokenizer is not None:
+            if name != "passkey":
+                raise ValueError(f"a Hugging Face checkpoint is tested on passkey only (in its own tokens), not {name!r}")
+            from posenc import hf  # noqa: PLC0415
+
+            def encode(text, _tok=run.tokenizer):
+                return np.asarray(hf.tokenize(_tok, text.decode("utf-8", "replace") if isinstance(text, bytes)
+                                              else text)[0], np.int32)
+        randomize = bool(pos is not None and pos.get("randomize"))
+        return cls(run, name, filler or (cfg_task.get("filler", "repeat") if cfg_task is not None else "repeat"),
+                   randomize, int(pos.max_position) if randomize else None, encode)
+
+
+def _tf_fn(graphdef, cfg):
+    """Jitted teacher-forced (answer log-probability, exact match) per row."""
+
+    def fn(params, x, y, w, positions, inv, af, n_hat, lo, method):
+        rope = (inv, af, n_hat, lo) if cfg.encoding.takes_rope_scaling else None
+        model = nnx.merge(graphdef, params)
+        logits = model(x, rope=rope, method=method) if positions is None else model(
+            x, positions, seq_len=cfg.max_len, rope=rope, method=method)
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        tok = jnp.take_along_axis(logp, y[..., None], axis=-1)[..., 0]
+        right = (jnp.argmax(logits, -1) == y) | (w == 0)
+        return jnp.sum(tok * w, axis=-1), right.all(-1)
+
+    return jax.jit(fn)
+
+
+class TaskEvaluator:
+    """Scores cells of one run; one compiled forward per length (scalings and methods traced)."""
+
+    def __init__(self, trun: TaskRun, attn_chunk: int = 1024, tokens_per_batch: int = 16384, seed: int = 0):
+        self.trun = trun
+        self.ev = Evaluator(trun.run, attn_chunk=attn_chunk, tokens_per_batch=tokens_per_batch)
+        self.tokens_per_batch = tokens_per_batch
+        self.seed = seed
+        self._fns: dict[int, Any] = {}
+        self._streams: dict[int, np.ndarray] = {}
+        self._corpus = None
+
+    def corpus(self):
+        if self._corpus is None:
+            c = self.trun.run.config.data
+            self._corpus = data.load_corpus(c.path, c.get("cache_dir"))
+        return self._corpus
+
+    def examples(self, length: int, n: int, depth: float | None) -> list[tasks.Example]:
+        t = self.trun
+        if t.task != "passkey":
+            return tasks.eval_examples(t.task, length=length, n=n, seed=self.seed, depth=None)
+        if length not in self._streams:
+            corpus = self.corpus() if t.filler == "shakespeare" else None
+            self._streams[length] = tasks.filler_stream(t.filler, corpus=corpus, split="test", min_tokens=length,
+                                                         encode=t.encode)
+        rng = np.random.default_rng([self.seed, length, int(round(depth * 10000)), 2])
+        return [tasks.passkey(rng, length + 1, split="test", depth=depth, filler=t.filler, stream=self._streams[length],
+                              encode=t.encode) for _ in range(n)]
+
+    def undefined_reason(self, length: int, scaling: str, method: Method | None) -> str | None:
+        t = self.trun
+        if t.randomize:
+            if length > t.max_position:
+                return (f"run {t.run.name!r} was trained with randomized positions in [0, {t.max_position}): "
+                        f"length {length} has no positions to draw")
+            if scaling != "none" or (method is not None and method != Method()):
+                return "randomized-position runs are tested without scalings and training-free methods"
+        return self.ev.undefined_reason(length, method)
+
+    def score(self, length: int, n: int, depth: float | None, scaling: str, method: Method | None) -> dict[str, Any]:
+        """One cell's numbers (see the module docstring)."""
+        run = self.trun.run
+        resolved = self.ev.resolve(method, length)
+        plain = resolved is None or resolved == Method()
+        sc = scaling_for(run, scaling, length)
+        exs = self.examples(length, n, depth)
+        tokens = np.stack([e.tokens for e in exs])
+        answer = np.stack([e.answer for e in exs])
+        positions = None
+        if self.trun.randomize:
+            rng = np.random.default_rng([self.seed, length, 4])
+            positions = np.stack([tasks.random_positions(rng, length + 1, self.trun.max_position) for _ in exs])
+        batch = max(1, self.tokens_per_batch // (length + 1))
+        greedy, tf_right, logprob = [], [], []
+        if length not in self._fns:
+            self._fns[length] = _tf_fn(self._graphdef(length), self._cfg(length))
+        fn = self._fns[length]
+        inv, af, n_hat, lo = _rope_args(run.cfg, sc, length)
+        args = None if plain else resolved.args(run.cfg.encoding)
+        for i in range(0, n, batch):
+            tk, an = tokens[i:i + batch], answer[i:i + batch]
+            pos = None if positions is None else positions[i:i + batch]
+            out = decode.greedy_answers(self._graphdef(length), run.params, tk, an, positions=pos, scaling=sc,
+                                        method=None if plain else resolved)
+            greedy.append(((out == tk) | ~an).all(axis=1))
+            lp, right = fn(run.params, tk[:, :-1], tk[:, 1:], an[:, 1:].astype(np.float32),
+                           None if pos is None else pos[:, :-1], inv, af, n_hat, lo, args)
+            logprob.append(np.asarray(lp, np.float64))
+            tf_right.append(np.asarray(right))
+        greedy, tf_right, logprob = np.concatenate(greedy), np.concatenate(tf_right), np.concatenate(logprob)
+        if not np.isfinite(logprob).all():
+            raise FloatingPointError(f"run {run.name!r} gives non-finite answer log-probabilities at length {length} "
+                                     f"under scaling {scaling!r}; no numbers are reported for it")
+        k = int(greedy.sum())
+        lo_ci, hi_ci = wilson_interval(k, n)
+        return {"accuracy": k / n, "correct": k, "n": n, "ci_low": lo_ci, "ci_high": hi_ci,
+                "tf_accuracy": float(tf_right.mean()), "answer_logprob": float(logprob.mean()),
+                "method_params": json.dumps(resolved.set_fields()) if resolved is not None else "{}"}
+
+    def _cfg(self, length: int):
+        return dataclasses.replace(self.trun.run.cfg, attn_chunk=self.ev.attn_chunk if length > self.ev.attn_chunk else 0)
+
+    def _graphdef(self, length: int):
+        from posenc import checkpoint  # noqa: PLC0415
+
+        cfg = self._cfg(length)
+        return self.trun.run.graphdef if cfg == self.trun.run.cfg else checkpoint.abstract_model(cfg)[0]
+
+
+def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: Sequence[float] | None = None,
+                   scalings: Sequence[str] | None = None, methods: Sequence[str | Method] | None = None,
+                   examples: int = 50, seed: int = 0, task: str | None = None, filler: str | None = None,
+                   hf_models: Sequence[str] = (), hf_dtype: str | None = None, attn_chunk: int = 1024,
+                   progress: bool = True) -> dict[str, Any]:
+    """Every (run, scaling, method, length, depth) cell; returns {'rows': [...], 'lengths', 'depths', ...}.
+
+    Args:
+      workdirs: runs trained on a task (configs/tasks.py), or on text with `task` given.
+      lengths: input lengths L (tokens; each example has L + 1, the last only a target).
+      depths: passkey needle depths in [0, 1] (other tasks have none; default 0, 0.25, …, 1).
+      scalings: names of `posenc.evaluate.SCALINGS` (default `none`; `run` added for a run fine-tuned with a
+        scaling); those that do not apply to a run's encoding are skipped for it.
+      methods: training-free method specs (default `none`), each with every scaling, where defined.
+      examples: test examples per cell; seed: their seed (the same examples for every run and scaling).
+      task, filler: override the runs' task (a text-trained run, a Hugging Face checkpoint: passkey) and filler.
+
+    Raises:
+      ValueError: bad lengths, depths, examples, or a run that has no task.
+    """
+    lengths = sorted(set(int(n) for n in lengths))
+    if not lengths or lengths[0] <= 0:
+        raise ValueError(f"lengths must be positive integers, got {lengths}")
+    if isinstance(examples, bool) or not isinstance(examples, int) or examples <= 0:
+        raise ValueError(f"examples must be a positive integer, got {examples!r}")
+    runs = [load_run(w) for w in workdirs] + [hf_run(p, dtype=hf_dtype) for p in hf_models]
+    if not runs:
+        raise ValueError("evaluate_tasks: give at least one run (workdirs) or Hugging Face checkpoint (hf_models)")
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        runs = [dataclasses.replace(r, name=str(r.workdir)) for r in runs]
+    truns = [TaskRun.of(r, task, filler) for r in runs]
+    methods = parse_methods(methods) or [Method()]
+    for m in methods:
+        if not any(method_applies(r, m) for r in runs):
+            m.check(runs[0].cfg.encoding, runs[0].cfg)  # raises, naming the method and the encoding
+    jobs = []
+    for t in truns:
+        wanted = list(scalings) if scalings else ["none"] + (["run"] if t.run.cfg.rope_scaling.kind != "none" else [])
+        for m in dict.fromkeys(m for m in methods if method_applies(t.run, m)):
+            for s in dict.fromkeys(s for s in wanted if applies(t.run, s)):
+                cell_depths = [None] if t.task != "passkey" else list(depths if depths is not None else
+                                                                       (0.0, 0.25, 0.5, 0.75, 1.0))
+                for d in cell_depths:
+                    if d is not None and not 0.0 <= d <= 1.0:
+                        raise ValueError(f"depths must lie in [0, 1], got {d!r}")
+                    jobs += [(t, s, m, length, d) for length in lengths]
+    evaluators = {t.run.workdir: TaskEvaluator(t, attn_chunk=attn_chunk, seed=seed) for t in truns}
+    rows = []
+    for t, s, m, length, d in tqdm(jobs, desc="eval_tasks", disable=not progress or None, dynamic_ncols=True):
+        ev = evaluators[t.run.workdir]
+        row = {**t.run.summary(), "task": t.task, "filler": t.filler if t.task == "passkey" else None,
+               "randomized_positions": t.randomize, "scaling": s, "method": m.label, "length": length, "depth": d,
+               "split": "test", "seed": seed}
+        reason = ev.undefined_reason(length, s, m)
+        if reason:
+            row.update(status="undefined", reason=reason, accuracy=None, n=examples, correct=None, ci_low=None,
+                       ci_high=None, tf_accuracy=None, answer_logprob=None)
+        else:
+            row.update(status="ok", reason="", **ev.score(length, examples, d, s, m))
+        rows.append(row)
+    return {"rows": rows, "lengths": lengths, "depths": sorted({r["depth"] for r in rows if r["depth"] is not None}),
+            "examples": examples, "seed": seed}
+
+
+# --------------------------------------------------------------------------------------------------------
+# Outputs
+
+COLUMNS = ("run", "posenc", "task", "filler", "randomized_positions", "scaling", "method", "length", "depth",
+           "status", "accuracy", "correct", "n", "ci_low", "ci_high", "tf_accuracy", "answer_logprob", "train_len",
+           "step", "method_params", "seed", "reason")
+
+
+def _series(r: dict[str, Any]) -> str:
+    label = f"{r['run']} · {r['scaling']}"
+    return label if r["method"] == "none" else f"{label} · {r['method']}"
+
+
+def mean_over_depths(rows: list[dict[str, Any]]) -> dict[tuple[str, int], tuple[int, int] | None]:
+    """{(series, length): (correct, n) summed over depths}, None where a cell is undefined."""
+    out: dict[tuple[str, int], tuple[int, int] | None] = {}
+    for r in rows:
+        key = (_series(r), r["length"])
+        if r["status"] != "ok":
+            out[key] = None
+        elif out.get(key, (0, 0)) is not None:
+            c, n = out.get(key, (0, 0))
+            out[key] = (c + r["correct"], n + r["n"])
+    return out
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    """Accuracy (%) by length, rows = run · scaling · method (passkey: summed over depths), with the Wilson
+    95% interval of each cell."""
+    cells = mean_over_depths(result["rows"])
+    lengths = result["lengths"]
+    series = list(dict.fromkeys(k[0] for k in cells))
+    lines = [f"exact-match accuracy, % (Wilson 95% interval), greedy decoding; {result['examples']} test examples "
+             "per cell" + (f" and depth ({', '.join(f'{d:g}' for d in result['depths'])})" if result["depths"] else ""),
+             "", "| run · scaling · method | " + " | ".join(f"L={n}" for n in lengths) + " |",
+             "|---|" + "---|" * len(lengths)]
+    for s in series:
+        parts = []
+        for n in lengths:
+            c = cells.get((s, n))
+            if (s, n) not in cells:
+                parts.append("")
+            elif c is None:
+                parts.append("undefined")
+            else:
+                lo, hi = wilson_interval(*c)
+                parts.append(f"{100 * c[0] / c[1]:.0f} ({100 * lo:.0f}–{100 * hi:.0f})")
+        lines.append(f"| {s} | " + " | ".join(parts) + " |")
+    return "\n".join(lines)
+
+
+def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
+    """results.json, results.csv, results.md, accuracy_vs_length.png and heatmap_<run>_<scaling>[_<method>].png
+    (depth × length, passkey) in `out`."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    out_dir = prepare_out_dir(out)
+    paths = {name: out_dir / name for name in ("results.json", "results.csv", "results.md", "accuracy_vs_length.png")}
+    paths["results.json"].write_text(json.dumps(result, indent=1))
+    with open(paths["results.csv"], "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(result["rows"])
+    paths["results.md"].write_text(markdown_table(result) + "\n")
+
+    cells = mean_over_depths(result["rows"])
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for s in dict.fromkeys(k[0] for k in cells):
+        pts = [(n, cells[(s, n)]) for n in result["lengths"] if cells.get((s, n)) is not None]
+        if not pts:
+            continue
+        acc = np.array([c[0] / c[1] for _, c in pts])
+        ci = np.array([wilson_interval(*c) for _, c in pts])
+        xs = [n for n, _ in pts]
+        ax.plot(xs, acc, marker="o", label=s)
+        ax.fill_between(xs, ci[:, 0], ci[:, 1], alpha=0.15)
+    for t in sorted({r["train_len"] for r in result["rows"]}):
+        ax.axvline(t, color="gray", linestyle="--", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("length (tokens)")
+    ax.set_ylabel("exact-match accuracy (Wilson 95%)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(paths["accuracy_vs_length.png"], dpi=110)
+    plt.close(fig)
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in result["rows"]:
+        if r["depth"] is not None:
+            groups.setdefault(_series(r), []).append(r)
+    for s, rows in groups.items():
+        depths = sorted({r["depth"] for r in rows})
+        lengths = sorted({r["length"] for r in rows})
+        grid = np.full((len(depths), len(lengths)), np.nan)
+        for r in rows:
+            if r["status"] == "ok":
+                grid[depths.index(r["depth"]), lengths.index(r["length"])] = r["accuracy"]
+        fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(lengths), 1.2 + 0.5 * len(depths)))
+        im = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+        for i in range(len(depths)):
+            for j in range(len(lengths)):
+                ax.text(j, i, "undef." if np.isnan(grid[i, j]) else f"{100 * grid[i, j]:.0f}", ha="center",
+                        va="center", fontsize=7)
+        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
+        ax.set_yticks(range(len(depths)), [f"{100 * d:.0f}%" for d in depths])
+        ax.set_xlabel("length (tokens)")
+        ax.set_ylabel("needle depth")
+        ax.set_title(s, fontsize=8)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+        fig.tight_layout()
+        name = "heatmap_" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in s.replace(" · ", "__")) + ".png"
+        paths[name] = out_dir / name
+        fig.savefig(paths[name], dpi=110)
+        plt.close(fig)
+    return paths

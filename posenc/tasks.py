@@ -1,0 +1,316 @@
+"""Synthetic retrieval and algorithmic tasks as data sources, and randomized positions.
+
+Every task is byte-level (the model and vocabulary are the LM's) and every example is a deterministic
+function of (seed, step, row) or, for evaluation, of (seed, length, depth, index). An example is a token
+sequence whose *answer* tokens are the only ones the loss counts (`weights`); sequences shorter than the
+batch's length are padded at the end with `PAD` (weight 0, and causal attention keeps padding from
+affecting earlier positions).
+
+Tasks (`config.task.name`):
+  * `passkey` — the prompt of Landmark Attention (Mohtashami & Jaggi 2023, arXiv 2305.16300) and YaRN
+    (Peng et al. 2023, arXiv 2309.00071): filler, then "The pass key is NNNNN. Remember it. NNNNN is the pass
+    key." on a line of its own at a depth in [0, 1] of the filler (cut at that byte, as Landmark's code cuts
+    its repeated filler), more filler, then "What is the pass key? The pass key is" on a new line, answered by
+    " NNNNN" (5 digits). Filler (`task.filler`): `repeat`, the papers' repeated sentence, or
+    `shakespeare`, a window of the bundled corpus' split (harder: digits and look-alike text occur).
+  * `recall` — multi-query associative recall (MQAR, Arora et al. 2023, arXiv 2312.04927): key–value
+    pairs "ab=12," (two-letter keys, distinct within a sequence; two-digit values), ";", then queries of a
+    quarter of the keys in random order, "cd=34,", answered by each value.
+  * `copy` / `reverse` — a string of printable ASCII, "|", and the string again (reversed), as in
+    Kazemnejad et al. 2023 (arXiv 2305.19466) and Ruoss et al. 2023 (arXiv 2305.16843).
+
+Splits never share keys: each example's key (the pass key; the whole pair list; the string) falls in
+exactly one split by a hash of its bytes (`key_split`: 10% test, 10% validation, 80% train), and generators
+draw until the key lies in the requested split. Shakespeare filler comes from the corpus split of the same
+name.
+
+Randomized positions (Ruoss et al. 2023, `config.positions.randomize`): each sequence's positions are a
+sorted random subset of [0, max_position) (`random_positions`), so that a model trained on length N has
+seen every position up to max_position; the learned table then has max_position rows. The paper samples
+test positions the same way, and so does `posenc.task_eval` for such runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Callable
+
+import numpy as np
+
+from posenc import data
+
+TASKS = ("passkey", "recall", "copy", "reverse")
+FILLERS = ("repeat", "shakespeare")
+SPLITS = data.SPLITS
+PAD = 0  # the padding byte (weight 0)
+
+PASSKEY_FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+PASSKEY_NEEDLE = "\nThe pass key is {key}. Remember it. {key} is the pass key.\n"
+PASSKEY_QUESTION = "\nWhat is the pass key? The pass key is"
+PASSKEY_ANSWER = " {key}"
+PASSKEY_DIGITS = 5
+COPY_ALPHABET = np.array([c for c in range(33, 127) if c != ord("|")], np.int32)  # printable ASCII but the separator
+RECALL_PAIR = 6  # bytes of "ab=12,"
+
+
+def key_split(key: bytes) -> str:
+    """The split an example's key belongs to: a fixed hash of its bytes, 10% test, 10% validation, 80% train."""
+    bucket = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") % 10
+    return "test" if bucket == 0 else "validation" if bucket == 1 else "train"
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """One sequence: `tokens [T]` int32 and the boolean `answer [T]` marking the answer tokens."""
+
+    tokens: np.ndarray
+    answer: np.ndarray
+    key: bytes
+
+    def __post_init__(self):
+        if self.tokens.shape != self.answer.shape:
+            raise ValueError(f"tokens {self.tokens.shape} and answer {self.answer.shape} differ in shape")
+
+
+def min_length(task: str) -> int:
+    """The shortest sequence a task can make (tokens)."""
+    check_task(task)
+    if task == "passkey":
+        return len(PASSKEY_NEEDLE.format(key="0" * PASSKEY_DIGITS)) + len(PASSKEY_QUESTION) + PASSKEY_DIGITS + 1
+    if task == "recall":
+        return 2 * RECALL_PAIR + 1
+    return 3
+
+
+def check_task(task: str, filler: str = "repeat") -> None:
+    if task not in TASKS:
+        raise ValueError(f"task.name must be one of {TASKS}, got {task!r}")
+    if filler not in FILLERS:
+        raise ValueError(f"task.filler must be one of {FILLERS}, got {filler!r}")
+
+
+def _draw(rng: np.random.Generator, split: str, make: Callable[[np.random.Generator], bytes]) -> bytes:
+    """Draws keys with `make(rng)` until one lies in `split` (expected 1.25 draws for train, 10 otherwise)."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    while True:
+        key = make(rng)
+        if key_split(key) == split:
+            return key
+
+
+def _example(parts: list[tuple[bytes | np.ndarray, bool]], length: int, key: bytes) -> Example:
+    tokens = np.concatenate([np.frombuffer(p, np.uint8) if isinstance(p, bytes) else p for p, _ in parts]).astype(np.int32)
+    answer = np.concatenate([np.full(len(p), a, bool) for p, a in parts])
+    if len(tokens) > length:
+        raise AssertionError(f"built {len(tokens)} tokens for length {length}")
+    pad = length - len(tokens)
+    return Example(np.pad(tokens, (0, pad), constant_values=PAD), np.pad(answer, (0, pad)), key)
+
+
+def byte_encode(text: str | bytes) -> np.ndarray:
+    """Bytes as token ids (the byte-level models' encoder)."""
+    raw = text.encode("utf-8") if isinstance(text, str) else text
+    return np.frombuffer(raw, np.uint8).astype(np.int32)
+
+
+def filler_stream(filler: str, *, corpus: data.Corpus | None = None, split: str = "train", min_tokens: int = 0,
+                  encode: Callable = byte_encode) -> np.ndarray:
+    """The token stream passkey filler is cut from: the repeated sentence (at least `min_tokens` long), or
+    the `split` of the corpus."""
+    check_task("passkey", filler)
+    if filler == "repeat":
+        unit = encode(PASSKEY_FILLER)
+        return np.tile(unit, min_tokens // len(unit) + 1)
+    if corpus is None:
+        raise ValueError("task.filler='shakespeare' needs the corpus")
+    text = corpus.split(split)
+    return text if encode is byte_encode else encode(bytes(text))
+
+
+def passkey(rng: np.random.Generator, length: int, *, split: str = "train", depth: float | None = None,
+            filler: str = "repeat", corpus: data.Corpus | None = None, stream: np.ndarray | None = None,
+            encode: Callable = byte_encode) -> Example:
+    """A passkey prompt of exactly `length` tokens with the needle at `depth` ∈ [0, 1] of the filler (random
+    if None). The filler is cut from `stream` (default `filler_stream(filler, corpus=corpus, split=split)`):
+    from its start for `repeat`, at a random offset for `shakespeare`. `encode` turns text into tokens
+    (bytes; a Hugging Face tokenizer's ids for `posenc.task_eval` on a checkpoint)."""
+    check_task("passkey", filler)
+    if depth is not None and not 0.0 <= depth <= 1.0:
+        raise ValueError(f"depth must be in [0, 1], got {depth!r}")
+    key = _draw(rng, split, lambda r: str(r.integers(10 ** (PASSKEY_DIGITS - 1), 10 ** PASSKEY_DIGITS)).encode())
+    needle = encode(PASSKEY_NEEDLE.format(key=key.decode()))
+    question, answer = encode(PASSKEY_QUESTION), encode(PASSKEY_ANSWER.format(key=key.decode()))
+    n = length - len(needle) - len(question) - len(answer)
+    if n < 0:
+        raise ValueError(f"passkey needs length >= {length - n} tokens, got {length}")
+    if stream is None:
+        stream = filler_stream(filler, corpus=corpus, split=split, min_tokens=n)
+    if len(stream) < n:
+        raise ValueError(f"the passkey filler stream has {len(stream)} tokens, fewer than the {n} a prompt of "
+                         f"{length} needs")
+    start = int(rng.integers(0, len(stream) - n + 1)) if filler == "shakespeare" else 0
+    text = stream[start:start + n].astype(np.int32)
+    d = rng.uniform() if depth is None else depth
+    cut = int(round(d * n))
+    return _example([(text[:cut], False), (needle, False), (text[cut:], False), (question, False), (answer, True)],
+                    length, key)
+
+
+def recall(rng: np.random.Generator, length: int, *, split: str = "train") -> Example:
+    """MQAR within `length` tokens: n pairs and m = max(1, (n + m) // 4) queries, 6(n + m) + 1 ≤ length."""
+    if length < min_length("recall"):
+        raise ValueError(f"recall needs length >= {min_length('recall')} tokens, got {length}")
+    total = (length - 1) // RECALL_PAIR
+    m = max(1, total // 4)
+    n = total - m
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)
+    if n > len(letters) ** 2:
+        raise ValueError(f"recall at length {length} needs {n} distinct two-letter keys; at most {len(letters) ** 2}")
+
+    def make(r):
+        ids = r.choice(len(letters) ** 2, size=n, replace=False)
+        values = r.integers(0, 100, size=n)
+        return b"".join(bytes([letters[i // 26], letters[i % 26]]) + b"=%02d," % v for i, v in zip(ids, values))
+
+    key = _draw(rng, split, make)
+    pairs = [key[i:i + RECALL_PAIR] for i in range(0, len(key), RECALL_PAIR)]
+    queries = rng.choice(n, size=m, replace=False)
+    parts: list[tuple[bytes, bool]] = [(key + b";", False)]
+    for q in queries:
+        parts += [(pairs[q][:3], False), (pairs[q][3:5], True), (b",", False)]
+    return _example(parts, length, key)
+
+
+def copy(rng: np.random.Generator, length: int, *, split: str = "train", reverse: bool = False) -> Example:
+    """A string of (length − 1) // 2 printable characters, "|", and the string (reversed) as the answer."""
+    if length < min_length("copy"):
+        raise ValueError(f"copy needs length >= {min_length('copy')} tokens, got {length}")
+    n = (length - 1) // 2
+    key = _draw(rng, split, lambda r: bytes(COPY_ALPHABET[r.integers(0, len(COPY_ALPHABET), size=n)].astype(np.uint8)))
+    return _example([(key + b"|", False), (key[::-1] if reverse else key, True)], length, key)
+
+
+def make_example(task: str, rng: np.random.Generator, length: int, *, split: str = "train",
+                 depth: float | None = None, filler: str = "repeat", corpus: data.Corpus | None = None) -> Example:
+    """One example of `task` (see the module docstring) of `length` tokens."""
+    check_task(task, filler)
+    if depth is not None and task != "passkey":
+        raise ValueError(f"depth applies to the passkey task only, not {task!r}")
+    if task == "passkey":
+        return passkey(rng, length, split=split, depth=depth, filler=filler, corpus=corpus)
+    if task == "recall":
+        return recall(rng, length, split=split)
+    return copy(rng, length, split=split, reverse=task == "reverse")
+
+
+def random_positions(rng: np.random.Generator, length: int, max_position: int) -> np.ndarray:
+    """A sorted random subset of `length` distinct positions of [0, max_position) (Ruoss et al. 2023)."""
+    if length > max_position:
+        raise ValueError(f"positions.max_position={max_position} must be >= the sequence length {length}")
+    return np.sort(rng.choice(max_position, size=length, replace=False)).astype(np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """What a run trains on: `config.task` and `config.positions` (see configs/tasks.py)."""
+
+    name: str = "passkey"  # TASKS, or 'lm' for plain text windows
+    filler: str = "repeat"
+    min_len: int | None = None  # shortest training example; None: train_len for passkey, the task's minimum else
+    lm_ratio: float = 0.0  # fraction of a batch's rows that are LM text windows (every target counts)
+    randomize: bool = False
+    max_position: int | None = None
+
+    @classmethod
+    def from_config(cls, config) -> "TaskSpec | None":
+        """The run's task, or None for a plain LM run without randomized positions (configs/default.py)."""
+        task, pos = config.get("task"), config.get("positions")
+        if task is None and pos is None:
+            return None
+        spec = cls(name=task.name if task else "lm", filler=task.get("filler", "repeat") if task else "repeat",
+                   min_len=task.get("min_len") if task else None, lm_ratio=float(task.get("lm_ratio", 0.0)) if task else 0.0,
+                   randomize=bool(pos.randomize) if pos else False, max_position=pos.get("max_position") if pos else None)
+        spec.check(config.train_len, config.model.posenc)
+        return spec
+
+    def check(self, train_len: int, posenc: str) -> None:
+        """Raises a ValueError naming the field for values this run cannot use."""
+        from posenc.encodings import get_encoding  # noqa: PLC0415
+
+        if self.name != "lm":
+            if self.name not in TASKS:
+                raise ValueError(f"task.name must be one of {('lm',) + TASKS}, got {self.name!r}")
+            check_task(self.name, self.filler)
+            lo = min_length(self.name) - 1  # input tokens
+            if self.min_len is not None and not lo <= self.min_len <= train_len:
+                raise ValueError(f"task.min_len must be in [{lo}, train_len={train_len}] for task {self.name!r}, "
+                                 f"got {self.min_len!r}")
+            if train_len < lo:
+                raise ValueError(f"train_len={train_len} is shorter than task {self.name!r}'s shortest example ({lo})")
+        if not 0.0 <= self.lm_ratio <= 1.0:
+            raise ValueError(f"task.lm_ratio must be in [0, 1], got {self.lm_ratio!r}")
+        if self.randomize:
+            kind = get_encoding(posenc).position_kind
+            if kind in ("none", "contextual"):
+                raise ValueError(f"positions.randomize needs an encoding that takes positions; posenc={posenc!r} "
+                                 f"({kind}) does not")
+            if not isinstance(self.max_position, int) or self.max_position < train_len:
+                raise ValueError(f"positions.max_position must be an integer >= train_len={train_len} with "
+                                 f"positions.randomize, got {self.max_position!r}")
+
+    def shortest(self, train_len: int) -> int:
+        """The shortest training example (input tokens): `min_len`, else train_len for passkey and the task's
+        minimum for the others."""
+        if self.min_len is not None:
+            return self.min_len
+        return train_len if self.name in ("passkey", "lm") else min_length(self.name) - 1
+
+
+def batch(spec: TaskSpec, corpus: data.Corpus, rng: np.random.Generator, *, batch_size: int, length: int,
+          split: str = "train") -> dict[str, np.ndarray]:
+    """`inputs`, `targets`, `weights` `[B, length]` (weight 1 on answer targets and on every target of an LM
+    row) and, with randomized positions, `positions` `[B, length]`, drawn from `rng`. Task examples have
+    between `spec.shortest(length)` and `length` input tokens (padded to `length`)."""
+    lo = spec.shortest(length)
+    x = np.zeros((batch_size, length), np.int32)
+    y = np.zeros((batch_size, length), np.int32)
+    w = np.zeros((batch_size, length), np.float32)
+    text = corpus.split(split)
+    for b in range(batch_size):
+        if spec.name == "lm" or (spec.lm_ratio and rng.uniform() < spec.lm_ratio):
+            start = int(rng.integers(0, len(text) - length))
+            window = text[start:start + length + 1].astype(np.int32)
+            x[b], y[b], w[b] = window[:-1], window[1:], 1.0
+            continue
+        n = int(rng.integers(lo, length + 1))
+        ex = make_example(spec.name, rng, n + 1, split=split, filler=spec.filler, corpus=corpus)
+        x[b, :n], y[b, :n], w[b, :n] = ex.tokens[:-1], ex.tokens[1:], ex.answer[1:]
+    out = {"inputs": x, "targets": y, "weights": w}
+    if spec.randomize:
+        out["positions"] = np.stack([random_positions(rng, length, spec.max_position) for _ in range(batch_size)])
+    return out
+
+
+def train_batch(spec: TaskSpec, corpus: data.Corpus, *, seed: int, step: int, batch_size: int,
+                length: int) -> dict[str, np.ndarray]:
+    """The training batch of `step`: a pure function of (seed, step), so a resumed run sees the same data."""
+    return batch(spec, corpus, np.random.default_rng([seed, step, 1]), batch_size=batch_size, length=length)
+
+
+def validation_batch(spec: TaskSpec, corpus: data.Corpus, *, seed: int, batch_size: int,
+                     length: int) -> dict[str, np.ndarray]:
+    """Fixed validation examples (keys and filler of the validation split) at `length`, task rows only."""
+    return batch(dataclasses.replace(spec, lm_ratio=0.0), corpus, np.random.default_rng([seed, 3]),
+                 batch_size=batch_size, length=length, split="validation")
+
+
+def eval_examples(task: str, *, length: int, n: int, seed: int = 0, split: str = "test", depth: float | None = None,
+                  filler: str = "repeat", corpus: data.Corpus | None = None) -> list[Example]:
+    """`n` examples the model reads in `length` tokens (each has `length + 1`: the last is only a target, as
+    in an LM window), a pure function of (task, seed, length, depth, split)."""
+    salt = [int(round(depth * 10000)) if depth is not None else 10001, SPLITS.index(split)]
+    rng = np.random.default_rng([seed, length, *salt, 2])
+    return [make_example(task, rng, length + 1, split=split, depth=depth, filler=filler, corpus=corpus)
+            for _ in range(n)]

