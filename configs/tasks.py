@@ -48,6 +48,7 @@ def get_config(arg: str | None = None):
     config.task.filler = "repeat"  # passkey filler: repeat (the papers' sentence) | shakespeare (the corpus)
     config.task.min_len = config_dict.placeholder(int)  # shortest example (inputs); unset: train_len for passkey, else the task's minimum
     config.task.lm_ratio = 0.0  # fraction of each batch's rows that are LM text windows
+    config.task.prompt_weight = 0.0  # loss weight of the non-answer bytes of a task row (0: the answer only)
 
     config.positions = config_dict.ConfigDict()
     config.positions.randomize = "randomize" in variants  # sorted random subset of [0, max_position)

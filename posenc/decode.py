@@ -284,28 +284,35 @@ def device_memory_bytes() -> int:
 @functools.partial(jax.jit, static_argnames=("graphdef", "first", "cache_size", "rotate_at_use", "seq_len"))
 def _greedy(graphdef, params, tokens, answer, positions, schedule, n_hat, method=None, *, first, cache_size,
             rotate_at_use, seq_len):
+    """(greedy predictions, teacher-forced argmax, teacher-forced log-probabilities) of tokens first … T−1,
+    `[B, T − first]` each, from one prefill and two passes over the rest through copies of its cache."""
     model = nnx.merge(graphdef, params)
     b, t = tokens.shape
     cache = model.init_cache(b, cache_size, rotate_at_use)
     rope = lambda i: _rope(model.cfg, schedule, i, n_hat)  # noqa: E731
     logits, cache = model(tokens[:, :first], positions[:, :first], seq_len=seq_len, rope=rope(first - 1), cache=cache,
                           method=method)
-    head = jnp.argmax(logits[:, -1], axis=-1)
+    head = logits[:, -1]
 
-    def body(carry, p):
-        cache, prev = carry
-        token = jnp.where(answer[:, p], prev, tokens[:, p])  # an answer token is the model's own choice
-        pos = jax.lax.dynamic_slice_in_dim(positions, p, 1, axis=1)
-        step_logits, cache = model(token[:, None], pos, seq_len=seq_len, rope=rope(p), cache=cache, method=method)
-        nxt = jnp.argmax(step_logits[:, -1], axis=-1)
-        return (cache, nxt), nxt
+    def run(forced: bool):
+        def body(carry, p):
+            cache, prev = carry
+            token = tokens[:, p] if forced else jnp.where(answer[:, p], prev, tokens[:, p])
+            pos = jax.lax.dynamic_slice_in_dim(positions, p, 1, axis=1)
+            step_logits, cache = model(token[:, None], pos, seq_len=seq_len, rope=rope(p), cache=cache, method=method)
+            return (cache, jnp.argmax(step_logits[:, -1], axis=-1)), step_logits[:, -1]
 
-    _, rest = jax.lax.scan(body, (cache, head), jnp.arange(first, t - 1))
-    return jnp.concatenate([head[:, None], rest.T], axis=1)
+        _, rest = jax.lax.scan(body, (cache, jnp.argmax(head, axis=-1)), jnp.arange(first, t - 1))
+        return jnp.concatenate([head[:, None], rest.swapaxes(0, 1)], axis=1)  # [B, T − first, V]
+
+    greedy = jnp.argmax(run(False), axis=-1)
+    forced = run(True)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(forced, axis=-1), tokens[:, first:, None], axis=-1)[..., 0]
+    return greedy, jnp.argmax(forced, axis=-1), logp
 
 
 def greedy_answers(graphdef, params, tokens, answer, *, positions=None, scaling: RopeScaling | None = None,
-                   method: Method | None = None) -> np.ndarray:
+                   method: Method | None = None, teacher_forced: bool = False):
     """Greedy decoding of the answer tokens with the KV cache, the prompt tokens given.
 
     `tokens [B, T]` and the boolean `answer [B, T]` (no answer at index 0): the prompt up to the first answer
@@ -317,7 +324,9 @@ def greedy_answers(graphdef, params, tokens, answer, *, positions=None, scaling:
 
     Returns:
       `[B, T]`: the tokens with every answer position replaced by the greedy prediction (exact match of a row:
-      `(out == tokens)[answer]` all true).
+      `(out == tokens)[answer]` all true). With `teacher_forced`, also the teacher-forced view from the same
+      prefill: `(argmax [B, T], logprob [B, T])`, the argmax and the log-probability of each given token with
+      the given tokens fed (at answer positions; elsewhere the tokens and 0).
     """
     cfg = _cfg(graphdef, params)
     tokens = np.asarray(tokens, np.int32)
@@ -338,7 +347,15 @@ def greedy_answers(graphdef, params, tokens, answer, *, positions=None, scaling:
     cache_size = _cache_size(method, None, t)
     _check_request(cfg, first, seq_len, max(cache_size, seq_len), method)
     schedule = rope_schedule(cfg, scaling, t)
-    out = _greedy(graphdef, params, jnp.asarray(tokens), jnp.asarray(answer), jnp.asarray(positions), schedule,
-                  jnp.int32(scaling.unscaled_positions), args, first=first, cache_size=cache_size,
-                  rotate_at_use=_rotate_at_use(cfg, scaling, method), seq_len=seq_len)
-    return np.where(answer, np.concatenate([tokens[:, :first], np.asarray(out)], axis=1), tokens)
+    greedy, forced, logp = _greedy(graphdef, params, jnp.asarray(tokens), jnp.asarray(answer), jnp.asarray(positions),
+                                   schedule, jnp.int32(scaling.unscaled_positions), args, first=first,
+                                   cache_size=cache_size, rotate_at_use=_rotate_at_use(cfg, scaling, method),
+                                   seq_len=seq_len)
+
+    def full(x, fill):
+        return np.where(answer, np.concatenate([fill[:, :first], np.asarray(x)], axis=1), fill)
+
+    out = full(greedy, tokens)
+    if not teacher_forced:
+        return out
+    return out, full(forced, tokens), full(logp, np.zeros(tokens.shape))

@@ -6,9 +6,9 @@ Each cell (run, scaling, training-free method, length L, depth) scores `n` test 
   * `accuracy` — exact match of greedy decoding with the KV cache (`posenc.decode.greedy_answers`): every
     answer token is the model's argmax, fed back as generation would, and the row's count `correct` of `n`
     carries a Wilson 95% interval (`ci_low`, `ci_high`);
-  * `tf_accuracy` — the same exact match from one teacher-forced parallel forward pass (the argmax at every
-    answer position). The two agree whenever the first wrong token decides; they can differ under a scaling
-    whose frequencies depend on the prefix length (decoding uses each prefix's, the forward pass L's);
+  * `tf_accuracy` — the same exact match with the true answer tokens fed (teacher forcing, from the same
+    prefill): equal to `accuracy` by construction up to float ties (greedy reproduces an all-correct argmax
+    chain, and stops being right at the first wrong token either way), a check of the decoding;
   * `answer_logprob` — the teacher-forced log-probability of the whole answer (nats, mean over examples).
 
 Scalings and methods are those of `posenc.evaluate` (the same names, L0 and defaults per run and length);
@@ -28,14 +28,11 @@ import math
 import pathlib
 from typing import Any, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 from tqdm.auto import tqdm
 
 from posenc import data, decode, tasks
-from posenc.evaluate import (Evaluator, Run, _rope_args, applies, hf_run, load_run, method_applies, parse_methods,
+from posenc.evaluate import (Evaluator, Run, applies, hf_run, load_run, method_applies, parse_methods,
                              prepare_out_dir, scaling_for)
 from posenc.training_free import Method
 
@@ -89,22 +86,6 @@ class TaskRun:
                    randomize, int(pos.max_position) if randomize else None, encode)
 
 
-def _tf_fn(graphdef, cfg):
-    """Jitted teacher-forced (answer log-probability, exact match) per row."""
-
-    def fn(params, x, y, w, positions, inv, af, n_hat, lo, method):
-        rope = (inv, af, n_hat, lo) if cfg.encoding.takes_rope_scaling else None
-        model = nnx.merge(graphdef, params)
-        logits = model(x, rope=rope, method=method) if positions is None else model(
-            x, positions, seq_len=cfg.max_len, rope=rope, method=method)
-        logp = jax.nn.log_softmax(logits, axis=-1)
-        tok = jnp.take_along_axis(logp, y[..., None], axis=-1)[..., 0]
-        right = (jnp.argmax(logits, -1) == y) | (w == 0)
-        return jnp.sum(tok * w, axis=-1), right.all(-1)
-
-    return jax.jit(fn)
-
-
 class TaskEvaluator:
     """Scores cells of one run; one compiled forward per length (scalings and methods traced)."""
 
@@ -113,7 +94,6 @@ class TaskEvaluator:
         self.ev = Evaluator(trun.run, attn_chunk=attn_chunk, tokens_per_batch=tokens_per_batch)
         self.tokens_per_batch = tokens_per_batch
         self.seed = seed
-        self._fns: dict[int, Any] = {}
         self._streams: dict[int, np.ndarray] = {}
         self._corpus = None
 
@@ -160,21 +140,15 @@ class TaskEvaluator:
             positions = np.stack([tasks.random_positions(rng, length + 1, self.trun.max_position) for _ in exs])
         batch = max(1, self.tokens_per_batch // (length + 1))
         greedy, tf_right, logprob = [], [], []
-        if length not in self._fns:
-            self._fns[length] = _tf_fn(self._graphdef(length), self._cfg(length))
-        fn = self._fns[length]
-        inv, af, n_hat, lo = _rope_args(run.cfg, sc, length)
-        args = None if plain else resolved.args(run.cfg.encoding)
         for i in range(0, n, batch):
             tk, an = tokens[i:i + batch], answer[i:i + batch]
             pos = None if positions is None else positions[i:i + batch]
-            out = decode.greedy_answers(self._graphdef(length), run.params, tk, an, positions=pos, scaling=sc,
-                                        method=None if plain else resolved)
+            out, forced, logp = decode.greedy_answers(self._graphdef(length), run.params, tk, an, positions=pos,
+                                                      scaling=sc, method=None if plain else resolved,
+                                                      teacher_forced=True)
             greedy.append(((out == tk) | ~an).all(axis=1))
-            lp, right = fn(run.params, tk[:, :-1], tk[:, 1:], an[:, 1:].astype(np.float32),
-                           None if pos is None else pos[:, :-1], inv, af, n_hat, lo, args)
-            logprob.append(np.asarray(lp, np.float64))
-            tf_right.append(np.asarray(right))
+            tf_right.append(((forced == tk) | ~an).all(axis=1))
+            logprob.append(logp.sum(axis=1))
         greedy, tf_right, logprob = np.concatenate(greedy), np.concatenate(tf_right), np.concatenate(logprob)
         if not np.isfinite(logprob).all():
             raise FloatingPointError(f"run {run.name!r} gives non-finite answer log-probabilities at length {length} "

@@ -220,6 +220,7 @@ class TaskSpec:
     filler: str = "repeat"
     min_len: int | None = None  # shortest training example; None: train_len for passkey, the task's minimum else
     lm_ratio: float = 0.0  # fraction of a batch's rows that are LM text windows (every target counts)
+    prompt_weight: float = 0.0  # loss weight of a task row's non-answer targets (0: only the answer counts)
     randomize: bool = False
     max_position: int | None = None
 
@@ -231,6 +232,7 @@ class TaskSpec:
             return None
         spec = cls(name=task.name if task else "lm", filler=task.get("filler", "repeat") if task else "repeat",
                    min_len=task.get("min_len") if task else None, lm_ratio=float(task.get("lm_ratio", 0.0)) if task else 0.0,
+                   prompt_weight=float(task.get("prompt_weight", 0.0)) if task else 0.0,
                    randomize=bool(pos.randomize) if pos else False, max_position=pos.get("max_position") if pos else None)
         spec.check(config.train_len, config.model.posenc)
         return spec
@@ -249,6 +251,8 @@ class TaskSpec:
                                  f"got {self.min_len!r}")
             if train_len < lo:
                 raise ValueError(f"train_len={train_len} is shorter than task {self.name!r}'s shortest example ({lo})")
+        if not 0.0 <= self.prompt_weight <= 1.0:
+            raise ValueError(f"task.prompt_weight must be in [0, 1], got {self.prompt_weight!r}")
         if not 0.0 <= self.lm_ratio <= 1.0:
             raise ValueError(f"task.lm_ratio must be in [0, 1], got {self.lm_ratio!r}")
         if self.randomize:
@@ -286,7 +290,8 @@ def batch(spec: TaskSpec, corpus: data.Corpus, rng: np.random.Generator, *, batc
             continue
         n = int(rng.integers(lo, length + 1))
         ex = make_example(spec.name, rng, n + 1, split=split, filler=spec.filler, corpus=corpus)
-        x[b, :n], y[b, :n], w[b, :n] = ex.tokens[:-1], ex.tokens[1:], ex.answer[1:]
+        x[b, :n], y[b, :n] = ex.tokens[:-1], ex.tokens[1:]
+        w[b, :n] = np.where(ex.answer[1:], 1.0, np.where(ex.tokens[1:] == PAD, 0.0, spec.prompt_weight))
     out = {"inputs": x, "targets": y, "weights": w}
     if spec.randomize:
         out["positions"] = np.stack([random_positions(rng, length, spec.max_position) for _ in range(batch_size)])
@@ -302,7 +307,7 @@ def train_batch(spec: TaskSpec, corpus: data.Corpus, *, seed: int, step: int, ba
 def validation_batch(spec: TaskSpec, corpus: data.Corpus, *, seed: int, batch_size: int,
                      length: int) -> dict[str, np.ndarray]:
     """Fixed validation examples (keys and filler of the validation split) at `length`, task rows only."""
-    return batch(dataclasses.replace(spec, lm_ratio=0.0), corpus, np.random.default_rng([seed, 3]),
+    return batch(dataclasses.replace(spec, lm_ratio=0.0, prompt_weight=0.0), corpus, np.random.default_rng([seed, 3]),
                  batch_size=batch_size, length=length, split="validation")
 
 

@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -107,6 +108,21 @@ def test_loss_counts_only_answer_tokens(corpus):
     np.testing.assert_allclose(float(train.cross_entropy(graphdef, params, x, other, wj)[0]), float(total), rtol=1e-6)
 
 
+def test_prompt_weight_weighs_the_prompt_and_validation_stays_answer_only(corpus):
+    spec = tasks.TaskSpec(name="copy", prompt_weight=0.25)
+    a = tasks.train_batch(spec, corpus, seed=0, step=0, batch_size=4, length=40)
+    b = tasks.train_batch(tasks.TaskSpec(name="copy"), corpus, seed=0, step=0, batch_size=4, length=40)
+    np.testing.assert_array_equal(a["targets"], b["targets"])
+    real = a["targets"] != tasks.PAD
+    assert set(np.unique(a["weights"][real & (b["weights"] == 0)])) == {0.25}
+    assert (a["weights"][~real] == 0).all()  # padding never counts
+    np.testing.assert_array_equal(a["weights"][b["weights"] == 1], 1.0)
+    val = tasks.validation_batch(spec, corpus, seed=0, batch_size=4, length=40)
+    assert set(np.unique(val["weights"])) <= {0.0, 1.0}
+    with pytest.raises(ValueError, match="task.prompt_weight must be in"):
+        tasks.TaskSpec(name="copy", prompt_weight=2.0).check(40, "rope")
+
+
 def test_lm_ratio_mixes_full_rows(corpus):
     spec = tasks.TaskSpec(name="copy", lm_ratio=0.5)
     batch = tasks.train_batch(spec, corpus, seed=1, step=0, batch_size=32, length=48)
@@ -191,6 +207,12 @@ def test_greedy_decoding_equals_teacher_forced_argmax(posenc, scaling, method, r
                                               method=None if method is None else method.resolve(16, t))
         pred = np.asarray(jnp.argmax(logits, -1))
     np.testing.assert_array_equal(pred[:, :-1][answer[:, 1:]], out[answer])
+    # the teacher-forced view from the same prefill: the forward pass's argmax and log-probabilities
+    _, forced, logp = decode.greedy_answers(graphdef, params, out, answer, positions=positions, scaling=scaling,
+                                            method=method, teacher_forced=True)
+    np.testing.assert_array_equal(forced[answer], out[answer])
+    want = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits, -1))[:, :-1], out[:, 1:, None], -1)[..., 0]
+    np.testing.assert_allclose(logp[answer], want[answer[:, 1:]], rtol=1e-4, atol=1e-5)
     # and exact match against the true tokens is the same number both ways
     truth = toks.copy()
     truth[answer] = out[answer]
