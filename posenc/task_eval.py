@@ -285,14 +285,69 @@ def markdown_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
-    """results.json, results.csv, results.md, accuracy_vs_length.png and heatmap_<run>_<scaling>[_<method>].png
-    (depth × length, passkey) in `out`."""
+def _pyplot():
     import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
+    return plt
+
+
+def plot_accuracy(series: dict[str, list[tuple[int, tuple[int, int] | None]]], train_lens, path, *,
+                  unit: str = "tokens") -> None:
+    """Accuracy against length with Wilson 95% bands: {label: [(length, (correct, n) or None), ...]}."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, pts in series.items():
+        pts = [(n, c) for n, c in pts if c is not None]
+        if not pts:
+            continue
+        ci = np.array([wilson_interval(*c) for _, c in pts])
+        xs = [n for n, _ in pts]
+        ax.plot(xs, [c[0] / c[1] for _, c in pts], marker="o", label=label)
+        ax.fill_between(xs, ci[:, 0], ci[:, 1], alpha=0.15)
+    for t in sorted(set(train_lens)):
+        ax.axvline(t, color="gray", linestyle="--", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel(f"length ({unit})")
+    ax.set_ylabel("exact-match accuracy (Wilson 95%)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_heatmap(rows: list[dict[str, Any]], title: str, path, *, unit: str = "tokens") -> None:
+    """Accuracy (%) over needle depth × length from one series' rows (undefined cells say so)."""
+    plt = _pyplot()
+    depths = sorted({r["depth"] for r in rows})
+    lengths = sorted({r["length"] for r in rows})
+    grid = np.full((len(depths), len(lengths)), np.nan)
+    for r in rows:
+        if r["status"] == "ok":
+            grid[depths.index(r["depth"]), lengths.index(r["length"])] = r["accuracy"]
+    fig, ax = plt.subplots(figsize=(1.4 + 0.9 * len(lengths), 1.3 + 0.5 * len(depths)))
+    im = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+    for i in range(len(depths)):
+        for j in range(len(lengths)):
+            ax.text(j, i, "undef." if np.isnan(grid[i, j]) else f"{100 * grid[i, j]:.0f}", ha="center",
+                    va="center", fontsize=7)
+    ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
+    ax.set_yticks(range(len(depths)), [f"{100 * d:.0f}%" for d in depths])
+    ax.set_xlabel(f"length ({unit})")
+    ax.set_ylabel("needle depth")
+    ax.set_title(title, fontsize=8)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
+    """results.json, results.csv, results.md, accuracy_vs_length.png and heatmap_<run>__<scaling>[__<method>].png
+    (depth × length, passkey) in `out`."""
     out_dir = prepare_out_dir(out)
     paths = {name: out_dir / name for name in ("results.json", "results.csv", "results.md", "accuracy_vs_length.png")}
     paths["results.json"].write_text(json.dumps(result, indent=1))
@@ -301,55 +356,15 @@ def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
         writer.writeheader()
         writer.writerows(result["rows"])
     paths["results.md"].write_text(markdown_table(result) + "\n")
-
     cells = mean_over_depths(result["rows"])
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for s in dict.fromkeys(k[0] for k in cells):
-        pts = [(n, cells[(s, n)]) for n in result["lengths"] if cells.get((s, n)) is not None]
-        if not pts:
-            continue
-        acc = np.array([c[0] / c[1] for _, c in pts])
-        ci = np.array([wilson_interval(*c) for _, c in pts])
-        xs = [n for n, _ in pts]
-        ax.plot(xs, acc, marker="o", label=s)
-        ax.fill_between(xs, ci[:, 0], ci[:, 1], alpha=0.15)
-    for t in sorted({r["train_len"] for r in result["rows"]}):
-        ax.axvline(t, color="gray", linestyle="--", linewidth=1)
-    ax.set_xscale("log", base=2)
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("length (tokens)")
-    ax.set_ylabel("exact-match accuracy (Wilson 95%)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(paths["accuracy_vs_length.png"], dpi=110)
-    plt.close(fig)
-
+    series = {s: [(n, cells.get((s, n))) for n in result["lengths"]] for s in dict.fromkeys(k[0] for k in cells)}
+    plot_accuracy(series, [r["train_len"] for r in result["rows"]], paths["accuracy_vs_length.png"])
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in result["rows"]:
         if r["depth"] is not None:
             groups.setdefault(_series(r), []).append(r)
     for s, rows in groups.items():
-        depths = sorted({r["depth"] for r in rows})
-        lengths = sorted({r["length"] for r in rows})
-        grid = np.full((len(depths), len(lengths)), np.nan)
-        for r in rows:
-            if r["status"] == "ok":
-                grid[depths.index(r["depth"]), lengths.index(r["length"])] = r["accuracy"]
-        fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(lengths), 1.2 + 0.5 * len(depths)))
-        im = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
-        for i in range(len(depths)):
-            for j in range(len(lengths)):
-                ax.text(j, i, "undef." if np.isnan(grid[i, j]) else f"{100 * grid[i, j]:.0f}", ha="center",
-                        va="center", fontsize=7)
-        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
-        ax.set_yticks(range(len(depths)), [f"{100 * d:.0f}%" for d in depths])
-        ax.set_xlabel("length (tokens)")
-        ax.set_ylabel("needle depth")
-        ax.set_title(s, fontsize=8)
-        fig.colorbar(im, ax=ax, fraction=0.046)
-        fig.tight_layout()
         name = "heatmap_" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in s.replace(" · ", "__")) + ".png"
         paths[name] = out_dir / name
-        fig.savefig(paths[name], dpi=110)
-        plt.close(fig)
+        plot_heatmap(rows, s, paths[name])
     return paths

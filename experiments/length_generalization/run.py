@@ -1,0 +1,160 @@
+r"""The length-generalization experiment, end to end and resumable. From the repository root:
+
+    python experiments/length_generalization/run.py [--runs=runs/lengthgen] [--budget_minutes=170]
+
+Jobs run in priority order (`plan()`), each a training (experiments/length_generalization/config.py) then
+its evaluation (posenc/task_eval.py) into results/<name>.json:
+
+  1. passkey at train_len 256, the core encodings, seed 0; evaluated at 256 … 4096 (1× … 16×) × depths 0 …
+     100%, RoPE also with PI / NTK / YaRN / dynamic NTK and the training-free methods;
+  2. copy, reverse and recall on lengths ≤ 64, tested to 256 (4×), the core encodings with and without
+     randomized positions, seed 0;
+  3. the RoPE passkey run fine-tuned at 4× (1024) with PI, with YaRN, and without scaling (the control);
+  4. seeds 1 and 2 of (1) and (2);
+  5. the other encodings of the registry, seed 0, then seeds 1 and 2.
+
+A job whose results exist is skipped; a training that was interrupted resumes. `--budget_minutes` stops
+starting new jobs once that much time has passed, so the command can be rerun to go on. The report
+(report.py) is written at the end from whatever results exist, and says which jobs are missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+
+from absl import app, flags, logging
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from posenc.encodings import POSENCS  # noqa: E402
+from posenc.task_eval import evaluate_tasks  # noqa: E402
+from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
+
+CORE = ("rope", "alibi", "none", "learned", "sinusoidal")
+OTHERS = tuple(p for p in POSENCS if p not in CORE)
+ALGORITHMIC = ("copy", "reverse", "recall")
+PASSKEY_LENGTHS = (256, 512, 1024, 2048, 4096)
+DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+ALGO_LENGTHS = (32, 64, 128, 192, 256)
+ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn")
+ROPE_METHODS = ("self_extend", "rerope", "lm_infinite", "sinks")
+NO_RANDOMIZE = ("none", "cope")  # encodings that take no positions
+
+_RUNS = flags.DEFINE_string("runs", "runs/lengthgen", "Where the runs (checkpoints) go.")
+_BUDGET = flags.DEFINE_float("budget_minutes", 170.0, "Start no new job after this many minutes.")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds.")
+_PASSKEY_EXAMPLES = flags.DEFINE_integer("passkey_examples", 20, "Test examples per passkey cell (length, depth).")
+_ALGO_EXAMPLES = flags.DEFINE_integer("algo_examples", 100, "Test examples per algorithmic cell (length).")
+_FT_STEPS = flags.DEFINE_integer("finetune_steps", 200, "Fine-tuning steps at 4x the passkey length.")
+_ONLY = flags.DEFINE_string("only", None, "Run only the jobs whose name starts with this.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    name: str
+    arg: str  # config.py's arg
+    overrides: tuple = ()  # (field, value) pairs
+    init_from: str | None = None
+    scalings: tuple = ("none",)
+    methods: tuple = ("none",)
+
+    @property
+    def task(self) -> str:
+        return self.arg.split("task=")[1].split(",")[0]
+
+
+def plan(seeds: list[int]) -> list[Job]:
+    def passkey(posenc, seed):
+        rope = posenc == "rope"
+        return Job(f"passkey-{posenc}-s{seed}", f"task=passkey,posenc={posenc},seed={seed}",
+                   scalings=ROPE_SCALINGS if rope else ("none",), methods=("none",) + (ROPE_METHODS if rope else ()))
+
+    def algo(task, posenc, seed, randomize):
+        return Job(f"{task}-{posenc}{'-rp' if randomize else ''}-s{seed}",
+                   f"task={task},posenc={posenc},seed={seed}" + (",randomize" if randomize else ""))
+
+    def algos(encodings, seed):
+        return [algo(t, p, seed, r) for t in ALGORITHMIC for p in encodings
+                for r in (False, True) if not (r and p in NO_RANDOMIZE)]
+
+    first, rest = seeds[:1], seeds[1:]
+    jobs = []
+    for s in first:  # a first picture: RoPE retrieval, then copying with and without randomized positions
+        jobs.append(passkey("rope", s))
+        jobs += [algo("copy", p, s, r) for p in CORE for r in (False, True) if not (r and p in NO_RANDOMIZE)]
+        jobs += [passkey(p, s) for p in CORE if p != "rope"]
+        jobs += [j for j in algos(CORE, s) if j not in jobs]
+    for kind, label in (("none", "noscale"), ("linear", "pi"), ("yarn", "yarn")):
+        over = (("train_len", 1024), ("batch_size", 4), ("train_steps", _FT_STEPS.value), ("warmup_steps", 20),
+                ("eval_windows", 16))
+        if kind != "none":
+            over += (("model.rope.scaling.factor", 4.0), ("model.rope.scaling.original_max_len", 256))
+        posenc = "rope" if kind == "none" else kind
+        jobs.append(Job(f"passkey-rope-s0-ft{label}4x", f"task=passkey,posenc={posenc},seed=0", over,
+                        init_from="passkey-rope-s0", scalings=("run", "none") if kind != "none" else ("none",)))
+    jobs += [passkey(p, s) for s in rest for p in CORE]
+    jobs += [j for s in rest for j in algos(CORE, s)]
+    for s in seeds:
+        jobs += [passkey(p, s) for p in OTHERS]
+        jobs += algos(OTHERS, s)
+    return jobs
+
+
+def _config(job: Job, runs: pathlib.Path):
+    config = load_config_file(str(HERE / "config.py"), job.arg)
+    for field, value in job.overrides:
+        node = config
+        *parents, leaf = field.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    if job.init_from:
+        config.init_from = str(runs / job.init_from)
+    return config
+
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.ERROR)
+    t0 = time.time()
+    runs = pathlib.Path(_RUNS.value)
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+    timing_path = results / "timing.json"
+    timing = json.loads(timing_path.read_text()) if timing_path.exists() else {}
+    jobs = [j for j in plan([int(s) for s in _SEEDS.value]) if not _ONLY.value or j.name.startswith(_ONLY.value)]
+    for job in jobs:
+        out = results / f"{job.name}.json"
+        if out.exists():
+            continue
+        if (time.time() - t0) / 60 > _BUDGET.value:
+            print(f"budget of {_BUDGET.value} minutes spent: stopping before {job.name} (rerun to go on)")
+            break
+        if job.init_from and not (results / f"{job.init_from}.json").exists():
+            continue  # its base run comes first in the plan; without it there is nothing to fine-tune
+        config = _config(job, runs)
+        start = time.time()
+        final = train_and_evaluate(config, str(runs / job.name))
+        trained = time.time() - start
+        passkey = job.task == "passkey"
+        start = time.time()
+        result = evaluate_tasks([str(runs / job.name)], PASSKEY_LENGTHS if passkey else ALGO_LENGTHS,
+                                depths=DEPTHS if passkey else None, scalings=job.scalings, methods=job.methods,
+                                examples=_PASSKEY_EXAMPLES.value if passkey else _ALGO_EXAMPLES.value)
+        result["job"] = dataclasses.asdict(job)
+        result["final_metrics"] = final
+        out.write_text(json.dumps(result))
+        timing[job.name] = {"train_s": round(trained, 1), "eval_s": round(time.time() - start, 1)}
+        timing_path.write_text(json.dumps(timing, indent=1))
+    from report import write_report  # noqa: PLC0415  (experiments/length_generalization/report.py)
+
+    print(write_report(HERE, plan([int(s) for s in _SEEDS.value])))
+
+
+if __name__ == "__main__":
+    app.run(main)
