@@ -276,3 +276,21 @@ def test_task_config_errors_name_the_field(cache_dir, tmp_path):
     config.task.min_len = 1
     with pytest.raises(ValueError, match=r"task.min_len must be in \[2, train_len=32\]"):
         train.train_and_evaluate(config, str(tmp_path / "y"))
+
+
+def test_a_hugging_face_checkpoint_is_tested_on_passkey_in_its_own_tokens():
+    from posenc.task_eval import TaskEvaluator, TaskRun, evaluate_tasks  # noqa: PLC0415
+    from posenc.evaluate import hf_run  # noqa: PLC0415
+
+    path = ROOT / "tests" / "data" / "hf_models" / "llama"
+    result = evaluate_tasks([], [64], depths=[0.5], scalings=["run", "none"], examples=2, hf_models=[str(path)],
+                            progress=False)
+    rows = result["rows"]
+    assert {r["scaling"] for r in rows} == {"run", "none"} and all(r["status"] == "ok" and r["n"] == 2 for r in rows)
+    assert all(r["unit"] == "token" for r in rows)
+    trun = TaskRun.of(hf_run(str(path)))
+    ex = TaskEvaluator(trun).examples(64, 1, 0.5)[0]
+    assert len(ex.tokens) == 65  # 64 input tokens + the last target, in the checkpoint's tokens
+    np.testing.assert_array_equal(ex.tokens[ex.answer], trun.encode(" " + ex.key.decode()))
+    with pytest.raises(ValueError, match="passkey only"):
+        TaskRun.of(hf_run(str(path)), task="copy")

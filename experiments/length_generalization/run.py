@@ -68,7 +68,7 @@ class Job:
         return self.arg.split("task=")[1].split(",")[0]
 
 
-def plan(seeds: list[int]) -> list[Job]:
+def plan(seeds: list[int], finetune_steps: int = 200) -> list[Job]:
     def passkey(posenc, seed):
         rope = posenc == "rope"
         return Job(f"passkey-{posenc}-s{seed}", f"task=passkey,posenc={posenc},seed={seed}",
@@ -90,7 +90,7 @@ def plan(seeds: list[int]) -> list[Job]:
         jobs += [passkey(p, s) for p in CORE if p != "rope"]
         jobs += [j for j in algos(CORE, s) if j not in jobs]
     for kind, label in (("none", "noscale"), ("linear", "pi"), ("yarn", "yarn")):
-        over = (("train_len", 1024), ("batch_size", 4), ("train_steps", _FT_STEPS.value), ("warmup_steps", 20),
+        over = (("train_len", 1024), ("batch_size", 4), ("train_steps", finetune_steps), ("warmup_steps", 20),
                 ("eval_windows", 16))
         if kind != "none":
             over += (("model.rope.scaling.factor", 4.0), ("model.rope.scaling.original_max_len", 256))
@@ -127,7 +127,7 @@ def main(argv):
     results.mkdir(exist_ok=True)
     timing_path = results / "timing.json"
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else {}
-    jobs = [j for j in plan([int(s) for s in _SEEDS.value]) if not _ONLY.value or j.name.startswith(_ONLY.value)]
+    jobs = [j for j in plan([int(s) for s in _SEEDS.value], _FT_STEPS.value) if not _ONLY.value or j.name.startswith(_ONLY.value)]
     for job in jobs:
         out = results / f"{job.name}.json"
         if out.exists():
@@ -153,7 +153,7 @@ def main(argv):
         timing_path.write_text(json.dumps(timing, indent=1))
     from report import write_report  # noqa: PLC0415  (experiments/length_generalization/report.py)
 
-    print(write_report(HERE, plan([int(s) for s in _SEEDS.value])))
+    print(write_report(HERE, plan([int(s) for s in _SEEDS.value], _FT_STEPS.value)))
 
 
 if __name__ == "__main__":
