@@ -5,8 +5,9 @@ r"""The length-generalization experiment, end to end and resumable. From the rep
 Jobs run in priority order (`plan()`), each a training (experiments/length_generalization/config.py) then
 its evaluation (posenc/task_eval.py) into results/<name>.json:
 
-  1. passkey at train_len 256, the core encodings, seed 0; evaluated at 256 … 4096 (1× … 16×) × depths 0 …
-     100%, RoPE also with PI / NTK / YaRN / dynamic NTK and the training-free methods;
+  1. passkey at train_len 256, the core encodings, seed 0; evaluated at 256 … 4096 (1× … 16×) × depths 0,
+     25, …, 100% (20 examples a cell), RoPE also with PI / NTK / dynamic NTK / YaRN and each training-free
+     method (depths 0, 50, 100%, 10 examples a cell: the evaluation at 4096 is what costs);
   2. copy, reverse and recall on lengths ≤ 64, tested to 256 (4×), the core encodings with and without
      randomized positions, seed 0;
   3. the RoPE passkey run fine-tuned at 4× (1024) with PI, with YaRN, and without scaling (the control);
@@ -33,6 +34,7 @@ sys.path.insert(0, str(HERE))
 
 from posenc.encodings import POSENCS  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
+from posenc.timing import cpu_model  # noqa: E402
 from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
 
 CORE = ("rope", "alibi", "none", "learned", "sinusoidal")
@@ -40,6 +42,7 @@ OTHERS = tuple(p for p in POSENCS if p not in CORE)
 ALGORITHMIC = ("copy", "reverse", "recall")
 PASSKEY_LENGTHS = (256, 512, 1024, 2048, 4096)
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+COARSE_DEPTHS = (0.0, 0.5, 1.0)  # for the scalings and methods beyond a run's own
 ALGO_LENGTHS = (32, 64, 128, 192, 256)
 ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn")
 ROPE_METHODS = ("self_extend", "rerope", "lm_infinite", "sinks")
@@ -49,6 +52,8 @@ _RUNS = flags.DEFINE_string("runs", "runs/lengthgen", "Where the runs (checkpoin
 _BUDGET = flags.DEFINE_float("budget_minutes", 170.0, "Start no new job after this many minutes.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds.")
 _PASSKEY_EXAMPLES = flags.DEFINE_integer("passkey_examples", 20, "Test examples per passkey cell (length, depth).")
+_COARSE_EXAMPLES = flags.DEFINE_integer("coarse_examples", 10, "Test examples per passkey cell of the other "
+                                       "scalings and methods (depths 0, 50, 100%).")
 _ALGO_EXAMPLES = flags.DEFINE_integer("algo_examples", 100, "Test examples per algorithmic cell (length).")
 _FT_STEPS = flags.DEFINE_integer("finetune_steps", 200, "Fine-tuning steps at 4x the passkey length.")
 _ONLY = flags.DEFINE_string("only", None, "Run only the jobs whose name starts with this.")
@@ -118,6 +123,15 @@ def _config(job: Job, runs: pathlib.Path):
     return config
 
 
+def attach_curve(result: dict, workdir: pathlib.Path) -> dict:
+    """The run's training curve (metrics.jsonl) and tokens per step, kept with its results (the report's
+    time-to-accuracy is computed from them)."""
+    config = json.loads((workdir / "config.json").read_text())
+    result["curve"] = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines() if line]
+    result["tokens_per_step"] = config["batch_size"] * config["train_len"]
+    return result
+
+
 def main(argv):
     del argv
     logging.set_verbosity(logging.ERROR)
@@ -127,6 +141,12 @@ def main(argv):
     results.mkdir(exist_ok=True)
     timing_path = results / "timing.json"
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else {}
+    for path in results.glob("*.json"):  # results written before curves were kept
+        if path.stem != "timing" and (runs / path.stem).exists():
+            result = json.loads(path.read_text())
+            if "curve" not in result:
+                result["cpu"] = cpu_model()  # the same session's machine
+                path.write_text(json.dumps(attach_curve(result, runs / path.stem)))
     jobs = [j for j in plan([int(s) for s in _SEEDS.value], _FT_STEPS.value) if not _ONLY.value or j.name.startswith(_ONLY.value)]
     for job in jobs:
         out = results / f"{job.name}.json"
@@ -143,11 +163,25 @@ def main(argv):
         trained = time.time() - start
         passkey = job.task == "passkey"
         start = time.time()
-        result = evaluate_tasks([str(runs / job.name)], PASSKEY_LENGTHS if passkey else ALGO_LENGTHS,
-                                depths=DEPTHS if passkey else None, scalings=job.scalings, methods=job.methods,
-                                examples=_PASSKEY_EXAMPLES.value if passkey else _ALGO_EXAMPLES.value)
+        workdir = [str(runs / job.name)]
+        if passkey:  # the full depth grid for the plain model and the run's own scaling; a coarser one for the rest
+            own = tuple(s for s in job.scalings if s in ("none", "run"))
+            result = evaluate_tasks(workdir, PASSKEY_LENGTHS, depths=DEPTHS, scalings=own,
+                                    examples=_PASSKEY_EXAMPLES.value)
+            others = [s for s in job.scalings if s not in own]
+            methods = [m for m in job.methods if m != "none"]
+            for scalings, meths in ((others, ["none"]), (["none"], methods)):
+                if scalings and meths:
+                    extra = evaluate_tasks(workdir, PASSKEY_LENGTHS, depths=COARSE_DEPTHS, scalings=scalings,
+                                           methods=meths, examples=_COARSE_EXAMPLES.value)
+                    result["rows"] += extra["rows"]
+        else:
+            result = evaluate_tasks(workdir, ALGO_LENGTHS, scalings=job.scalings, methods=job.methods,
+                                    examples=_ALGO_EXAMPLES.value)
         result["job"] = dataclasses.asdict(job)
         result["final_metrics"] = final
+        attach_curve(result, runs / job.name)
+        result["cpu"] = cpu_model()
         out.write_text(json.dumps(result))
         timing[job.name] = {"train_s": round(trained, 1), "eval_s": round(time.time() - start, 1)}
         timing_path.write_text(json.dumps(timing, indent=1))
