@@ -66,7 +66,7 @@ class TaskRun:
         cfg_task = run.config.get("task")
         pos = run.config.get("positions")
         own = cfg_task.name if cfg_task is not None else None
-        name = task or own
+        name = task or own or ("passkey" if run.tokenizer is not None else None)
         if name is None or name == "lm":
             raise ValueError(f"run {run.name!r} was not trained on a task (config.task); pass --task=passkey to "
                              "test it on one")

@@ -28,7 +28,7 @@ def test_benchmark_decode_prints_speedup():
     assert [r["context"] for r in rows] == [32, 64] and all(r["speedup"] > 0 for r in rows)
 
 
-@pytest.mark.parametrize("without", ["", "dense_vjp,attention_vjp"])
+@pytest.mark.parametrize("without", ["attention_vjp"])  # one ablation beside the default dense backward (suite time)
 def test_benchmark_train_prints_mfu(without):
     out = run("scripts/benchmark_train.py", "--steps=1", "--rounds=2", "--train_len=32", "--batch_size=2", "--profile",
               f"--without={without}")

@@ -99,13 +99,14 @@ def test_loss_counts_only_answer_tokens(corpus):
     cfg = ModelConfig(d_model=32, num_layers=1, num_heads=2, mlp_dim=64, max_len=64)
     graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
     x, y, wj = (jnp.asarray(batch[k]) for k in ("inputs", "targets", "weights"))
-    total, count = train.cross_entropy(graphdef, params, x, y, wj)
-    logits = nnx.merge(graphdef, params)(x)
+    ce = jax.jit(train.cross_entropy, static_argnums=0)
+    total, count = ce(graphdef, params, x, y, wj)
+    logits = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))(params, x)
     oracle = optax.softmax_cross_entropy_with_integer_labels(logits, y)
     np.testing.assert_allclose(float(total), float((oracle * wj).sum()), rtol=1e-6)
     assert float(count) == w.sum()
     other = jnp.where(wj > 0, y, (y + 1) % 256)  # change every non-answer target: the loss stays
-    np.testing.assert_allclose(float(train.cross_entropy(graphdef, params, x, other, wj)[0]), float(total), rtol=1e-6)
+    np.testing.assert_allclose(float(ce(graphdef, params, x, other, wj)[0]), float(total), rtol=1e-6)
 
 
 def test_prompt_weight_weighs_the_prompt_and_validation_stays_answer_only(corpus):
@@ -283,14 +284,14 @@ def test_a_hugging_face_checkpoint_is_tested_on_passkey_in_its_own_tokens():
     from posenc.evaluate import hf_run  # noqa: PLC0415
 
     path = ROOT / "tests" / "data" / "hf_models" / "llama"
-    result = evaluate_tasks([], [64], depths=[0.5], scalings=["run", "none"], examples=2, hf_models=[str(path)],
+    result = evaluate_tasks([], [160], depths=[0.5], scalings=["run", "none"], examples=2, hf_models=[str(path)],
                             progress=False)
     rows = result["rows"]
     assert {r["scaling"] for r in rows} == {"run", "none"} and all(r["status"] == "ok" and r["n"] == 2 for r in rows)
     assert all(r["unit"] == "token" for r in rows)
     trun = TaskRun.of(hf_run(str(path)))
-    ex = TaskEvaluator(trun).examples(64, 1, 0.5)[0]
-    assert len(ex.tokens) == 65  # 64 input tokens + the last target, in the checkpoint's tokens
+    ex = TaskEvaluator(trun).examples(160, 1, 0.5)[0]
+    assert len(ex.tokens) == 161  # 160 input tokens + the last target, in the checkpoint's tokens
     np.testing.assert_array_equal(ex.tokens[ex.answer], trun.encode(" " + ex.key.decode()))
     with pytest.raises(ValueError, match="passkey only"):
         TaskRun.of(hf_run(str(path)), task="copy")

@@ -32,7 +32,7 @@ from absl import app, flags, logging
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from posenc.encodings import POSENCS  # noqa: E402
+from posenc.encodings import POSENCS, get_encoding  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
 from posenc.timing import cpu_model  # noqa: E402
 from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
@@ -75,7 +75,7 @@ class Job:
 
 def plan(seeds: list[int], finetune_steps: int = 200) -> list[Job]:
     def passkey(posenc, seed):
-        rope = posenc == "rope"
+        rope = get_encoding(posenc).takes_rope_scaling and posenc in CORE  # the core RoPE run gets every scaling
         return Job(f"passkey-{posenc}-s{seed}", f"task=passkey,posenc={posenc},seed={seed}",
                    scalings=ROPE_SCALINGS if rope else ("none",), methods=("none",) + (ROPE_METHODS if rope else ()))
 
