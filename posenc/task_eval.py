@@ -123,7 +123,7 @@ class TaskEvaluator:
                         f"length {length} has no positions to draw")
             if scaling != "none" or (method is not None and method != Method()):
                 return "randomized-position runs are tested without scalings and training-free methods"
-        return self.ev.undefined_reason(length, method)
+        return self.ev.undefined_reason(length, self.ev.resolve(method, length))
 
     def score(self, length: int, n: int, depth: float | None, scaling: str, method: Method | None) -> dict[str, Any]:
         """One cell's numbers (see the module docstring)."""

@@ -239,11 +239,14 @@ def test_task_training_resumes_and_eval_tasks_writes_outputs(cache_dir, tmp_path
     assert again == {} and len(rows) == len((workdir / "metrics.jsonl").read_text().splitlines())
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "eval_tasks.py"), f"--workdir={workdir}",
-                           "--lengths=128,256", "--depths=0,1", "--examples=3", f"--out={out}"],
+                           "--lengths=128,256", "--depths=0,1", "--examples=3", f"--out={out}", "--method=none",
+                           "--method=sinks,num_sinks=2"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
-    by_len = {r["length"]: r for r in result["rows"] if r["depth"] == 0}
+    sinks = [r for r in result["rows"] if r["method"].startswith("sinks") and r["length"] == 128]
+    assert sinks and all(r["status"] == "ok" for r in sinks)  # its window resolved per length
+    by_len = {r["length"]: r for r in result["rows"] if r["depth"] == 0 and r["method"] == "none"}
     assert by_len[128]["status"] == "ok" and by_len[128]["n"] == 3
     assert by_len[128]["ci_low"] <= by_len[128]["accuracy"] <= by_len[128]["ci_high"]
     assert by_len[256]["status"] == "undefined" and "learned" in by_len[256]["reason"]

@@ -142,7 +142,7 @@ def main(argv):
     timing_path = results / "timing.json"
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else {}
     for path in results.glob("*.json"):  # results written before curves were kept
-        if path.stem != "timing" and (runs / path.stem).exists():
+        if path.stem != "timing" and path.suffix == ".json" and (runs / path.stem).exists():
             result = json.loads(path.read_text())
             if "curve" not in result:
                 result["cpu"] = cpu_model()  # the same session's machine
@@ -164,25 +164,36 @@ def main(argv):
         passkey = job.task == "passkey"
         start = time.time()
         workdir = [str(runs / job.name)]
+        partial_path = results / f"{job.name}.partial"  # parts evaluated so far (an interrupted job keeps them)
+        parts = json.loads(partial_path.read_text()) if partial_path.exists() else {}
+
+        def part(key, **kw):
+            if key not in parts:
+                parts[key] = evaluate_tasks(workdir, **kw)
+                partial_path.write_text(json.dumps(parts))
+            return parts[key]
+
         if passkey:  # the full depth grid for the plain model and the run's own scaling; a coarser one for the rest
             own = tuple(s for s in job.scalings if s in ("none", "run"))
-            result = evaluate_tasks(workdir, PASSKEY_LENGTHS, depths=DEPTHS, scalings=own,
-                                    examples=_PASSKEY_EXAMPLES.value)
+            result = dict(part("own", lengths=PASSKEY_LENGTHS, depths=DEPTHS, scalings=own,
+                               examples=_PASSKEY_EXAMPLES.value))
+            result["rows"] = list(result["rows"])
             others = [s for s in job.scalings if s not in own]
-            methods = [m for m in job.methods if m != "none"]
-            for scalings, meths in ((others, ["none"]), (["none"], methods)):
-                if scalings and meths:
-                    extra = evaluate_tasks(workdir, PASSKEY_LENGTHS, depths=COARSE_DEPTHS, scalings=scalings,
-                                           methods=meths, examples=_COARSE_EXAMPLES.value)
-                    result["rows"] += extra["rows"]
+            for s in others:
+                result["rows"] += part(f"scaling:{s}", lengths=PASSKEY_LENGTHS, depths=COARSE_DEPTHS, scalings=[s],
+                                       examples=_COARSE_EXAMPLES.value)["rows"]
+            for m in (m for m in job.methods if m != "none"):
+                result["rows"] += part(f"method:{m}", lengths=PASSKEY_LENGTHS, depths=COARSE_DEPTHS, scalings=["none"],
+                                       methods=[m], examples=_COARSE_EXAMPLES.value)["rows"]
         else:
-            result = evaluate_tasks(workdir, ALGO_LENGTHS, scalings=job.scalings, methods=job.methods,
-                                    examples=_ALGO_EXAMPLES.value)
+            result = part("all", lengths=ALGO_LENGTHS, scalings=job.scalings, methods=job.methods,
+                          examples=_ALGO_EXAMPLES.value)
         result["job"] = dataclasses.asdict(job)
         result["final_metrics"] = final
         attach_curve(result, runs / job.name)
         result["cpu"] = cpu_model()
         out.write_text(json.dumps(result))
+        partial_path.unlink(missing_ok=True)
         timing[job.name] = {"train_s": round(trained, 1), "eval_s": round(time.time() - start, 1)}
         timing_path.write_text(json.dumps(timing, indent=1))
     from report import write_report  # noqa: PLC0415  (experiments/length_generalization/report.py)
