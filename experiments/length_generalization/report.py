@@ -71,6 +71,17 @@ def time_to_accuracy(result: dict, threshold: float = IN_RANGE) -> tuple[int, fl
     return None
 
 
+def curve_minutes(result: dict) -> float:
+    """Minutes of timed training steps in a result's curve (tokens / tokens_per_s per logged interval)."""
+    rows, tokens = result.get("curve") or [], result.get("tokens_per_step") or 0
+    seconds, last = 0.0, 0
+    for r in rows:
+        if r.get("tokens_per_s"):
+            seconds += (r["step"] - last) * tokens / r["tokens_per_s"]
+        last = r["step"]
+    return seconds / 60
+
+
 def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     results = load(here / "results")
     figures = here / "figures"
@@ -111,16 +122,19 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
                              f"({reached[1]:.1f} minutes of timed steps, {res.get('cpu', 'AMD EPYC')}).")
             elif res.get("curve"):
                 lines.append(f"- `{name}` never reached {100 * IN_RANGE:.0f}% validation exact match in training.")
-        lines += ["", "Summed over needle depths 0, 25, 50, 75, 100% (20 examples each). In range = 256.", "",
-                  "| run | scaling · method | " + " | ".join(f"{n} ({n // 256}×)" for n in lengths) + " |",
-                  "|---|---|" + "---|" * len(lengths)]
+        lines += ["", "Each cell sums its run's needle depths (`depths`; n = examples in the cell). In range = 256.", "",
+                  "| run | scaling · method | depths | n | " + " | ".join(f"{n} ({n // 256}×)" for n in lengths) + " |",
+                  "|---|---|---|---|" + "---|" * len(lengths)]
         failed = []
         for name, res in pk.items():
             rows = res["rows"]
             combos = list(dict.fromkeys((r["scaling"], r["method"]) for r in rows))
             for s, m in combos:
                 cells = [cell(rows, length=n, scaling=s, method=m) for n in lengths]
-                lines.append(f"| {name} | {s} · {m} | " + " | ".join(fmt(c) for c in cells) + " |")
+                sel = [r for r in rows if r["scaling"] == s and r["method"] == m and r["length"] == lengths[0]]
+                depths = ", ".join(f"{100 * d:.0f}" for d in sorted({r["depth"] for r in sel}))
+                lines.append(f"| {name} | {s} · {m} | {depths} | {sum(r['n'] for r in sel)} | "
+                             + " | ".join(fmt(c) for c in cells) + " |")
             base = cell(rows, length=256)
             if base is not None and pct(base) < IN_RANGE:
                 failed.append(f"`{name}` ({100 * pct(base):.0f}% at 256)")
@@ -161,10 +175,12 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
         lines += ["No algorithmic-task results yet.", ""]
 
     lines += ["## Verdicts", ""] + verdicts(results) + [""]
-    if timing:
-        total = sum(v["train_s"] + v["eval_s"] for v in timing.values() if isinstance(v, dict))
-        lines += [f"Compute so far: {total / 60:.0f} minutes of training and evaluation over {len(timing)} jobs "
-                  f"({timing.get('cpu', 'CPU model in results/timing.json')}).", ""]
+    if results:
+        train_min = sum(curve_minutes(r) for r in results.values())
+        eval_min = sum(v["eval_s"] for v in timing.values() if isinstance(v, dict)) / 60
+        cpus = sorted({r.get("cpu", "unrecorded") for r in results.values()})
+        lines += [f"Compute so far: {train_min:.0f} minutes of timed training steps and {eval_min:.0f} minutes of "
+                  f"evaluation over {len(results)} jobs ({', '.join(cpus)}, 2 cores).", ""]
     text = "\n".join(lines) + "\n"
     (here / "README.md").write_text(text)
     return text
