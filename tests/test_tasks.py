@@ -81,12 +81,10 @@ def test_recall_copy_reverse_answers_are_right():
 @pytest.mark.parametrize("task", tasks.TASKS)
 def test_test_keys_are_never_training_keys(task, corpus):
     test = {e.key for e in tasks.eval_examples(task, length=120, n=40, seed=0, corpus=corpus)}
-    spec = tasks.TaskSpec(name=task, min_len=120)
     rng = np.random.default_rng(0)
     train_keys = {tasks.make_example(task, rng, 121, split="train", corpus=corpus).key for _ in range(200)}
     assert {tasks.key_split(k) for k in test} == {"test"}
     assert {tasks.key_split(k) for k in train_keys} == {"train"} and not test & train_keys
-    del spec
 
 
 def test_loss_counts_only_answer_tokens(corpus):
