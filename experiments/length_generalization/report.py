@@ -168,9 +168,16 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     algo = {n: r for n, r in results.items() if n.split("-")[0] in ("copy", "reverse", "recall")}
     if algo:
         lines += ["| run | " + " | ".join(f"{n}" for n in algo_lengths) + " |", "|---|" + "---|" * len(algo_lengths)]
+        failed = []
         for name, res in algo.items():
             lines.append(f"| {name} | " + " | ".join(fmt(cell(res["rows"], length=n)) for n in algo_lengths) + " |")
+            base = cell(res["rows"], length=64)
+            if base is not None and pct(base) < IN_RANGE:
+                failed.append(f"`{name}` ({100 * pct(base):.0f}% at 64)")
         lines.append("")
+        if failed:
+            lines += [f"In-range accuracy (at the longest training length, 64) below {100 * IN_RANGE:.0f}%: extrapolation "
+                      "not interpreted for " + ", ".join(failed) + ".", ""]
     else:
         lines += ["No algorithmic-task results yet.", ""]
 
