@@ -202,7 +202,7 @@ def pilot_section(folder: pathlib.Path, pilot: dict) -> list[str]:
              "timed steps (tokens / tokens_per_s, excluding data generation and evaluation). Runs were stopped "
              "once their trend was clear.", "",
              "| run | task | overrides of configs/tasks.py | steps run | step time (min) | val answer loss (nats/token) "
-             "→ | val exact match by step |", "|---|---|---|---|---|---|---|"]
+             "→ | val exact match by step | test exact match by length |", "|---|---|---|---|---|---|---|---|"]
     for p in pilot["runs"]:
         rows = [json.loads(line) for line in (folder / f"{p['name']}.jsonl").read_text().splitlines() if line]
         config = load_config_file(str(HERE.parents[1] / "configs" / "tasks.py"), f"task={p['task']},posenc=rope")
@@ -215,7 +215,8 @@ def pilot_section(folder: pathlib.Path, pilot: dict) -> list[str]:
         over = ", ".join(f"{k}={v}" for k, v in p["overrides"].items())
         loss = " → ".join(f"{r['val_loss']:.2f}" for r in val[:: max(1, len(val) // 4)])
         acc = ", ".join(f"{r['step']}: {100 * r['val_accuracy']:.0f}%" for r in val[:: max(1, len(val) // 6)])
-        lines.append(f"| {p['name']} | {p['task']} | {over} | {steps} | {minutes:.1f} | {loss} | {acc} |")
+        test = ", ".join(f"{k}: {100 * v:.0f}%" for k, v in p.get("test_accuracy_by_length", {}).items()) or "—"
+        lines.append(f"| {p['name']} | {p['task']} | {over} | {steps} | {minutes:.1f} | {loss} | {acc} | {test} |")
     return lines + [""]
 
 
