@@ -200,8 +200,70 @@ def block_causal_attention(q, k, v, q_pos, k_pos, *, bias_fn=None, block: int = 
     return jnp.concatenate(outs, axis=2).swapaxes(1, 2)
 
 
+def _key_tiles(x, block: int, fill):
+    """`[B, N, Tk, …]` (or `[B|1, Tk]` positions, `fill` −1) → `[Tk / block, …]` tiles (padded with `fill`)."""
+    axis = 2 if x.ndim == 4 else 1
+    pad = -x.shape[axis] % block
+    if pad:
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (0, pad)
+        x = jnp.pad(x, widths, constant_values=fill)
+    shape = x.shape[:axis] + (x.shape[axis] // block, block) + x.shape[axis + 1:]
+    return jnp.moveaxis(x.reshape(shape), axis, 0)
+
+
+def _tiled_attend(q, q_pos, tiles, bias_fn, window=None, near_fn=None, far=None):
+    """Head-major attention of q `[B, N, Tq, H]` (scaled) at `q_pos` `[B|1, Tq]` over key tiles `(k, v, k_pos,
+    far k, far k_pos)` stacked on a leading axis (`_key_tiles`), with the online softmax of FlashAttention
+    (Dao et al. 2022, Alg. 1): per tile j, with S_j its scores (bias and mask added),
+
+        m ← max(m, rowmax S_j),   ℓ ← ℓ e^{m_old − m} + rowsum e^{S_j − m},   O ← O e^{m_old − m} + e^{S_j − m} V_j,
+
+    and the output O / ℓ. A tile none of whose keys any query may see (all in the future, before the window,
+    or empty cache slots at position −1) is skipped (`lax.cond`): the scores held at once are
+    `[B, N, Tq, block]`, and about half of the causal `[Tq, Tk]` is never computed. The bias must be a function
+    of each pair alone (not CoPE's, which sums gates over the keys between the two)."""
+    acc = _acc(q.dtype)
+    b, n, tq, h = q.shape
+    q_hi, q_lo = jnp.max(q_pos), jnp.min(q_pos)
+
+    def body(carry, tile):
+        kt, vt, kp, fkt, fkp = tile
+        live = (kp >= 0) & (kp <= q_hi)
+        whole = (kp >= 0) & (kp <= q_lo)  # seen by every query
+        if window is not None:
+            live &= q_lo - kp < window
+            whole &= q_hi - kp < window
+
+        def update(carry, masked=True):
+            m, l, o = carry
+            keep = None if near_fn is None else near_fn(q_pos, kp)
+            s = jnp.einsum("bnqh,bnkh->bnqk", q, kt, preferred_element_type=acc)
+            if masked:
+                s = s + _bias(q_pos, kp, bias_fn, q, kt, window, keep)
+            if far is not None:
+                far_keep = ~keep & far.visible(q_pos, kp)
+                s_far = jnp.einsum("bnqh,bnkh->bnqk", far.q, fkt, preferred_element_type=acc) + _bias(
+                    q_pos, kp, bias_fn, far.q, fkt, window, far_keep, bias_pos=(far.q_pos, fkp))
+                s = jnp.where(keep, s, s_far)
+            m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
+            p = jnp.exp(s - m_new)
+            scale = jnp.exp(m - m_new)
+            o = o * scale + jnp.einsum("bnqk,bnkh->bnqh", p.astype(vt.dtype), vt, preferred_element_type=acc)
+            return m_new, l * scale + jnp.sum(p, axis=-1, keepdims=True), o
+
+        if bias_fn is None and near_fn is None:  # a tile every query sees whole needs no mask
+            branch = jnp.where(jnp.all(whole), 2, jnp.where(jnp.any(live), 1, 0))
+            return jax.lax.switch(branch, (lambda c: c, update, lambda c: update(c, masked=False)), carry), None
+        return jax.lax.cond(jnp.any(live), update, lambda c: c, carry), None
+
+    init = (jnp.full((b, n, tq, 1), _MASKED, acc), jnp.zeros((b, n, tq, 1), acc), jnp.zeros((b, n, tq, h), acc))
+    (_, l, o), _ = jax.lax.scan(body, init, tiles)
+    return (o / l).astype(q.dtype)
+
+
 def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, window: int | None = None,
-              near_fn=None, far: Far | None = None):
+              near_fn=None, far: Far | None = None, key_block: int = 0):
     """softmax(q kᵀ / sqrt(H) + bias, masked causally by position) v.
 
     Args:
@@ -217,6 +279,10 @@ def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, windo
         mask), or with `far` the pairs scored as usual.
       far: a training-free method's far branch (`Far`): the other pairs are scored with `far.q`, `far.k` and
         the bias at the far positions, where `far.visible`; the two are merged before one softmax.
+      key_block: with chunks, if 0 < key_block < Tk, each chunk of queries goes over the keys in tiles of this
+        size with the online softmax (`_tiled_attend`), skipping the tiles no query of the chunk may see; so
+        at most `[B, N, chunk_size, key_block]` scores exist at once. Only for biases of each pair alone
+        (the model passes 0 for encodings whose bias needs every key, `Encoding.bias_needs_all_keys`).
 
     Returns:
       `[B, Tq, N, H]`.
@@ -244,9 +310,19 @@ def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, windo
     if far is not None:
         xs = xs + chunks(far.q, far.q_pos)
 
-    def one(c):
-        f = None if far is None else far._replace(q=c[2], q_pos=c[3])
-        return _attend(c[0], k, v, c[1], k_pos, bias_fn, window, near_fn, f)
+    if 0 < key_block < k.shape[2]:
+        k_pos = jnp.broadcast_to(k_pos, (b, k.shape[2]))
+        fk, fkp = (k, k_pos) if far is None else (far.k, jnp.broadcast_to(far.k_pos, (b, k.shape[2])))
+        tiles = (_key_tiles(k, key_block, 0), _key_tiles(v, key_block, 0), _key_tiles(k_pos, key_block, -1),
+                 _key_tiles(fk, key_block, 0), _key_tiles(fkp, key_block, 0))
+
+        def one(c):
+            f = None if far is None else far._replace(q=c[2], q_pos=c[3])
+            return _tiled_attend(c[0], c[1], tiles, bias_fn, window, near_fn, f)
+    else:
+        def one(c):
+            f = None if far is None else far._replace(q=c[2], q_pos=c[3])
+            return _attend(c[0], k, v, c[1], k_pos, bias_fn, window, near_fn, f)
 
     out = jax.lax.map(one, xs)
     return out.transpose(1, 0, 3, 2, 4).reshape(b, num_chunks * chunk_size, n, h)[:, :tq]

@@ -25,7 +25,8 @@ from posenc.tasks import TaskSpec
 
 # Fields a rerun may change: how often things happen and how the same math is laid out, not what it computes.
 RESUMABLE_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "data.cache_dir",
-                    "model.attn_chunk", "model.attn_block", "model.attn_impl", "mesh.fsdp")
+                    "model.attn_chunk", "model.attn_block", "model.attn_key_block", "model.attn_impl",
+                    "mesh.fsdp")
 RESUMABLE_PREFIXES = ("eval.",)  # the defaults of the evaluation after training
 # Fields a rerun may change after the run diverged, to recover from its last good checkpoint.
 RECOVERY_FIELDS = ("learning_rate", "warmup_steps", "min_lr_ratio", "grad_clip")
@@ -137,7 +138,8 @@ def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
         max_len=max_len(config), learned_beyond=m.learned_beyond, sinusoidal_base=float(m.sinusoidal_base),
         rope_base=float(m.rope.base), rope_layout=m.rope.layout, rope_fraction=float(m.rope.fraction),
         rope_scaling=rope_scaling_from_config(m.rope.scaling) if encoding.takes_rope_scaling else RopeScaling(),
-        attn_chunk=m.attn_chunk, attn_block=m.get("attn_block", 0), attn_impl=m.get("attn_impl", "auto"), dtype=m.dtype,
+        attn_chunk=m.attn_chunk, attn_block=m.get("attn_block", 0), attn_key_block=m.get("attn_key_block", 512),
+        attn_impl=m.get("attn_impl", "auto"), dtype=m.dtype,
         encoding_options=tuple(sorted(m[m.posenc].to_dict().items())) if encoding.options and m.posenc in m else (),
     )
 

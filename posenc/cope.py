@@ -49,6 +49,7 @@ class CoPE(Encoding):
     position_kind = "contextual"
     paper = "Golovneva et al. 2024, arXiv 2405.18719"
     has_bias = True
+    bias_needs_all_keys = True  # p_ij sums the gates over the keys j … i
     options = {"npos_max": (0, "contextual positions are clamped below this (0: the training length)")}
 
     def __init__(self, cfg, *, rngs: nnx.Rngs):

@@ -55,6 +55,9 @@ class Encoding(nnx.Module):
     # so that training-free methods may move both ends of a distance (`posenc.training_free`).
     translation_invariant: ClassVar[bool] = True
     has_bias: ClassVar[bool] = False
+    # Whether a pair's bias depends on other keys too (CoPE's gates sum over the keys between the two): then
+    # chunked attention takes each chunk's keys whole instead of in tiles (`posenc.attention`, `key_block`).
+    bias_needs_all_keys: ClassVar[bool] = False
     # The encoding's own config fields, `model.<name>.<option>`: {option: (default, comment)}.
     options: ClassVar[dict[str, tuple[Any, str]]] = {}
 

@@ -252,10 +252,16 @@ def _rope_args(cfg: ModelConfig, scaling: RopeScaling, length: int):
             jnp.asarray(lo, jnp.float32))
 
 
+# Query chunk of the evaluation's attention at long lengths: at most [B, N, ATTN_CHUNK, model.attn_key_block]
+# scores exist at once. 512 (with key tiles of 512) was the fastest of 128 … 1024 at 4096 on the 2-core machine
+# of experiments/benchmarks (scripts/benchmark_eval.py --attn_chunk).
+ATTN_CHUNK = 512
+
+
 class Evaluator:
     """Caches one compiled forward per (run, length) and scores windows under any scaling."""
 
-    def __init__(self, run: Run, attn_chunk: int = 1024, tokens_per_batch: int = 16384,
+    def __init__(self, run: Run, attn_chunk: int = ATTN_CHUNK, tokens_per_batch: int = 16384,
                  learned_beyond: str | None = None):
         self.run = run
         self.attn_chunk = attn_chunk
@@ -412,7 +418,7 @@ def _undefined(reason: str) -> dict[str, Any]:
 
 def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence[str] | None = None, *,
              num_bytes: int | None = None, factor: float | None = None, stride: int | None = None,
-             split: str = "test", learned_beyond: str | None = None, attn_chunk: int = 1024, progress: bool = True,
+             split: str = "test", learned_beyond: str | None = None, attn_chunk: int = ATTN_CHUNK, progress: bool = True,
              longrope_file: str | None = None, methods: Sequence[str | Method] | None = None,
              hf_models: Sequence[str] = (), text: str | None = None, hf_dtype: str | None = None) -> dict[str, Any]:
     """Evaluates runs at lengths under scalings; returns {'rows': [...], 'per_position': {...}, ...}.

@@ -55,6 +55,7 @@ class ModelConfig:
     rope_scaling: RopeScaling = RopeScaling()
     attn_chunk: int = 0  # query chunk size of attention; 0 = the whole sequence at once
     attn_block: int = 0  # block-causal attention block for default positions (skips future blocks); 0 = off
+    attn_key_block: int = 512  # with attn_chunk: keys in tiles of this size, online softmax, invisible tiles skipped; 0 = all at once
     attn_impl: str = "auto"  # posenc.attention.IMPLEMENTATIONS: auto = the fused cuDNN kernel on a GPU where it applies
     # Activations and matmuls; parameters are `param_dtype`. bfloat16 is mixed precision: products and
     # activations in bf16, scores' accumulation, softmax, norms, RoPE angles and the loss in float32.
@@ -106,6 +107,8 @@ class ModelConfig:
             raise ValueError(f"model.attn_chunk must be >= 0 (0 = no chunking), got {self.attn_chunk!r}")
         if self.attn_block < 0:
             raise ValueError(f"model.attn_block must be >= 0 (0 = off), got {self.attn_block!r}")
+        if self.attn_key_block < 0:
+            raise ValueError(f"model.attn_key_block must be >= 0 (0 = all keys at once), got {self.attn_key_block!r}")
         if self.attn_impl not in IMPLEMENTATIONS:
             raise ValueError(f"model.attn_impl must be one of {IMPLEMENTATIONS}, got {self.attn_impl!r}")
         enc = get_encoding(self.posenc)
@@ -238,6 +241,7 @@ class Attention(nnx.Module):
         near_fn = None if mode == "plain" else functools.partial(
             training_free.near if mode == "branches" else training_free.visible, method)
         rotate = functools.partial(enc.rotate, ctx=ctx, layer=layer)
+        key_block = 0 if enc.bias_needs_all_keys else cfg.attn_key_block
 
         def far_branch(keys, q_pos, k_pos):
             if mode != "branches":
@@ -258,7 +262,7 @@ class Attention(nnx.Module):
                                            block=cfg.attn_block, window=window)
             else:
                 y = attention(q_rot, k_rot, v, positions, positions, bias_fn=bias_fn, chunk_size=cfg.attn_chunk,
-                              window=window, near_fn=near_fn, far=far_branch(k, positions, positions))
+                              window=window, near_fn=near_fn, far=far_branch(k, positions, positions), key_block=key_block)
             return self.out(y.reshape(b, t, n * cfg.head_dim))
         k_cache, v_cache, pos_cache, rotate_at_use = cache
         if mode == "branches" and enc.position_kind == "rotary" and not rotate_at_use:
@@ -296,7 +300,7 @@ class Attention(nnx.Module):
             far = far_branch(keys, positions, k_pos)
             q_rot = rotate(q, positions, role="q")
         y = attention(q_rot, keys, values, q_pos, k_pos, bias_fn=bias_fn, chunk_size=cfg.attn_chunk, window=window,
-                      near_fn=near_fn, far=far)
+                      near_fn=near_fn, far=far, key_block=key_block)
         return self.out(y.reshape(b, t, n * cfg.head_dim)), (k_cache, v_cache, pos_cache)
 
 

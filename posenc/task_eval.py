@@ -32,7 +32,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posenc import data, decode, tasks
-from posenc.evaluate import (Evaluator, Run, applies, hf_run, load_run, method_applies, parse_methods,
+from posenc.evaluate import (ATTN_CHUNK, Evaluator, Run, applies, hf_run, load_run, method_applies, parse_methods,
                              prepare_out_dir, scaling_for)
 from posenc.training_free import Method
 
@@ -89,7 +89,7 @@ class TaskRun:
 class TaskEvaluator:
     """Scores cells of one run; one compiled forward per length (scalings and methods traced)."""
 
-    def __init__(self, trun: TaskRun, attn_chunk: int = 1024, tokens_per_batch: int = 16384, seed: int = 0):
+    def __init__(self, trun: TaskRun, attn_chunk: int = ATTN_CHUNK, tokens_per_batch: int = 16384, seed: int = 0):
         self.trun = trun
         self.ev = Evaluator(trun.run, attn_chunk=attn_chunk, tokens_per_batch=tokens_per_batch)
         self.tokens_per_batch = tokens_per_batch
@@ -172,7 +172,7 @@ class TaskEvaluator:
 def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: Sequence[float] | None = None,
                    scalings: Sequence[str] | None = None, methods: Sequence[str | Method] | None = None,
                    examples: int = 50, seed: int = 0, task: str | None = None, filler: str | None = None,
-                   hf_models: Sequence[str] = (), hf_dtype: str | None = None, attn_chunk: int = 1024,
+                   hf_models: Sequence[str] = (), hf_dtype: str | None = None, attn_chunk: int = ATTN_CHUNK,
                    progress: bool = True) -> dict[str, Any]:
     """Every (run, scaling, method, length, depth) cell; returns {'rows': [...], 'lengths', 'depths', ...}.
 

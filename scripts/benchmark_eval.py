@@ -4,7 +4,8 @@ r"""Evaluation throughput: forward tokens/s of the extrapolation evaluation agai
 
 The reference model (RoPE, d_model 256, 4 layers, 4 heads, MLP 1024, bytes; random weights), one window of
 L tokens: posenc's jitted per-position NLL exactly as `scripts/eval_extrapolation.py` runs it
-(`posenc.evaluate.Evaluator`, queries in chunks of `--attn_chunk`), against the same model in PyTorch
+(`posenc.evaluate.Evaluator`, queries in chunks of `--attn_chunk`, keys in tiles of `--attn_key_block` with the
+online softmax), against the same model in PyTorch
 (`torch.nn.functional.scaled_dot_product_attention(is_causal=True)`, which picks its own fused CPU kernel,
 under `torch.inference_mode`), with the same weights. Rounds alternate between the two; the ratio is the
 median of the per-round ratios (JAX tokens/s / PyTorch tokens/s). Needs `pip install torch==2.13.0`. The last
@@ -26,10 +27,13 @@ from posenc.config import parse_lengths
 from posenc.model import ModelConfig, Transformer
 from posenc.rope_scaling import RopeScaling
 from posenc.timing import cpu_model, emit
+from posenc.evaluate import ATTN_CHUNK
 
 _LENGTHS = flags.DEFINE_list("lengths", ["4096", "16384", "32768"], "Window lengths.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds (median of the ratios).")
-_CHUNK = flags.DEFINE_integer("attn_chunk", 1024, "posenc's attention query chunk (as in the evaluation).")
+_CHUNK = flags.DEFINE_integer("attn_chunk", ATTN_CHUNK, "posenc's attention query chunk (as in the evaluation).")
+_KEY_BLOCK = flags.DEFINE_integer("attn_key_block", ModelConfig.attn_key_block,
+                                  "posenc's key tile within a query chunk (model.attn_key_block; 0: all keys at once).")
 _D_MODEL = flags.DEFINE_integer("d_model", 256, "Model width (tests shrink it).")
 _OUT = flags.DEFINE_string("out", None, "Also write the JSON here.")
 
@@ -79,7 +83,8 @@ def main(argv):
     del argv
     import torch  # noqa: PLC0415
 
-    cfg = ModelConfig(posenc="rope", max_len=256, d_model=_D_MODEL.value, num_heads=4, mlp_dim=4 * _D_MODEL.value)
+    cfg = ModelConfig(posenc="rope", max_len=256, d_model=_D_MODEL.value, num_heads=4, mlp_dim=4 * _D_MODEL.value,
+                      attn_key_block=_KEY_BLOCK.value)
     model = Transformer(cfg, rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model)
     run = evaluate.Run("bench", "bench", ml_collections.ConfigDict({"train_len": 256}), cfg, graphdef, params, 0)
@@ -105,7 +110,7 @@ def main(argv):
                      "rounds_jax": jax_tps, "rounds_torch": torch_tps})
         print(f"L={length}: posenc {rows[-1]['jax_tokens_per_s']:.0f} tokens/s, PyTorch SDPA "
               f"{rows[-1]['torch_tokens_per_s']:.0f} tokens/s, ratio {ratio:.2f} (NLLs agree to {agree:.1e})")
-    result = {"rows": rows, "attn_chunk": _CHUNK.value, "d_model": _D_MODEL.value, "rounds": _ROUNDS.value,
+    result = {"rows": rows, "attn_chunk": _CHUNK.value, "attn_key_block": _KEY_BLOCK.value, "d_model": _D_MODEL.value, "rounds": _ROUNDS.value,
               "cpu": cpu_model(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
               "jax": jax.__version__}
     emit(result, _OUT.value)

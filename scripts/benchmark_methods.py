@@ -1,6 +1,6 @@
 r"""Evaluation speed of the training-free methods against plain attention, at one length.
 
-    python scripts/benchmark_methods.py [--length=4096] [--rounds=3] [--attn_chunk=1024] [--out=FILE.json]
+    python scripts/benchmark_methods.py [--length=4096] [--rounds=3] [--attn_chunk=512] [--out=FILE.json]
 
 The reference model (RoPE, d_model 256, 4 layers, trained length 256; random weights: speed does not
 depend on them), one batch of `length` tokens through the evaluation's jitted per-position NLL
@@ -24,10 +24,11 @@ from posenc import evaluate
 from posenc.model import ModelConfig, Transformer
 from posenc.timing import cpu_model, emit
 from posenc.training_free import Method
+from posenc.evaluate import ATTN_CHUNK
 
 _LENGTH = flags.DEFINE_integer("length", 4096, "Tokens per evaluation window.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds (median).")
-_CHUNK = flags.DEFINE_integer("attn_chunk", 1024, "Attention query chunk (as in the evaluation).")
+_CHUNK = flags.DEFINE_integer("attn_chunk", ATTN_CHUNK, "Attention query chunk (as in the evaluation).")
 _D_MODEL = flags.DEFINE_integer("d_model", 256, "Model width (tests shrink it).")
 _OUT = flags.DEFINE_string("out", None, "Also write the JSON here.")
 

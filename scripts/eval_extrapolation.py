@@ -32,6 +32,7 @@ from absl import app, flags, logging
 from posenc import checkpoint
 from posenc.config import parse_lengths
 from posenc.evaluate import evaluate, markdown_table, prepare_out_dir, write_outputs
+from posenc.evaluate import ATTN_CHUNK
 
 _WORKDIRS = flags.DEFINE_multi_string("workdir", [], "Run directories (repeat the flag).")
 _HF = flags.DEFINE_multi_string("hf_model", [], "Hugging Face checkpoint directories (config.json, safetensors, "
@@ -47,7 +48,7 @@ _STRIDE = flags.DEFINE_integer("stride", None, "Sliding-window stride (default t
 _SPLIT = flags.DEFINE_enum("split", "test", ["test", "validation"], "Which split to score.")
 _LEARNED = flags.DEFINE_enum("learned_beyond", None, ["error", "interpolate"],
                              "Learned tables past max_len: report undefined (error) or resample (interpolate).")
-_CHUNK = flags.DEFINE_integer("attn_chunk", 1024, "Attention query chunk at long lengths (bounds memory).")
+_CHUNK = flags.DEFINE_integer("attn_chunk", ATTN_CHUNK, "Attention query chunk at long lengths (bounds memory).")
 _METHODS = flags.DEFINE_multi_string(
     "method", None, "Training-free method spec, repeatable (default: the run's config.eval.methods, 'none'): "
     "self_extend,window=64,group=4 | rerope,window=64 | leaky_rerope,window=64,leak=4 | lm_infinite,n_global=10 | "

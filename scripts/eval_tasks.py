@@ -26,6 +26,7 @@ from posenc.config import parse_lengths
 from posenc.evaluate import prepare_out_dir
 from posenc.task_eval import evaluate_tasks, markdown_table, write_outputs
 from posenc.tasks import FILLERS, TASKS
+from posenc.evaluate import ATTN_CHUNK
 
 _WORKDIRS = flags.DEFINE_multi_string("workdir", [], "Run directories (repeat the flag).")
 _HF = flags.DEFINE_multi_string("hf_model", [], "Hugging Face checkpoint directories, tested on passkey in their "
@@ -40,7 +41,7 @@ _EXAMPLES = flags.DEFINE_integer("examples", None, "Test examples per cell (defa
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the test examples (the same for every run and scaling).")
 _TASK = flags.DEFINE_enum("task", None, list(TASKS), "Override the runs' task (needed for --hf_model: passkey).")
 _FILLER = flags.DEFINE_enum("filler", None, list(FILLERS), "Override the passkey filler.")
-_CHUNK = flags.DEFINE_integer("attn_chunk", 1024, "Attention query chunk at long lengths (bounds memory).")
+_CHUNK = flags.DEFINE_integer("attn_chunk", ATTN_CHUNK, "Attention query chunk at long lengths (bounds memory).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default <first workdir>/eval_tasks).")
 
 

@@ -1,6 +1,6 @@
 r"""Peak memory of evaluating the default model at long lengths, with and without query chunking.
 
-    python scripts/measure_eval_memory.py [--lengths=4096,16384,32768] [--attn_chunk=1024]
+    python scripts/measure_eval_memory.py [--lengths=4096,16384,32768] [--attn_chunk=512]
 
 Each measurement runs in a fresh subprocess (one forward pass of the default model on one window of
 random bytes at length L) and reports the process's peak resident memory (`ru_maxrss`), so the numbers
@@ -15,8 +15,10 @@ import sys
 
 from absl import app, flags
 
+from posenc.evaluate import ATTN_CHUNK  # the evaluation's query chunk (the child process measures)
+
 _LENGTHS = flags.DEFINE_list("lengths", ["4096", "16384", "32768"], "Lengths to measure.")
-_CHUNK = flags.DEFINE_integer("attn_chunk", 1024, "Query chunk used by the evaluation.")
+_CHUNK = flags.DEFINE_integer("attn_chunk", ATTN_CHUNK, "Query chunk used by the evaluation.")
 _UNCHUNKED = flags.DEFINE_list("unchunked_lengths", ["4096"], "Lengths also measured without chunking.")
 
 CHILD = r"""

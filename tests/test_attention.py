@@ -39,13 +39,34 @@ def reference(q, k, v, q_pos, k_pos, slopes=None):
 
 
 @pytest.mark.parametrize("alibi", [False, True])
-@pytest.mark.parametrize("chunk", [0, 1, 8, 16, 37, 64])
-def test_chunked_equals_full_and_reference(alibi, chunk):
+@pytest.mark.parametrize("chunk,key_block", [(0, 0), (1, 0), (8, 0), (16, 0), (37, 0), (64, 0), (8, 5), (16, 37),
+                                             (1, 4), (12, 8)])
+def test_chunked_equals_full_and_reference(alibi, chunk, key_block):
+    """Query chunks, and with `key_block` key tiles under the online softmax (37 keys: a padded last tile)."""
     q, k, v = qkv()
     pos = jnp.arange(37)[None]
     slopes = posenc.alibi_slopes(4) if alibi else None
-    out = attention(q, k, v, pos, pos, bias_fn=alibi_fn(slopes), chunk_size=chunk)
+    out = attention(q, k, v, pos, pos, bias_fn=alibi_fn(slopes), chunk_size=chunk, key_block=key_block)
     np.testing.assert_allclose(out, reference(q, k, v, pos, pos, slopes), atol=2e-5)
+
+
+@pytest.mark.parametrize("alibi", [False, True])
+def test_key_tiles_match_the_float64_oracle_with_a_cache_and_unsorted_positions(alibi):
+    """Key tiles against the float64 oracle where skipping could go wrong: a cache whose later slots are
+    empty (position −1, whole tiles of them skipped), queries at the end, and keys in no particular order (a
+    tile is skipped only when no query of the chunk may see any of its keys)."""
+    q, k, v = qkv(t=40)
+    k_pos = np.where(np.arange(40) < 29, np.arange(40), -1)[None]
+    shuffled = np.random.default_rng(1).permutation(29)
+    k_pos_shuffled = np.concatenate([shuffled, -np.ones(11, int)])[None]
+    slopes = posenc.alibi_slopes(4) if alibi else None
+    with jax.enable_x64(True):
+        q64, k64, v64 = (jnp.asarray(np.asarray(a), jnp.float64) for a in (q, k, v))
+        for kp in (k_pos, k_pos_shuffled):
+            q_pos = np.arange(17, 29)[None]
+            got = attention(q64[:, 17:29], k64, v64, q_pos, kp, bias_fn=alibi_fn(slopes), chunk_size=5, key_block=6)
+            want = reference(q64[:, 17:29], k64, v64, q_pos, kp, slopes)
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-10, atol=1e-12)
 
 
 def test_fewer_queries_than_keys_uses_positions_not_indices():
@@ -97,7 +118,7 @@ def _plain_attention_64(q, k, v, q_pos, k_pos, slopes=None):
 
 
 @pytest.mark.parametrize("alibi", [False, True])
-@pytest.mark.parametrize("mode", ["full", "chunked", "block", "cache"])
+@pytest.mark.parametrize("mode", ["full", "chunked", "block", "cache", "tiled", "tiled cache"])
 def test_gradients_equal_float64_autodiff(mode, alibi):
     """The hand-written backward (FlashAttention's dS = P ∘ (dP − rowsum(dO ∘ O))) equals autodiff of the
     textbook formula, in float64, for q, k and v, in every way the model calls attention."""
@@ -106,9 +127,10 @@ def test_gradients_equal_float64_autodiff(mode, alibi):
     t = 32
     q, k, v, g = (RNG.normal(size=(2, t, 4, 8)) for _ in range(4))
     pos = np.arange(t)[None]
-    k_pos = np.where(np.arange(t) < 20, np.arange(t), -1)[None] if mode == "cache" else pos
-    q_pos = pos[:, 12:20] if mode == "cache" else pos
-    if mode == "cache":
+    cache = mode.endswith("cache")
+    k_pos = np.where(np.arange(t) < 20, np.arange(t), -1)[None] if cache else pos
+    q_pos = pos[:, 12:20] if cache else pos
+    if cache:
         q, g = q[:, 12:20], g[:, 12:20]
     slopes = posenc.alibi_slopes(4) if alibi else None
     fn = {
@@ -116,6 +138,9 @@ def test_gradients_equal_float64_autodiff(mode, alibi):
         "chunked": lambda a, b, c: attention(a, b, c, q_pos, k_pos, bias_fn=alibi_fn(slopes), chunk_size=12),
         "block": lambda a, b, c: block_causal_attention(a, b, c, q_pos, k_pos, bias_fn=alibi_fn(slopes), block=8),
         "cache": lambda a, b, c: attention(a, b, c, q_pos, k_pos, bias_fn=alibi_fn(slopes)),
+        "tiled": lambda a, b, c: attention(a, b, c, q_pos, k_pos, bias_fn=alibi_fn(slopes), chunk_size=12, key_block=5),
+        "tiled cache": lambda a, b, c: attention(a, b, c, q_pos, k_pos, bias_fn=alibi_fn(slopes), chunk_size=3,
+                                                 key_block=7),
     }[mode]
     with jax.enable_x64(True):
         args = [jnp.asarray(a, jnp.float64) for a in (q, k, v)]
@@ -153,9 +178,10 @@ def test_learned_bias_gets_the_gradient_of_the_textbook_formula(mode):
     q, k, v, g = (RNG.normal(size=(2, t, 4, 8)) for _ in range(4))
     table = RNG.normal(size=(4, t, t))
     pos = np.arange(t)[None]
-    k_pos = np.where(np.arange(t) < 20, np.arange(t), -1)[None] if mode == "cache" else pos
-    q_pos = pos[:, 12:20] if mode == "cache" else pos
-    if mode == "cache":
+    cache = mode.endswith("cache")
+    k_pos = np.where(np.arange(t) < 20, np.arange(t), -1)[None] if cache else pos
+    q_pos = pos[:, 12:20] if cache else pos
+    if cache:
         q, g = q[:, 12:20], g[:, 12:20]
 
     def bias_fn(w):  # a function of positions, as an encoding's bias is

@@ -32,6 +32,7 @@ def test_sliding_window_attention_equals_oracle_whole_chunked_and_blocked(window
     with jax.enable_x64(True):
         args = [jnp.asarray(a) for a in (q, k, v)]
         for out in (attention(*args, pos, pos, window=window), attention(*args, pos, pos, window=window, chunk_size=7),
+                    attention(*args, pos, pos, window=window, chunk_size=7, key_block=3),
                     block_causal_attention(*args, pos, pos, window=window, block=8)):
             np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-10, atol=1e-12)
 

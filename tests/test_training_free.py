@@ -134,9 +134,9 @@ SPECS = [
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.label)
-@pytest.mark.parametrize("chunk", [0, 16])
-def test_rotary_methods_match_the_float64_oracle(spec, chunk):
-    model = _model(attn_chunk=chunk)
+@pytest.mark.parametrize("chunk,key_block", [(0, 0), (16, 0), (16, 8)])
+def test_rotary_methods_match_the_float64_oracle(spec, chunk, key_block):
+    model = _model(attn_chunk=chunk, attn_key_block=key_block)
     x = _tokens()
     got = model(x, method=spec.args(model.cfg.encoding))[0]
     want = oracle_logits(model, np.asarray(x[0]), spec)
@@ -149,7 +149,7 @@ def test_rotary_methods_match_the_float64_oracle(spec, chunk):
 @pytest.mark.parametrize("spec", [s for s in SPECS if s.method in ("none", "lm_infinite", "sinks")],
                          ids=lambda s: s.label)
 def test_bias_and_absolute_encodings_match_the_oracle(posenc, spec):
-    model = _model(posenc, attn_chunk=16)
+    model = _model(posenc, attn_chunk=16, attn_key_block=8)
     x = _tokens()
     got = model(x, method=spec.args(model.cfg.encoding))[0]
     np.testing.assert_allclose(np.asarray(got), oracle_logits(model, np.asarray(x[0]), spec), atol=2e-4, rtol=1e-4)
