@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -56,7 +57,7 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
-from posenc import checkpoint, data
+from posenc import checkpoint, data, ngram
 from posenc.encodings import get_encoding
 from posenc.model import ModelConfig
 from posenc.rope_scaling import RopeScaling, rope_inputs
@@ -416,11 +417,42 @@ def _undefined(reason: str) -> dict[str, Any]:
     return {"status": "undefined", "reason": reason, "nll": None, "bpb": None, "ppl": None, "factor": None}
 
 
+@functools.lru_cache(maxsize=4)
+def ngram_baseline(path: str, cache_dir: str | None = None) -> tuple[ngram.NGram, int, dict[int, float]]:
+    """The interpolated Witten–Bell byte n-gram (`posenc.ngram`) of the corpus at `path`: fit on its train
+    split, its context length (0 … 6 bytes) chosen on its validation split; (model, context, validation bits
+    per byte of every context)."""
+    corpus = data.load_corpus(path, cache_dir)
+    model = ngram.NGram.fit(corpus.train, ngram.MAX_CONTEXT)
+    # validation windows of 1024 bytes, or one window of the whole split where it is shorter (small corpora)
+    context, scores = ngram.select_context(model, corpus.validation, min(1024, len(corpus.validation) - 1))
+    return model, context, scores
+
+
+def ngram_rows(path: str, cache_dir: str | None, stream: np.ndarray, lengths: Sequence[int], num_bytes: int,
+               split: str, name: str = "n-gram") -> list[dict[str, Any]]:
+    """The n-gram floor on exactly the windows the runs score (`data.eval_windows` of `stream` at each length),
+    as result rows (run `name`, scaling naming the model and its context)."""
+    model, context, _ = ngram_baseline(path, cache_dir)
+    rows = []
+    for length in lengths:
+        x, y = data.eval_windows(stream, length=length, num_bytes=num_bytes)
+        bits = model.bits(x, y, context)
+        nll = float(bits.mean()) * LN2
+        rows.append({"run": name, "posenc": "n-gram", "train_len": None, "step": None, "unit": "byte",
+                     "scaling": f"witten-bell, {context} B context", "method": "none", "split": split,
+                     "corpus": path, "num_bytes": num_bytes, "protocol": "nonoverlap", "length": length,
+                     "status": "ok", "reason": "", "nll": nll, "bpb": float(bits.mean()), "ppl": math.exp(nll),
+                     "factor": 1.0, "ngram_context": context, "window_bpb": bits.mean(axis=1).tolist()})
+    return rows
+
+
 def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence[str] | None = None, *,
              num_bytes: int | None = None, factor: float | None = None, stride: int | None = None,
              split: str = "test", learned_beyond: str | None = None, attn_chunk: int = ATTN_CHUNK, progress: bool = True,
              longrope_file: str | None = None, methods: Sequence[str | Method] | None = None,
-             hf_models: Sequence[str] = (), text: str | None = None, hf_dtype: str | None = None) -> dict[str, Any]:
+             hf_models: Sequence[str] = (), text: str | None = None, hf_dtype: str | None = None,
+             ngram_floor: bool = True) -> dict[str, Any]:
     """Evaluates runs at lengths under scalings; returns {'rows': [...], 'per_position': {...}, ...}.
 
     Each run is scored on the `split` of its own corpus (`data.path`); rows and the table name it. A Hugging
@@ -446,6 +478,9 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
       methods: training-free methods (`Method`s or their specs, such as 'self_extend,window=64'), each
         evaluated with every scaling; the ones not defined for a run's encoding are skipped for that run (a
         ValueError if one applies to none of the runs). None: each run's `config.eval.methods` (`none`).
+      ngram_floor: also score each byte corpus's n-gram (`ngram_rows`: Witten–Bell, fit on its train split,
+        context chosen on validation) on the same windows — the floor the models must clear — as
+        `result['baselines']` (rows of the same schema, run `n-gram`; tables, CSV and plot include them).
 
     Raises:
       ValueError: a run without checkpoint, a length the split cannot supply, a scaling that applies to
@@ -567,9 +602,16 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                      "nll": mean, "bpb": per_byte, "ppl": math.exp(mean), "factor": 1.0})
         bar.update()
     bar.close()
+    baselines = []
+    if ngram_floor:
+        byte_corpora = {corpus_of[r.workdir]: r for r in runs if r.tokenizer is None}
+        for key, run in byte_corpora.items():
+            name = "n-gram" if len(byte_corpora) == 1 else f"n-gram {key}"
+            baselines += ngram_rows(key, run.config.data.cache_dir, streams[key][0], lengths,
+                                    corpora[key]["num_bytes"], split, name)
     sizes = {c["num_bytes"] for c in corpora.values()}
-    return {"rows": rows, "per_position": per_position, "lengths": lengths, "split": split, "corpora": corpora,
-            "num_bytes": sizes.pop() if len(sizes) == 1 else None}
+    return {"rows": rows, "baselines": baselines, "per_position": per_position, "lengths": lengths, "split": split,
+            "corpora": corpora, "num_bytes": sizes.pop() if len(sizes) == 1 else None}
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -595,7 +637,7 @@ def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
     lengths = result["lengths"]
     with_methods = any(r.get("method", "none") != "none" for r in result["rows"])
     table: dict[tuple[str, ...], dict[str, str]] = {}
-    for r in result["rows"]:
+    for r in result["rows"] + result.get("baselines", []):
         key = (r["run"], r["scaling"]) + ((r.get("method", "none"),) if with_methods else ())
         cell = "undefined" if r["status"] != "ok" else f"{r[metric]:.3f}"
         table.setdefault(key, {})[_column(r)] = cell
@@ -611,7 +653,7 @@ def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
         for key, cells in table.items():
             lines.append("| " + " | ".join(list(key) + [cells.get(c, "") for c in cols]) + " |")
         return "\n".join(lines)
-    corpus_of = {r["run"]: r["corpus"] for r in result["rows"]}
+    corpus_of = {r["run"]: r["corpus"] for r in result["rows"] + result.get("baselines", [])}
     head = ["run", "corpus", "bytes"] + head[1:]
     lines = [f"{metric} on the {result['split']} split of each run's own corpus: rows on different corpora are "
              "not comparable (lower is better)", "",
@@ -639,21 +681,24 @@ def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
     with open(paths["results.csv"], "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(result["rows"])
+        writer.writerows(result["rows"] + result.get("baselines", []))
     paths["results.json"].write_text(json.dumps(result, indent=1))
     paths["results.md"].write_text(markdown_table(result) + "\n\n" + markdown_table(result, "ppl") + "\n")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     train_lens = set()
     series: dict[str, list[tuple[int, float]]] = {}
-    for r in result["rows"]:
+    for r in result["rows"] + result.get("baselines", []):
         if r["protocol"] == "nonoverlap" and r["status"] == "ok":
             method = "" if r.get("method", "none") == "none" else f" · {r['method']}"
             series.setdefault(f"{r['run']} · {r['scaling']}{method}", []).append((r["length"], r["bpb"]))
-            train_lens.add(r["train_len"])
+            if r["train_len"] is not None:  # the n-gram floor has none
+                train_lens.add(r["train_len"])
     for label, pts in series.items():
         pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        floor = label.startswith("n-gram")
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="" if floor else "o", label=label,
+                linestyle=":" if floor else "-", color="black" if floor else None)
     for t in sorted(train_lens):
         ax.axvline(t, color="gray", linestyle="--", linewidth=1)
         ax.text(t, ax.get_ylim()[1], f" train_len {t}", va="top", fontsize=8, color="gray")

