@@ -111,9 +111,8 @@ class TaskEvaluator:
             corpus = self.corpus() if t.filler == "shakespeare" else None
             self._streams[length] = tasks.filler_stream(t.filler, corpus=corpus, split="test", min_tokens=length,
                                                          encode=t.encode)
-        rng = np.random.default_rng([self.seed, length, int(round(depth * 10000)), 2])
-        return [tasks.passkey(rng, length + 1, split="test", depth=depth, filler=t.filler, stream=self._streams[length],
-                              encode=t.encode) for _ in range(n)]
+        return tasks.eval_examples("passkey", length=length, n=n, seed=self.seed, depth=depth, filler=t.filler,
+                                   stream=self._streams[length], encode=t.encode)
 
     def undefined_reason(self, length: int, scaling: str, method: Method | None) -> str | None:
         t = self.trun

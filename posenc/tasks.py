@@ -193,13 +193,15 @@ def copy(rng: np.random.Generator, length: int, *, split: str = "train", reverse
 
 
 def make_example(task: str, rng: np.random.Generator, length: int, *, split: str = "train",
-                 depth: float | None = None, filler: str = "repeat", corpus: data.Corpus | None = None) -> Example:
-    """One example of `task` (see the module docstring) of `length` tokens."""
+                 depth: float | None = None, filler: str = "repeat", corpus: data.Corpus | None = None,
+                 stream: np.ndarray | None = None, encode: Callable = byte_encode) -> Example:
+    """One example of `task` (see the module docstring) of `length` tokens (`stream`, `encode`: passkey's)."""
     check_task(task, filler)
     if depth is not None and task != "passkey":
         raise ValueError(f"depth applies to the passkey task only, not {task!r}")
     if task == "passkey":
-        return passkey(rng, length, split=split, depth=depth, filler=filler, corpus=corpus)
+        return passkey(rng, length, split=split, depth=depth, filler=filler, corpus=corpus, stream=stream,
+                       encode=encode)
     if task == "recall":
         return recall(rng, length, split=split)
     return copy(rng, length, split=split, reverse=task == "reverse")
@@ -312,10 +314,12 @@ def validation_batch(spec: TaskSpec, corpus: data.Corpus, *, seed: int, batch_si
 
 
 def eval_examples(task: str, *, length: int, n: int, seed: int = 0, split: str = "test", depth: float | None = None,
-                  filler: str = "repeat", corpus: data.Corpus | None = None) -> list[Example]:
+                  filler: str = "repeat", corpus: data.Corpus | None = None, stream: np.ndarray | None = None,
+                  encode: Callable = byte_encode) -> list[Example]:
     """`n` examples the model reads in `length` tokens (each has `length + 1`: the last is only a target, as
-    in an LM window), a pure function of (task, seed, length, depth, split)."""
+    in an LM window), a pure function of (task, seed, length, depth, split) — and, for passkey, of the filler
+    `stream` and `encode` (a Hugging Face checkpoint's tokens: `posenc.task_eval`)."""
     salt = [int(round(depth * 10000)) if depth is not None else 10001, SPLITS.index(split)]
     rng = np.random.default_rng([seed, length, *salt, 2])
-    return [make_example(task, rng, length + 1, split=split, depth=depth, filler=filler, corpus=corpus)
-            for _ in range(n)]
+    return [make_example(task, rng, length + 1, split=split, depth=depth, filler=filler, corpus=corpus,
+                         stream=stream, encode=encode) for _ in range(n)]

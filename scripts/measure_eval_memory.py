@@ -45,12 +45,14 @@ def measure(length: int, chunk: int) -> float:
 
 def main(argv):
     del argv
-    rows = {"baseline_mib": measure(0, 0)}
+    from posenc.model import ModelConfig  # noqa: PLC0415
+
+    rows = {"attn_chunk": _CHUNK.value, "attn_key_block": ModelConfig.attn_key_block, "baseline_mib": measure(0, 0)}
     print(f"baseline (imports, no model): {rows['baseline_mib']:.0f} MiB")
     for length in map(int, _LENGTHS.value):
         mib = measure(length, _CHUNK.value)
-        rows[f"L{length}_chunk{_CHUNK.value}_mib"] = mib
-        print(f"L={length:6d} chunked ({_CHUNK.value}): peak {mib:7.0f} MiB")
+        rows[f"L{length}_chunked_mib"] = mib
+        print(f"L={length:6d} chunked ({_CHUNK.value}, key tiles {ModelConfig.attn_key_block}): peak {mib:7.0f} MiB")
     for length in map(int, _UNCHUNKED.value):
         mib = measure(length, 0)
         rows[f"L{length}_unchunked_mib"] = mib

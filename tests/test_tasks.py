@@ -250,6 +250,14 @@ def test_task_training_resumes_and_eval_tasks_writes_outputs(cache_dir, tmp_path
     assert by_len[256]["status"] == "undefined" and "learned" in by_len[256]["reason"]
     assert (out / "results.csv").exists() and (out / "accuracy_vs_length.png").exists()
     assert list(out.glob("heatmap_*.png")) and "| pk · none |" in proc.stdout
+    from posenc.evaluate import load_run  # noqa: PLC0415
+    from posenc.task_eval import TaskEvaluator, TaskRun  # noqa: PLC0415
+
+    scored = TaskEvaluator(TaskRun.of(load_run(str(workdir))), seed=3).examples(128, 4, 0.25)
+    drawn = tasks.eval_examples("passkey", length=128, n=4, seed=3, depth=0.25)  # one seeding of test examples
+    assert [e.key for e in scored] == [e.key for e in drawn]
+    for a, b in zip(scored, drawn, strict=True):
+        np.testing.assert_array_equal(a.tokens, b.tokens)
 
 
 def test_randomized_positions_train_with_a_table_of_max_position(cache_dir, tmp_path):

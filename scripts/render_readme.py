@@ -1,0 +1,134 @@
+r"""Renders the numbers of the root README.md from committed results: no number there is typed by hand.
+
+    python scripts/render_readme.py            # rewrites the rendered regions of README.md
+    python scripts/render_readme.py --check    # exits 1 (naming the regions) if README.md is not up to date
+
+A region is the text between `<!-- rendered:NAME -->` and `<!-- /rendered -->`; NAME picks its renderer
+below, each reading the files it names (experiments/*/results, experiments/benchmarks/*.json, *.log). The
+test suite runs `--check`, so a changed result without a rerendered README fails.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import statistics
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+REGION = re.compile(r"(<!-- rendered:([\w-]+) -->)(.*?)(<!-- /rendered -->)", re.S)
+
+
+def _json(path: str) -> dict:
+    """A JSON file, or the JSON last line of a script's log."""
+    text = (ROOT / path).read_text().strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return json.loads(text.splitlines()[-1])
+
+
+def quickstart_time() -> str:
+    info = _json("experiments/quickstart/run_info.json")
+    minutes = round((info["train_seconds"] + info["eval_seconds"]) / 60)
+    return (f"about {minutes} minutes on {info['cores']} cores of an {info['cpu']}: {info['train_seconds']} s of "
+            f"training, {info['eval_seconds']} s of evaluation, `experiments/quickstart/run_info.json`")
+
+
+def study_summary() -> str:
+    """Bits per byte of the extrapolation study's runs (no scaling, mean over seeds) with the n-gram floor on
+    the same bytes, and what the two say at 1×."""
+    from posenc import data, ngram  # noqa: PLC0415
+
+    results = [_json(str(p.relative_to(ROOT))) for p in sorted((ROOT / "experiments/extrapolation/results").glob("*-s*.json"))]
+    results = [r for r in results if "-ft-" not in r["rows"][0]["run"]]
+    lengths, num_bytes = results[0]["lengths"], results[0]["num_bytes"]
+    if any(r["lengths"] != lengths or r["num_bytes"] != num_bytes for r in results):
+        raise ValueError("experiments/extrapolation/results: the runs were scored on different lengths or bytes")
+    cells: dict[str, dict[int, list[float]]] = {}
+    train_len = results[0]["rows"][0]["train_len"]
+    for r in results:
+        for row in r["rows"]:
+            if row["scaling"] == "none" and row["protocol"] == "nonoverlap" and row["status"] == "ok":
+                cells.setdefault(row["posenc"], {}).setdefault(row["length"], []).append(row["bpb"])
+    corpus = data.load_corpus(data.DEFAULT_CORPUS)
+    model = ngram.NGram.fit(corpus.train, ngram.MAX_CONTEXT)
+    context, _ = ngram.select_context(model, corpus.validation)
+    floor = {n: float(model.bits(*data.eval_windows(corpus.test, length=n, num_bytes=num_bytes), context).mean())
+             for n in lengths}
+    head = "| encoding | seeds | " + " | ".join(f"{n // train_len}× ({n})" for n in lengths) + " |"
+    lines = [f"Bits per byte on the first {num_bytes} test bytes (no scaling, mean over seeds; lower is better), "
+             f"trained at {train_len}; the floor is the Witten–Bell byte n-gram ({context} bytes of context, chosen "
+             "on validation) on the same windows:", "", head, "|---|---|" + "---|" * len(lengths)]
+    for enc, by in sorted(cells.items()):
+        seeds = len(by[lengths[0]]) if lengths[0] in by else 0
+        lines.append(f"| {enc} | {seeds} | " + " | ".join(
+            f"{statistics.mean(by[n]):.2f}" if n in by else "undefined" for n in lengths) + " |")
+    lines.append("| n-gram floor | — | " + " | ".join(f"{floor[n]:.2f}" for n in lengths) + " |")
+    first = {enc: statistics.mean(by[lengths[0]]) for enc, by in cells.items() if lengths[0] in by}
+    beat = sorted(e for e, v in first.items() if v < floor[lengths[0]])
+    lines += ["", f"At 1× {len(beat)} of {len(first)} encodings beat the n-gram floor"
+              + (f": {', '.join(beat)}." if beat else ".")]
+    return "\n".join(lines)
+
+
+def benchmarks() -> str:
+    cur = _json("experiments/benchmarks/current.json")
+    ev = _json("experiments/benchmarks/eval_throughput.json")
+    dec = {r["context"]: r for r in _json("experiments/benchmarks/decode.log")["rows"]}
+    rope = _json("experiments/benchmarks/rope.log")["float32"]
+    cpu = open(ROOT / "experiments/benchmarks/cpu.txt").read().strip()
+    evals = ", ".join(f"{r['ratio']:.2f}× at {r['length']}" for r in ev["rows"])
+    return (f"Measured (`experiments/benchmarks`, {cpu}): training the reference model at "
+            f"{cur['jax_over_torch']:.2f}× PyTorch eager with MFU {100 * cur['mfu']:.0f}%; the evaluation forward at "
+            f"{evals} of PyTorch SDPA ({ev['cpu']}); decoding with the KV cache {dec[256]['speedup']:.0f}× faster than "
+            f"recomputation at a context of 256 and {dec[2048]['speedup']:.0f}× at 2048; `apply_rope` at "
+            f"{rope['rope_half_vs_elementwise']:.2f} (half layout) and {rope['rope_interleaved_vs_elementwise']:.2f} "
+            "(interleaved) of a jitted elementwise pass over the same bytes.")
+
+
+def memory() -> str:
+    m = _json("experiments/quickstart/memory.log")
+    chunked = sorted((int(k[1:].split("_")[0]), v) for k, v in m.items() if k.endswith("_chunked_mib"))
+    unchunked = {int(k[1:].split("_")[0]): v for k, v in m.items() if k.endswith("_unchunked_mib")}
+    lines = [f"| length | query chunks of {m['attn_chunk']}, key tiles of {m['attn_key_block']} | no chunking |",
+             "|---|---|---|", f"| (imports only) | {m['baseline_mib']:.0f} MiB | |"]
+    for n, v in chunked:
+        full = f"{unchunked[n]:.0f} MiB" if n in unchunked else f"(≈ {4 * 4 * n * n / 2**30:.0f} GiB of scores per layer)"
+        lines.append(f"| {n:,} | {v:.0f} MiB | {full} |")
+    return "\n".join(lines)
+
+
+RENDERERS = {"quickstart-time": quickstart_time, "study-summary": study_summary, "benchmarks": benchmarks,
+             "memory": memory}
+
+
+def render(text: str) -> str:
+    def one(m: re.Match) -> str:
+        name = m.group(2)
+        if name not in RENDERERS:
+            raise ValueError(f"README region {name!r} has no renderer; known: {sorted(RENDERERS)}")
+        body = RENDERERS[name]()
+        sep = "\n" if "\n" in m.group(3) else ""
+        return f"{m.group(1)}{sep}{body}{sep}{m.group(4)}"
+
+    return REGION.sub(one, text)
+
+
+def main(argv: list[str]) -> int:
+    path = ROOT / "README.md"
+    text = path.read_text()
+    new = render(text)
+    if "--check" in argv:
+        stale = [m.group(2) for m, n in zip(REGION.finditer(text), REGION.finditer(new)) if m.group(0) != n.group(0)]
+        if stale:
+            print(f"README.md is not up to date (regions {stale}): run python scripts/render_readme.py")
+            return 1
+        return 0
+    path.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
