@@ -60,7 +60,7 @@ from tqdm.auto import tqdm
 from posenc import checkpoint, data, ngram
 from posenc.encodings import get_encoding
 from posenc.model import ModelConfig
-from posenc.rope_scaling import RopeScaling, rope_inputs
+from posenc.rope_scaling import RopeScaling, is_length_dependent, rope_inputs
 from posenc.training_free import Method
 
 SCALINGS = ("none", "run", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_linear", "dynamic_yarn", "llama3",
@@ -311,6 +311,27 @@ class Evaluator:
         nll = np.concatenate(out).astype(np.float64)
         return self._checked(nll, length, scaling)
 
+    def prefix_nll(self, x: np.ndarray, y: np.ndarray, scaling: RopeScaling) -> np.ndarray:
+        """Per-position NLL `[n, L]` with each position scored by the frequencies of its own prefix (seq_len
+        t + 1 for target t): what cached decoding computes with unrotated keys (`decode.teacher_forced_logits`,
+        equal to recomputing the forward pass over every prefix), not one set of frequencies for the whole
+        window. The leading positions whose frequencies equal those at seq_len 1 are prefilled at once, the rest
+        fed one at a time through the cache."""
+        from posenc import decode  # noqa: PLC0415
+
+        length = x.shape[1]
+        inv = decode.rope_schedule(self.run.cfg, scaling, length).inv_freq
+        same = np.all(np.asarray(inv) == np.asarray(inv[:1]), axis=tuple(range(1, inv.ndim)))
+        prefill = int(np.argmin(same)) if not same.all() else length
+        batch = max(1, self.tokens_per_batch // length)
+        out = []
+        for i in range(0, len(x), batch):
+            logits = decode.teacher_forced_logits(self.run.graphdef, self.run.params, jnp.asarray(x[i:i + batch]),
+                                                  prefill_len=prefill, scaling=scaling)
+            out.append(np.asarray(optax.softmax_cross_entropy_with_integer_labels(
+                logits.astype(jnp.float32), jnp.asarray(y[i:i + batch]))))
+        return self._checked(np.concatenate(out).astype(np.float64), length, scaling)
+
     def streaming_nll(self, stream: np.ndarray, num_bytes: int, scaling: RopeScaling, method: Method,
                       chunk: int = 128) -> np.ndarray:
         """NLL `[num_bytes]` of the first `num_bytes` targets of `stream`, fed as one sequence in chunks of
@@ -452,7 +473,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
              split: str = "test", learned_beyond: str | None = None, attn_chunk: int = ATTN_CHUNK, progress: bool = True,
              longrope_file: str | None = None, methods: Sequence[str | Method] | None = None,
              hf_models: Sequence[str] = (), text: str | None = None, hf_dtype: str | None = None,
-             ngram_floor: bool = True) -> dict[str, Any]:
+             ngram_floor: bool = True, prefix_dynamic: bool = False) -> dict[str, Any]:
     """Evaluates runs at lengths under scalings; returns {'rows': [...], 'per_position': {...}, ...}.
 
     Each run is scored on the `split` of its own corpus (`data.path`); rows and the table name it. A Hugging
@@ -478,6 +499,10 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
       methods: training-free methods (`Method`s or their specs, such as 'self_extend,window=64'), each
         evaluated with every scaling; the ones not defined for a run's encoding are skipped for that run (a
         ValueError if one applies to none of the runs). None: each run's `config.eval.methods` (`none`).
+      prefix_dynamic: for the scalings whose frequencies change with the length (dynamic NTK, dynamic
+        linear / YaRN, LongRoPE), also score each position with its own prefix's frequencies (protocol
+        `prefix`, `Evaluator.prefix_nll`: the teacher-forced equivalent of decoding), next to the window-level
+        rows that give every position the frequencies of L. Costs one cached decoding step per position.
       ngram_floor: also score each byte corpus's n-gram (`ngram_rows`: Witten–Bell, fit on its train split,
         context chosen on validation) on the same windows — the floor the models must clear — as
         `result['baselines']` (rows of the same schema, run `n-gram`; tables, CSV and plot include them).
@@ -572,6 +597,10 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                 if length == longest:
                     per_position[f"{run.name}|{sname}" + ("" if plain else f"|{method.label}")] = nll.mean(axis=0).tolist()
             rows.append(row)
+            if prefix_dynamic and plain and not reason and is_length_dependent(sc):
+                nll = ev.prefix_nll(x, y, sc)
+                rows.append({**row, "protocol": "prefix", **_scores(nll, bpb(nll), sc),
+                             "window_bpb": [bpb(nll[i], 1 + i * length) for i in range(len(nll))]})
             bar.update()
         if not plain:
             if method.cache_layout() is not None:  # (d) one stream through the bounded cache
@@ -624,7 +653,7 @@ COLUMNS = ("run", "posenc", "scaling", "method", "protocol", "length", "factor",
 
 
 def _column(r: dict[str, Any]) -> str:
-    if r["protocol"] == "nonoverlap":
+    if r["protocol"] in ("nonoverlap", "prefix"):
         return f"L={r['length']}"
     if r["protocol"] == "streaming":
         return f"streaming {r['length']}"
@@ -638,7 +667,7 @@ def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
     with_methods = any(r.get("method", "none") != "none" for r in result["rows"])
     table: dict[tuple[str, ...], dict[str, str]] = {}
     for r in result["rows"] + result.get("baselines", []):
-        key = (r["run"], r["scaling"]) + ((r.get("method", "none"),) if with_methods else ())
+        key = (r["run"], r["scaling"] + (" · per-prefix" if r["protocol"] == "prefix" else "")) + ((r.get("method", "none"),) if with_methods else ())
         cell = "undefined" if r["status"] != "ok" else f"{r[metric]:.3f}"
         table.setdefault(key, {})[_column(r)] = cell
     extra = {c for v in table.values() for c in v if not c.startswith("L=")}

@@ -56,6 +56,9 @@ _METHODS = flags.DEFINE_multi_string(
     "self_extend,window=64,group=4 | rerope,window=64 | leaky_rerope,window=64,leak=4 | lm_infinite,n_global=10 | "
     "sinks,num_sinks=4,window=251 | none,logn=256 (any method takes logn=L0).")
 _LONGROPE = flags.DEFINE_string("longrope", None, "LongRoPE JSON (scripts/search_longrope.py) for --scalings=longrope.")
+_PREFIX = flags.DEFINE_bool("prefix_dynamic", False, "For the length-dependent scalings (dynamic_ntk, dynamic_linear, "
+                             "dynamic_yarn, longrope), also score each position with its own prefix's frequencies, "
+                             "as decoding does (rows `<scaling> · per-prefix`; one cached step per position).")
 _NGRAM = flags.DEFINE_bool("ngram", True, "Also score the corpus's Witten-Bell byte n-gram (fit on its train split, "
                             "context chosen on validation) on the same windows: the row `n-gram`, the floor.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default <first workdir>/eval).")
@@ -86,7 +89,8 @@ def main(argv):
     result = evaluate(_WORKDIRS.value, lengths, _SCALINGS.value, num_bytes=num_bytes, factor=_FACTOR.value,
                       stride=_STRIDE.value, split=_SPLIT.value, learned_beyond=_LEARNED.value,
                       attn_chunk=_CHUNK.value, longrope_file=_LONGROPE.value, methods=_METHODS.value,
-                      hf_models=_HF.value, text=_TEXT.value, hf_dtype=_HF_DTYPE.value, ngram_floor=_NGRAM.value)
+                      hf_models=_HF.value, text=_TEXT.value, hf_dtype=_HF_DTYPE.value, ngram_floor=_NGRAM.value,
+                      prefix_dynamic=_PREFIX.value)
     paths = write_outputs(result, out)
     print(markdown_table(result))
     undefined = {r["reason"] for r in result["rows"] if r["status"] != "ok"}

