@@ -434,6 +434,29 @@ def _scores(nll: np.ndarray, bits_per_byte: float, scaling: RopeScaling) -> dict
             "factor": scaling.factor if scaling.kind != "none" else 1.0}
 
 
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def bootstrap_interval(window_bits: np.ndarray, window_bytes: np.ndarray, level: float = 0.95,
+                       resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of bits per byte over windows (Efron & Tibshirani 1993, §13.3): the
+    windows are resampled with replacement and each resample's Σ bits / Σ bytes taken (bytes differ per window
+    for a tokenised run); a pure function of the inputs (`seed` fixed). None for fewer than 2 windows."""
+    bits, nbytes = np.asarray(window_bits, np.float64), np.asarray(window_bytes, np.float64)
+    if bits.size < 2:
+        return None
+    idx = np.random.default_rng(seed).integers(0, bits.size, size=(resamples, bits.size))
+    stats = bits[idx].sum(axis=1) / nbytes[idx].sum(axis=1)
+    lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def _interval_fields(nll: np.ndarray, window_bytes: np.ndarray) -> dict[str, Any]:
+    """`bpb_lo`, `bpb_hi` (95% bootstrap over the windows of `nll` `[n, L]`, nats) and `windows`."""
+    ci = bootstrap_interval(nll.sum(axis=1) / LN2, window_bytes)
+    return {"bpb_lo": None if ci is None else ci[0], "bpb_hi": None if ci is None else ci[1], "windows": len(nll)}
+
+
 def _undefined(reason: str) -> dict[str, Any]:
     return {"status": "undefined", "reason": reason, "nll": None, "bpb": None, "ppl": None, "factor": None}
 
@@ -464,7 +487,8 @@ def ngram_rows(path: str, cache_dir: str | None, stream: np.ndarray, lengths: Se
                      "scaling": f"witten-bell, {context} B context", "method": "none", "split": split,
                      "corpus": path, "num_bytes": num_bytes, "protocol": "nonoverlap", "length": length,
                      "status": "ok", "reason": "", "nll": nll, "bpb": float(bits.mean()), "ppl": math.exp(nll),
-                     "factor": 1.0, "ngram_context": context, "window_bpb": bits.mean(axis=1).tolist()})
+                     "factor": 1.0, "ngram_context": context, "window_bpb": bits.mean(axis=1).tolist(),
+                     **_interval_fields(bits * LN2, np.full(len(bits), length))})
     return rows
 
 
@@ -592,14 +616,15 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                 sc = scaling_for(run, sname, length, factor, longrope_file)
                 x, y = data.eval_windows(stream, length=length, num_bytes=nb)
                 nll = ev.nll(x, y, sc, resolved)
-                row.update(_scores(nll, bpb(nll), sc),
+                window_bytes = np.array([counts[1 + i * length:1 + (i + 1) * length].sum() for i in range(len(nll))])
+                row.update(_scores(nll, bpb(nll), sc), **_interval_fields(nll, window_bytes),
                            window_bpb=[bpb(nll[i], 1 + i * length) for i in range(len(nll))])
                 if length == longest:
                     per_position[f"{run.name}|{sname}" + ("" if plain else f"|{method.label}")] = nll.mean(axis=0).tolist()
             rows.append(row)
             if prefix_dynamic and plain and not reason and is_length_dependent(sc):
                 nll = ev.prefix_nll(x, y, sc)
-                rows.append({**row, "protocol": "prefix", **_scores(nll, bpb(nll), sc),
+                rows.append({**row, "protocol": "prefix", **_scores(nll, bpb(nll), sc), **_interval_fields(nll, window_bytes),
                              "window_bpb": [bpb(nll[i], 1 + i * length) for i in range(len(nll))]})
             bar.update()
         if not plain:
@@ -647,7 +672,8 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
 # Outputs
 
 
-COLUMNS = ("run", "posenc", "scaling", "method", "protocol", "length", "factor", "status", "nll", "bpb", "ppl",
+COLUMNS = ("run", "posenc", "scaling", "method", "protocol", "length", "factor", "status", "nll", "bpb", "bpb_lo",
+           "bpb_hi", "windows", "ppl",
            "train_len", "step", "rope_base", "run_scaling", "d_model", "num_layers", "split", "corpus", "num_bytes",
            "stride", "method_params", "reason")
 
@@ -664,11 +690,17 @@ def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
     """Rows = run × scaling (× training-free method, when there are any), columns = lengths
     (non-overlapping), the sliding baseline and the streaming protocol."""
     lengths = result["lengths"]
+    label = {"bpb_ci": "bpb, 95% bootstrap interval over the windows"}.get(metric, metric)
     with_methods = any(r.get("method", "none") != "none" for r in result["rows"])
     table: dict[tuple[str, ...], dict[str, str]] = {}
     for r in result["rows"] + result.get("baselines", []):
         key = (r["run"], r["scaling"] + (" · per-prefix" if r["protocol"] == "prefix" else "")) + ((r.get("method", "none"),) if with_methods else ())
-        cell = "undefined" if r["status"] != "ok" else f"{r[metric]:.3f}"
+        if r["status"] != "ok":
+            cell = "undefined"
+        elif metric == "bpb_ci":  # the bootstrap interval, for the rows that have one
+            cell = f"[{r['bpb_lo']:.3f}, {r['bpb_hi']:.3f}]" if r.get("bpb_lo") is not None else ""
+        else:
+            cell = f"{r[metric]:.3f}"
         table.setdefault(key, {})[_column(r)] = cell
     extra = {c for v in table.values() for c in v if not c.startswith("L=")}
     cols = [f"L={n}" for n in lengths] + sorted(c for c in extra if c.startswith("sliding")) + sorted(
@@ -677,14 +709,14 @@ def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
     corpora = result.get("corpora") or {}
     if len(corpora) <= 1:
         where = "".join(f" of data.path={p!r}" for p in corpora)
-        lines = [f"{metric} on {result['num_bytes']} {result['split']} bytes{where} (lower is better)", "",
+        lines = [f"{label} on {result['num_bytes']} {result['split']} bytes{where} (lower is better)", "",
                  "| " + " | ".join(head + cols) + " |", "|" + "---|" * (len(head) + len(cols))]
         for key, cells in table.items():
             lines.append("| " + " | ".join(list(key) + [cells.get(c, "") for c in cols]) + " |")
         return "\n".join(lines)
     corpus_of = {r["run"]: r["corpus"] for r in result["rows"] + result.get("baselines", [])}
     head = ["run", "corpus", "bytes"] + head[1:]
-    lines = [f"{metric} on the {result['split']} split of each run's own corpus: rows on different corpora are "
+    lines = [f"{label} on the {result['split']} split of each run's own corpus: rows on different corpora are "
              "not comparable (lower is better)", "",
              "| " + " | ".join(head + cols) + " |", "|" + "---|" * (len(head) + len(cols))]
     for key, cells in table.items():
@@ -712,7 +744,8 @@ def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
         writer.writeheader()
         writer.writerows(result["rows"] + result.get("baselines", []))
     paths["results.json"].write_text(json.dumps(result, indent=1))
-    paths["results.md"].write_text(markdown_table(result) + "\n\n" + markdown_table(result, "ppl") + "\n")
+    paths["results.md"].write_text(markdown_table(result) + "\n\n" + markdown_table(result, "bpb_ci") + "\n\n"
+                                   + markdown_table(result, "ppl") + "\n")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     train_lens = set()

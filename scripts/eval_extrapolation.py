@@ -93,6 +93,7 @@ def main(argv):
                       prefix_dynamic=_PREFIX.value)
     paths = write_outputs(result, out)
     print(markdown_table(result))
+    print("\n" + markdown_table(result, "bpb_ci"))
     undefined = {r["reason"] for r in result["rows"] if r["status"] != "ok"}
     for reason in undefined:
         print(f"undefined: {reason}")

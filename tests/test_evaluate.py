@@ -297,3 +297,28 @@ def test_prefix_dynamic_scaling_scores_each_position_with_its_own_prefix(runs):
     np.testing.assert_allclose(prefix, want, rtol=1e-4, atol=2e-4)  # float32: cached vs whole forward
     np.testing.assert_allclose(prefix[:, :run.train_len], plain[:, :run.train_len], rtol=1e-4, atol=2e-4)
     assert np.abs(prefix - window).max() > 5e-4 and np.abs(prefix[:, run.train_len:] - plain[:, run.train_len:]).max() > 5e-4
+
+
+def test_bootstrap_interval_covers_the_mean_and_matches_the_resampling_definition():
+    """Percentile bootstrap of Σ bits / Σ bytes over windows: recomputed by hand from the same resamples; it
+    contains the estimate, narrows with more windows, and is None for one window."""
+    rng = np.random.default_rng(0)
+    bits = rng.normal(300.0, 20.0, size=40)
+    nbytes = rng.integers(90, 110, size=40).astype(float)
+    lo, hi = ev.bootstrap_interval(bits, nbytes, resamples=500, seed=3)
+    idx = np.random.default_rng(3).integers(0, 40, size=(500, 40))
+    stats = np.sort(bits[idx].sum(1) / nbytes[idx].sum(1))
+    assert lo == pytest.approx(np.quantile(stats, 0.025)) and hi == pytest.approx(np.quantile(stats, 0.975))
+    assert lo < bits.sum() / nbytes.sum() < hi
+    lo4, hi4 = ev.bootstrap_interval(np.tile(bits, 4), np.tile(nbytes, 4), resamples=500)
+    assert hi4 - lo4 < 0.7 * (hi - lo)  # 4x the windows: about half the width
+    assert ev.bootstrap_interval(bits[:1], nbytes[:1]) is None
+
+
+def test_rows_carry_their_interval_and_the_table_shows_it(runs):
+    result = ev.evaluate([runs["rope"]], [32], ["none"], num_bytes=128, progress=False)
+    row = [r for r in result["rows"] if r["protocol"] == "nonoverlap"][0]
+    assert row["windows"] == 4 and row["bpb_lo"] <= row["bpb"] <= row["bpb_hi"]
+    floor = result["baselines"][0]
+    assert floor["bpb_lo"] <= floor["bpb"] <= floor["bpb_hi"]
+    assert f"[{row['bpb_lo']:.3f}, {row['bpb_hi']:.3f}]" in ev.markdown_table(result, "bpb_ci")
