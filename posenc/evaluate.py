@@ -497,7 +497,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
              split: str = "test", learned_beyond: str | None = None, attn_chunk: int = ATTN_CHUNK, progress: bool = True,
              longrope_file: str | None = None, methods: Sequence[str | Method] | None = None,
              hf_models: Sequence[str] = (), text: str | None = None, hf_dtype: str | None = None,
-             ngram_floor: bool = True, prefix_dynamic: bool = False) -> dict[str, Any]:
+             ngram_floor: bool = True, prefix_dynamic: bool = False, sliding_long: bool = False) -> dict[str, Any]:
     """Evaluates runs at lengths under scalings; returns {'rows': [...], 'per_position': {...}, ...}.
 
     Each run is scored on the `split` of its own corpus (`data.path`); rows and the table name it. A Hugging
@@ -527,6 +527,8 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         linear / YaRN, LongRoPE), also score each position with its own prefix's frequencies (protocol
         `prefix`, `Evaluator.prefix_nll`: the teacher-forced equivalent of decoding), next to the window-level
         rows that give every position the frequencies of L. Costs one cached decoding step per position.
+      sliding_long: also score sliding windows of each length L past the training length at stride L / 2
+        (protocol `sliding`, length L), next to the default sliding windows of train_len.
       ngram_floor: also score each byte corpus's n-gram (`ngram_rows`: Witten–Bell, fit on its train split,
         context chosen on validation) on the same windows — the floor the models must clear — as
         `result['baselines']` (rows of the same schema, run `n-gram`; tables, CSV and plot include them).
@@ -586,7 +588,8 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
             for s in dict.fromkeys(run_scalings):
                 jobs.append((run, s, m))
     rows, per_position = [], {}
-    total = sum(len(lengths) + 1 for _ in jobs)
+    total = sum(len(lengths) + 1 + (sum(n > r.train_len for n in lengths) if sliding_long and m == Method() else 0)
+                for r, _, m in jobs)
     bar = tqdm(total=total, desc="evaluate", disable=not progress or None, dynamic_ncols=True)
     evaluators = {r.workdir: Evaluator(r, attn_chunk=attn_chunk, learned_beyond=learned_beyond) for r in runs}
     for run, sname, method in jobs:
@@ -642,19 +645,28 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                 rows.append(row)
             bar.update()
             continue
-        # (c) sliding windows of train_len: never past the training length
-        window = run.train_len
-        st = stride if stride is not None else max(1, window // 2)
-        x, y, w = sliding_windows(stream, nb, window, st)
-        nll = ev.nll(x, y, scaling_for(run, sname, window, factor, longrope_file))
-        mean = float((nll * w).sum() / w.sum())
-        per_byte = mean / LN2
-        if tokens:  # the bytes of each window's targets, laid out as the windows are
-            c = sliding_windows(counts, nb, window, st)[1]
-            per_byte = float((nll * w).sum() / (c * w).sum()) / LN2
-        rows.append({**base_row, "protocol": "sliding", "length": window, "stride": st, "status": "ok", "reason": "",
-                     "nll": mean, "bpb": per_byte, "ppl": math.exp(mean), "factor": 1.0})
-        bar.update()
+        # (c) sliding windows of train_len (never past the training length); with sliding_long, also of each
+        # longer L at stride L / 2 (every target after the first window has at least L / 2 of context)
+        slides = [(run.train_len, stride if stride is not None else max(1, run.train_len // 2))]
+        slides += [(n, n // 2) for n in lengths if sliding_long and n > run.train_len]
+        for window, st in slides:
+            row = {**base_row, "protocol": "sliding", "length": window, "stride": st, "status": "ok", "reason": ""}
+            reason = ev.undefined_reason(window)
+            if reason:
+                rows.append({**row, **_undefined(reason)})
+                bar.update()
+                continue
+            sc = scaling_for(run, sname, window, factor, longrope_file)
+            x, y, w = sliding_windows(stream, nb, window, st)
+            nll = ev.nll(x, y, sc)
+            mean = float((nll * w).sum() / w.sum())
+            per_byte = mean / LN2
+            if tokens:  # the bytes of each window's targets, laid out as the windows are
+                c = sliding_windows(counts, nb, window, st)[1]
+                per_byte = float((nll * w).sum() / (c * w).sum()) / LN2
+            rows.append({**row, "nll": mean, "bpb": per_byte, "ppl": math.exp(mean),
+                         "factor": sc.factor if sc.kind != "none" else 1.0})
+            bar.update()
     bar.close()
     baselines = []
     if ngram_floor:

