@@ -109,6 +109,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
             groups[key] = groups.get(key, 0) + 1
         lines += ["Missing (not run yet; rerun `run.py` to go on, in this order): " + ", ".join(
             f"{k}: {v}" for k, v in groups.items()) + ". Next: " + ", ".join(f"`{n}`" for n in missing[:6]) + ".", ""]
+        lines += [remaining_estimate(results, timing, missing), ""]
 
     # (a) passkey
     pk = {n: r for n, r in results.items() if n.startswith("passkey-") and "-ft" not in n}
@@ -191,6 +192,31 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     text = "\n".join(lines) + "\n"
     (here / "README.md").write_text(text)
     return text
+
+
+def job_kind(name: str) -> str:
+    """passkey, passkey fine-tune, or the algorithmic tasks: the kinds whose jobs cost about the same."""
+    task = name.split("-")[0]
+    return "passkey fine-tune" if task == "passkey" and "-ft" in name else task if task == "passkey" else "algorithmic"
+
+
+def remaining_estimate(results: dict, timing: dict, missing: list[str]) -> str:
+    """The compute the missing jobs would take at the mean training + evaluation time of the finished jobs of
+    their kind (timed steps from the curves, evaluation from timing.json), on the machines that ran them."""
+    per: dict[str, list[float]] = {}
+    for name, res in results.items():
+        if isinstance(timing.get(name), dict):
+            per.setdefault(job_kind(name), []).append(curve_minutes(res) + timing[name]["eval_s"] / 60)
+    left: dict[str, int] = {}
+    for name in missing:
+        left[job_kind(name)] = left.get(job_kind(name), 0) + 1
+    known = {k: n * float(np.mean(per[k])) for k, n in left.items() if k in per}
+    unknown = sorted(k for k in left if k not in per)
+    text = (f"At the mean cost of the finished jobs of each kind, the missing ones need about "
+            f"{sum(known.values()) / 60:.1f} hours (" + ", ".join(
+                f"{left[k]} {k} × {np.mean(per[k]):.0f} min" for k in known) + ")")
+    return text + (f"; no finished job yet to estimate {', '.join(unknown)} ({', '.join(str(left[k]) for k in unknown)} "
+                   "jobs)." if unknown else ".")
 
 
 def pilot_section(folder: pathlib.Path, pilot: dict) -> list[str]:
