@@ -259,7 +259,8 @@ def _tiled_attend(q, q_pos, tiles, bias_fn, window=None, near_fn=None, far=None)
 
     init = (jnp.full((b, n, tq, 1), _MASKED, acc), jnp.zeros((b, n, tq, 1), acc), jnp.zeros((b, n, tq, h), acc))
     (_, l, o), _ = jax.lax.scan(body, init, tiles)
-    return (o / l).astype(q.dtype)
+    # a query that sees no key at all (only possible with a method's mask emptying its row) gets 0, not 0 / 0
+    return (o / jnp.where(l == 0, 1, l)).astype(q.dtype)
 
 
 def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, window: int | None = None,

@@ -7,7 +7,7 @@ Corpora (`data.path`):
     through `importlib.metadata` without importing the package. The split is by play (fixed):
     validation = `VALIDATION_PLAYS`, test = `TEST_PLAYS` (held out from training), train = the other 34.
   * `sympy`: the Python source of the PyPI package `sympy==1.14.0` (pure Python, a dependency), its test
-    modules left out: code, where identifiers are defined far earlier in a file than they are used (as in
+    modules and data left out (`_is_test`): code, where identifiers are defined far earlier in a file than they are used (as in
     proof-pile's code share). Each file is one document, preceded by a header line `# <path>\n` and
     separated from the next by a newline; the split is by file, fixed by the path's hash
     (`_file_split`: about 5% validation, 5% test). Windows may cross from one file into the next.
@@ -85,9 +85,17 @@ def _package_sources(name: str) -> list[tuple[str, pathlib.Path]]:
     if dist.version != version:
         raise ValueError(f"data.path={name!r} is the source of {name}=={version}; {name}=={dist.version} is installed "
                          f"(pip install {name}=={version})")
-    files = sorted(str(f) for f in dist.files or []
-                   if str(f).startswith(f"{name}/") and str(f).endswith(".py") and "/tests/" not in str(f))
+    files = sorted(str(f) for f in dist.files or [] if str(f).startswith(f"{name}/") and str(f).endswith(".py")
+                   and not _is_test(str(f)))
     return [(f, pathlib.Path(dist.locate_file(f))) for f in files]
+
+
+def _is_test(path: str) -> bool:
+    """A test module or test data of a package: under `tests/`, `testing/` or `test-examples/`, or a `test_*.py`
+    / `conftest.py` file."""
+    parts = path.split("/")
+    return bool({"tests", "testing", "test-examples"} & set(parts[:-1])) or parts[-1].startswith("test_") or \
+        parts[-1] == "conftest.py"
 
 
 def _file_split(path: str) -> str:
@@ -153,7 +161,7 @@ def load_corpus(path: str = DEFAULT_CORPUS, cache_dir: str | None = None) -> Cor
         rule = "by-play"
     elif path in PACKAGE_CORPORA:
         files = [f for _, f in _package_sources(path)]
-        rule = f"{path}=={PACKAGE_CORPORA[path]} by-file-hash with headers"
+        rule = f"{path}=={PACKAGE_CORPORA[path]} by-file-hash 13/26 with headers, tests out"
     else:
         files, rule = _text_files(path), "by-fraction"
     cache = None

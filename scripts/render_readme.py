@@ -50,7 +50,13 @@ def study_summary() -> str:
     train_len = results[0]["rows"][0]["train_len"]
     for r in results:
         for row in r["rows"]:
-            if row["scaling"] == "none" and row["protocol"] == "nonoverlap" and row["status"] == "ok":
+            if (row["scaling"] == "none" and row.get("method", "none") == "none" and row["protocol"] == "nonoverlap"
+                    and row["status"] == "ok"):
+                if (row["split"], row["train_len"], row.get("corpus", data.DEFAULT_CORPUS)) != (
+                        "test", train_len, data.DEFAULT_CORPUS):
+                    raise ValueError(f"{row['run']}: scored on split {row['split']!r} of {row.get('corpus')!r} at "
+                                     f"train_len {row['train_len']}; the summary needs the test split of "
+                                     f"{data.DEFAULT_CORPUS!r} at {train_len}")
                 cells.setdefault(row["posenc"], {}).setdefault(row["length"], []).append(row["bpb"])
     corpus = data.load_corpus(data.DEFAULT_CORPUS)
     model = ngram.NGram.fit(corpus.train, ngram.MAX_CONTEXT)

@@ -168,7 +168,7 @@ def test_bfloat16_gradients_keep_dtype_and_track_float64():
         np.testing.assert_allclose(np.asarray(a, np.float64), b, atol=0.03 * np.abs(b).max())
 
 
-@pytest.mark.parametrize("mode", ["full", "chunked", "block", "cache"])
+@pytest.mark.parametrize("mode", ["full", "chunked", "block", "cache", "tiled", "tiled cache"])
 def test_learned_bias_gets_the_gradient_of_the_textbook_formula(mode):
     """A bias with parameters (here a free [N, T, T] table, broadcast over the batch) gets dS summed over
     the batch, equal to float64 autodiff of softmax(q·kᵀ/√H + bias) v, in every way the model attends."""
@@ -192,6 +192,8 @@ def test_learned_bias_gets_the_gradient_of_the_textbook_formula(mode):
         "chunked": lambda w: attention(*args, q_pos, k_pos, bias_fn=bias_fn(w), chunk_size=12),
         "block": lambda w: block_causal_attention(*args, q_pos, k_pos, bias_fn=bias_fn(w), block=8),
         "cache": lambda w: attention(*args, q_pos, k_pos, bias_fn=bias_fn(w)),
+        "tiled": lambda w: attention(*args, q_pos, k_pos, bias_fn=bias_fn(w), chunk_size=12, key_block=5),
+        "tiled cache": lambda w: attention(*args, q_pos, k_pos, bias_fn=bias_fn(w), chunk_size=3, key_block=7),
     }[mode]
 
     def textbook(w):
@@ -239,3 +241,10 @@ def test_the_fused_call_equals_posenc_attention_on_cpu(kw):
     fused = Transformer(dataclasses.replace(cfg, attn_impl="xla"), rngs=nnx.Rngs(0))
     x = jnp.asarray(np.random.RandomState(0).randint(0, 256, (2, 24)))
     np.testing.assert_allclose(np.asarray(fused(x)), np.asarray(model(x)), atol=2e-5, rtol=2e-5)
+
+
+def test_key_tiles_give_a_query_that_sees_no_key_zero_not_nan():
+    """Queries before every key (no visible pair): the tiled path returns 0 for them instead of 0 / 0."""
+    q, k, v = qkv(t=12)
+    out = attention(q[:, :4], k, v, jnp.arange(4)[None], jnp.arange(100, 112)[None], chunk_size=2, key_block=4)
+    assert np.isfinite(np.asarray(out)).all() and np.abs(np.asarray(out)).max() == 0.0

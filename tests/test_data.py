@@ -28,10 +28,13 @@ def test_sympy_source_split_by_file(cache_dir, monkeypatch):
         text = corpus.split(split).tobytes()
         headers = [line[2:].decode() for line in text.split(b"\n") if line.startswith(b"# sympy/")
                    and line.endswith(b".py")]
-        assert len(headers) > 20 and all(data._file_split(h) == split and "/tests/" not in h for h in headers)
+        assert len(headers) > 20 and all(data._file_split(h) == split and not data._is_test(h) for h in headers)
+        assert not any("/testing/" in h or h.endswith("conftest.py") for h in headers)
     assert b"# sympy/core/add.py\n" in corpus.split(data._file_split("sympy/core/add.py")).tobytes()
     again = data.load_corpus("sympy", cache_dir)  # from the cache
     np.testing.assert_array_equal(again.validation, corpus.validation)
+    assert data._is_test("sympy/core/tests/test_add.py") and data._is_test("sympy/testing/runtests.py")
+    assert not data._is_test("sympy/core/add.py")
     monkeypatch.setitem(data.PACKAGE_CORPORA, "sympy", "0.0.1")
     with pytest.raises(ValueError, match=r"data.path='sympy' is the source of sympy==0.0.1"):
         data.load_corpus("sympy")
