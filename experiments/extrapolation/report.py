@@ -27,7 +27,33 @@ LABEL = {"none": "NoPE", "sinusoidal": "sinusoidal", "learned": "learned", "rope
 
 def load(here: pathlib.Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted((here / "results").glob("*.json"))
-            if p.stem != "timing"}
+            if p.stem not in ("timing", "summary")}
+
+
+def write_summary(here: pathlib.Path, results: dict, runs_of: dict) -> dict:
+    """results/summary.json: {"corpus", "train_len", "test_bytes", "ngram_bpb", "ngram_context", "bpb":
+    {encoding: {L: mean over seeds, no scaling}}}; the n-gram floor (posenc.ngram, Witten–Bell fit on the train
+    split, context chosen on validation) scored on the same windows at the training length."""
+    from posenc import data, ngram  # noqa: PLC0415
+
+    first = next(iter(results.values()))
+    train_len, num_bytes = first["rows"][0]["train_len"], first["num_bytes"]
+    corpus = data.load_corpus(data.DEFAULT_CORPUS)
+    model = ngram.NGram.fit(corpus.train, ngram.MAX_CONTEXT)
+    context, _ = ngram.select_context(model, corpus.validation)
+    floor = float(model.bits(*data.eval_windows(corpus.test, length=train_len, num_bytes=num_bytes), context).mean())
+    bpb = {}
+    for enc, runs in runs_of.items():
+        by = {}
+        for run in runs:
+            for n, r in rows_of(results, run).items():
+                if r["status"] == "ok":
+                    by.setdefault(str(n), []).append(r["bpb"])
+        bpb[enc] = {n: sum(v) / len(v) for n, v in by.items()}
+    summary = {"corpus": data.DEFAULT_CORPUS, "train_len": train_len, "test_bytes": num_bytes, "ngram_bpb": floor,
+               "ngram_context": context, "bpb": bpb}
+    (here / "results" / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
 
 
 def rows_of(results, run, scaling="none", protocol="nonoverlap"):
@@ -338,6 +364,7 @@ models and billions of tokens, and undertrained (the default model of the Quicks
 paper is wrong. Wall times are those of the last run on this shared 2-core machine and vary with its load.
 """
     (here / "README.md").write_text(text)
+    write_summary(here, results, runs_of)
     return text
 
 
