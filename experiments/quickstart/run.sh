@@ -3,6 +3,7 @@
 # with its evaluation written here. Run from the repository root: bash experiments/quickstart/run.sh
 set -euo pipefail
 out=experiments/quickstart
+rm -rf runs/quickstart  # a timed run from scratch (the main job itself resumes; a resumed run would time nothing)
 start=$(date +%s)
 .venv/bin/python scripts/train.py --config=configs/default.py --workdir=runs/quickstart
 trained=$(date +%s)
