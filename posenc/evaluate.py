@@ -473,7 +473,16 @@ def ngram_baseline(path: str, cache_dir: str | None = None) -> tuple[ngram.NGram
     split, its context length (0 … 6 bytes) chosen on its validation split; (model, context, validation bits
     per byte of every context)."""
     corpus = data.load_corpus(path, cache_dir)
-    model = ngram.NGram.fit(corpus.train, ngram.MAX_CONTEXT)
+    cached = None
+    if cache_dir:  # the counts, next to the corpus's cached splits, keyed by the corpus's fingerprint
+        cached = pathlib.Path(cache_dir).expanduser() / f"ngram-wb{ngram.MAX_CONTEXT}-{corpus.sha256[:16]}.npz"
+    if cached is not None and cached.exists():
+        model = ngram.load(cached)
+    else:
+        model = ngram.NGram.fit(corpus.train, ngram.MAX_CONTEXT)
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            ngram.save(model, cached)
     # validation windows of 1024 bytes, or one window of the whole split where it is shorter (small corpora)
     context, scores = ngram.select_context(model, corpus.validation, min(1024, len(corpus.validation) - 1))
     return model, context, scores

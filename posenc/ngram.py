@@ -91,6 +91,10 @@ class NGram:
     def probs(self, seq: np.ndarray, context: int | None = None, start: int = 1) -> np.ndarray:
         """P(seq[..., t] | the up-to-`context` bytes before it within `seq`), for t ≥ `start`: `[..., T − start]`
         (float64). The byte at position t has min(t, context) bytes of context."""
+        return self.probs_by_context(seq, context, start)[-1]
+
+    def probs_by_context(self, seq: np.ndarray, context: int | None = None, start: int = 1) -> list[np.ndarray]:
+        """`probs` at every context 0 … `context` from one pass (P_k is computed from P_{k−1})."""
         k_max = self.context if context is None else context
         if not (isinstance(k_max, int) and 0 <= k_max <= self.context):
             raise ValueError(f"ngram context must be an integer in 0 … {self.context} (the fitted context), "
@@ -98,6 +102,7 @@ class NGram:
         seq = np.asarray(seq).astype(np.int64)
         t = np.arange(seq.shape[-1])
         p = np.full(seq.shape, 1.0 / VOCAB)
+        out = []
         for k in range(k_max + 1):
             tab = self.tables[k]
             h = _context_codes(seq, k)
@@ -106,7 +111,8 @@ class NGram:
             c_hw = _lookup(tab.joint, tab.joint_count, (h << 8) | seq).astype(np.float64)
             mixed = (c_hw + u_h * p) / np.maximum(c_h + u_h, 1.0)
             p = np.where((c_h > 0) & (t >= k), mixed, p)
-        return p[..., start:]
+            out.append(p[..., start:])
+        return out
 
     def bits(self, inputs: np.ndarray, targets: np.ndarray, context: int | None = None) -> np.ndarray:
         """−log2 P of each target of evaluation windows (`posenc.data.eval_windows`: `targets[:, t]` follows
@@ -118,6 +124,27 @@ class NGram:
         return -np.log2(self.probs(seq, context))
 
 
+def save(model: NGram, path) -> None:
+    """Writes the counts to `path` (.npz), atomically (a temporary file, then a rename)."""
+    import os  # noqa: PLC0415
+
+    path = str(path)
+    arrays = {f"{name}_{k}": getattr(tab, name) for k, tab in enumerate(model.tables)
+              for name in ("contexts", "context_count", "context_types", "joint", "joint_count")}
+    tmp = f"{path}.tmp.{os.getpid()}.npz"
+    np.savez(tmp, context=model.context, train_bytes=model.train_bytes, **arrays)
+    os.replace(tmp, path)
+
+
+def load(path) -> NGram:
+    """The model `save` wrote."""
+    with np.load(path) as z:
+        context = int(z["context"])
+        tables = tuple(Table(*(z[f"{name}_{k}"] for name in ("contexts", "context_count", "context_types", "joint",
+                                                                "joint_count"))) for k in range(context + 1))
+        return NGram(context, tables, int(z["train_bytes"]))
+
+
 def select_context(model: NGram, validation: np.ndarray, length: int = 1024) -> tuple[int, dict[int, float]]:
     """The context (0 … model.context bytes) with the lowest bits per byte on `validation`, scored in
     non-overlapping windows of `length` (as the evaluation does); and every context's bits per byte."""
@@ -126,5 +153,5 @@ def select_context(model: NGram, validation: np.ndarray, length: int = 1024) -> 
         raise ValueError(f"validation has {len(validation)} bytes: fewer than one window of {length} + 1")
     idx = np.arange(n)[:, None] * length + np.arange(length + 1)
     seq = np.asarray(validation)[idx]
-    scores = {k: float(-np.log2(model.probs(seq, k)).mean()) for k in range(model.context + 1)}
+    scores = {k: float(-np.log2(p).mean()) for k, p in enumerate(model.probs_by_context(seq))}
     return min(scores, key=scores.get), scores

@@ -39,7 +39,8 @@ def quickstart_time() -> str:
 def study_summary() -> str:
     """Bits per byte of the extrapolation study's runs (no scaling, mean over seeds) with the n-gram floor on
     the same bytes, and what the two say at 1×."""
-    from posenc import data, ngram  # noqa: PLC0415
+    from posenc import data  # noqa: PLC0415
+    from posenc.evaluate import ngram_baseline  # noqa: PLC0415
 
     results = [_json(str(p.relative_to(ROOT))) for p in sorted((ROOT / "experiments/extrapolation/results").glob("*-s*.json"))]
     results = [r for r in results if "-ft-" not in r["rows"][0]["run"]]
@@ -59,8 +60,7 @@ def study_summary() -> str:
                                      f"{data.DEFAULT_CORPUS!r} at {train_len}")
                 cells.setdefault(row["posenc"], {}).setdefault(row["length"], []).append(row["bpb"])
     corpus = data.load_corpus(data.DEFAULT_CORPUS)
-    model = ngram.NGram.fit(corpus.train, ngram.MAX_CONTEXT)
-    context, _ = ngram.select_context(model, corpus.validation)
+    model, context, _ = ngram_baseline(data.DEFAULT_CORPUS)
     floor = {n: float(model.bits(*data.eval_windows(corpus.test, length=n, num_bytes=num_bytes), context).mean())
              for n in lengths}
     head = "| encoding | seeds | " + " | ".join(f"{n // train_len}× ({n})" for n in lengths) + " |"

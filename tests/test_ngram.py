@@ -77,3 +77,16 @@ def test_bad_context_is_refused_naming_the_range(bad):
         NGram.fit(TEXT, context=bad)
     with pytest.raises(ValueError, match="ngram context"):
         NGram.fit(TEXT, context=2).probs(TEXT[None], context=3 if bad != 2.0 else bad)
+
+
+def test_one_pass_gives_every_context_and_a_saved_model_loads_the_same(tmp_path):
+    from posenc import ngram
+
+    model = NGram.fit(TEXT, context=3)
+    test = np.frombuffer(b"the zebra sat on a rat", np.uint8)[None]
+    for k, p in enumerate(model.probs_by_context(test)):
+        np.testing.assert_array_equal(p, model.probs(test, k))
+    ngram.save(model, tmp_path / "m.npz")
+    again = ngram.load(tmp_path / "m.npz")
+    assert again.context == 3 and again.train_bytes == model.train_bytes
+    np.testing.assert_array_equal(again.probs(test), model.probs(test))

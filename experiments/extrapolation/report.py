@@ -34,13 +34,13 @@ def write_summary(here: pathlib.Path, results: dict, runs_of: dict) -> dict:
     """results/summary.json: {"corpus", "train_len", "test_bytes", "ngram_bpb", "ngram_context", "bpb":
     {encoding: {L: mean over seeds, no scaling}}}; the n-gram floor (posenc.ngram, Witten–Bell fit on the train
     split, context chosen on validation) scored on the same windows at the training length."""
-    from posenc import data, ngram  # noqa: PLC0415
+    from posenc import data  # noqa: PLC0415
+    from posenc.evaluate import ngram_baseline  # noqa: PLC0415
 
     first = next(iter(results.values()))
     train_len, num_bytes = first["rows"][0]["train_len"], first["num_bytes"]
     corpus = data.load_corpus(data.DEFAULT_CORPUS)
-    model = ngram.NGram.fit(corpus.train, ngram.MAX_CONTEXT)
-    context, _ = ngram.select_context(model, corpus.validation)
+    model, context, _ = ngram_baseline(data.DEFAULT_CORPUS)
     floor = float(model.bits(*data.eval_windows(corpus.test, length=train_len, num_bytes=num_bytes), context).mean())
     bpb = {}
     for enc, runs in runs_of.items():
