@@ -133,8 +133,9 @@ SPECS = [
 ]
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.label)
-@pytest.mark.parametrize("chunk,key_block", [(0, 0), (16, 0), (16, 8)])
+@pytest.mark.parametrize("spec,chunk,key_block", [(s, c, kb) for s in SPECS for c, kb in ((0, 0), (16, 8))]
+                         + [(s, 16, 0) for s in SPECS if s.method in ("self_extend", "sinks")],  # chunks, whole rows
+                         ids=lambda v: v.label if isinstance(v, Method) else str(v))
 def test_rotary_methods_match_the_float64_oracle(spec, chunk, key_block):
     model = _model(attn_chunk=chunk, attn_key_block=key_block)
     x = _tokens()
