@@ -6,6 +6,10 @@ evaluation (a block of queries against all keys) and a KV cache (new queries at 
 slots carry position −1). `jax.nn.dot_product_attention(is_causal=True)` would align the mask top-left
 and be wrong whenever there are fewer queries than keys.
 
+Chunked attention (evaluation at long lengths) goes over the keys in tiles with FlashAttention's online
+softmax (`_tiled_attend`), skipping the tiles no query of the chunk may see: the causal half of `[T, T]` and
+empty cache slots are never scored (`scripts/benchmark_eval.py` measures it against PyTorch's SDPA).
+
 The public functions take the model's `[B, T, N, H]` layout and transpose once to head-major
 `[B, N, T, H]`, the layout XLA's batched products want (the per-block slices and products of
 `block_causal_attention` then need no transposed copies). The softmax-attention itself (`_softmax_attend`)

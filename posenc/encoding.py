@@ -29,6 +29,8 @@ the encoding class, given a `ModelConfig`,
     window(cfg, layer)              the layer's sliding attention window (keys at distance ≥ window are
                                     invisible, and the KV cache keeps only the last `window` keys), or None
     check(cfg)                      raises a ValueError naming the `model.*` field and its valid values
+    bias_needs_all_keys             whether a pair's bias depends on other keys too (CoPE): then chunked
+                                    attention scores each chunk against whole rows of keys, not key tiles
 
 Adding an encoding: one file with its pure math and a subclass of `Encoding`, one line in
 `posenc/encodings.py`, and its tests (the README's "Adding an encoding" walks through one).
