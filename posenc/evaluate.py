@@ -449,18 +449,22 @@ def bootstrap_interval(window_bits: np.ndarray, window_bytes: np.ndarray, level:
         return None
     rng = np.random.default_rng(seed)
     block = max(1, 2 ** 22 // bits.size)  # resamples drawn a block at a time: memory O(2^22), not O(resamples · n)
-    stats = np.concatenate([
-        (lambda idx: bits[idx].sum(axis=1) / nbytes[idx].sum(axis=1))(
-            rng.integers(0, bits.size, size=(min(block, resamples - i), bits.size)))
-        for i in range(0, resamples, block)])
+    stats = []
+    for i in range(0, resamples, block):
+        idx = rng.integers(0, bits.size, size=(min(block, resamples - i), bits.size))
+        stats.append(bits[idx].sum(axis=1) / nbytes[idx].sum(axis=1))
+    stats = np.concatenate(stats)
     lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
 
 
-def _interval_fields(nll: np.ndarray, window_bytes: np.ndarray) -> dict[str, Any]:
-    """`bpb_lo`, `bpb_hi` (95% bootstrap over the windows of `nll` `[n, L]`, nats) and `windows`."""
-    ci = bootstrap_interval(nll.sum(axis=1) / LN2, window_bytes)
-    return {"bpb_lo": None if ci is None else ci[0], "bpb_hi": None if ci is None else ci[1], "windows": len(nll)}
+def _window_fields(nll: np.ndarray, window_bytes: np.ndarray) -> dict[str, Any]:
+    """Per-window bits per byte (`window_bpb`), their 95% bootstrap interval (`bpb_lo`, `bpb_hi`) and
+    `windows`, from the NLLs `[n, L]` (nats) of windows of `window_bytes` bytes each."""
+    bits = nll.sum(axis=1) / LN2
+    ci = bootstrap_interval(bits, window_bytes)
+    return {"window_bpb": (bits / window_bytes).tolist(), "bpb_lo": None if ci is None else ci[0],
+            "bpb_hi": None if ci is None else ci[1], "windows": len(nll)}
 
 
 def _undefined(reason: str) -> dict[str, Any]:
@@ -502,8 +506,8 @@ def ngram_rows(path: str, cache_dir: str | None, stream: np.ndarray, lengths: Se
                      "scaling": f"witten-bell, {context} B context", "method": "none", "split": split,
                      "corpus": path, "num_bytes": num_bytes, "protocol": "nonoverlap", "length": length,
                      "status": "ok", "reason": "", "nll": nll, "bpb": float(bits.mean()), "ppl": math.exp(nll),
-                     "factor": 1.0, "ngram_context": context, "window_bpb": bits.mean(axis=1).tolist(),
-                     **_interval_fields(bits * LN2, np.full(len(bits), length))})
+                     "factor": 1.0, "ngram_context": context,
+                     **_window_fields(bits * LN2, np.full(len(bits), length))})
     return rows
 
 
@@ -635,15 +639,13 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                 x, y = data.eval_windows(stream, length=length, num_bytes=nb)
                 nll = ev.nll(x, y, sc, resolved)
                 window_bytes = np.array([counts[1 + i * length:1 + (i + 1) * length].sum() for i in range(len(nll))])
-                row.update(_scores(nll, bpb(nll), sc), **_interval_fields(nll, window_bytes),
-                           window_bpb=[bpb(nll[i], 1 + i * length) for i in range(len(nll))])
+                row.update(_scores(nll, bpb(nll), sc), **_window_fields(nll, window_bytes))
                 if length == longest:
                     per_position[f"{run.name}|{sname}" + ("" if plain else f"|{method.label}")] = nll.mean(axis=0).tolist()
             rows.append(row)
             if prefix_dynamic and plain and not reason and is_length_dependent(sc):
                 nll = ev.prefix_nll(x, y, sc)
-                rows.append({**row, "protocol": "prefix", **_scores(nll, bpb(nll), sc), **_interval_fields(nll, window_bytes),
-                             "window_bpb": [bpb(nll[i], 1 + i * length) for i in range(len(nll))]})
+                rows.append({**row, "protocol": "prefix", **_scores(nll, bpb(nll), sc), **_window_fields(nll, window_bytes)})
             bar.update()
         if not plain:
             if method.cache_layout() is not None:  # (d) one stream through the bounded cache
