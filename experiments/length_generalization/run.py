@@ -3,16 +3,22 @@ r"""The length-generalization experiment, end to end and resumable. From the rep
     python experiments/length_generalization/run.py [--runs=runs/lengthgen] [--budget_minutes=170]
 
 Jobs run in priority order (`plan()`), each a training (experiments/length_generalization/config.py) then
-its evaluation (posenc/task_eval.py) into results/<name>.json:
+its evaluation (posenc/task_eval.py) into results/<name>.json. The first tier is what one seed of every
+verdict needs, about 3 hours on 2 CPU cores (AMD EPYC, measured):
 
-  1. passkey at train_len 256, the core encodings, seed 0; evaluated at 256 … 4096 (1× … 16×) × depths 0,
-     25, …, 100% (20 examples a cell), RoPE also with PI / NTK / dynamic NTK / YaRN and each training-free
-     method (depths 0, 50, 100%, 10 examples a cell: the evaluation at 4096 is what costs);
-  2. copy, reverse and recall on lengths ≤ 64, tested to 256 (4×), the core encodings with and without
-     randomized positions, seed 0;
-  3. the RoPE passkey run fine-tuned at 4× (1024) with PI, with YaRN, and without scaling (the control);
-  4. seeds 1 and 2 of (1) and (2);
-  5. the other encodings of the registry, seed 0, then seeds 1 and 2.
+  1. passkey at train_len 256 with RoPE, seed 0; evaluated at 256 … 4096 (1× … 16×) × depths 0, 25, …,
+     100% (20 examples a cell), also with PI / NTK / dynamic NTK / YaRN and each training-free method
+     (depths 0, 50, 100%, 10 examples a cell: the evaluation at 4096 is what costs);
+  2. copy, reverse and recall on lengths ≤ 32, tested to 128 (4×), the core encodings with and without
+     randomized positions, seed 0 (about 3 minutes a job: 2 layers, as for passkey);
+  3. passkey with ALiBi, seed 0 (the ALiBi verdict);
+  4. the RoPE passkey run fine-tuned at 4× (1024) with PI, with YaRN, and without scaling (the control).
+
+Then the tiers that extend it:
+
+  5. seeds 1 and 2 of (2);
+  6. passkey with the other core encodings, seed 0, then seeds 1 and 2 of every core passkey run;
+  7. the other encodings of the registry, seed 0, then seeds 1 and 2.
 
 A job whose results exist is skipped; a training that was interrupted resumes. `--budget_minutes` stops
 starting new jobs once that much time has passed, so the command can be rerun to go on. The report
@@ -43,7 +49,8 @@ ALGORITHMIC = ("copy", "reverse", "recall")
 PASSKEY_LENGTHS = (256, 512, 1024, 2048, 4096)
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 COARSE_DEPTHS = (0.0, 0.5, 1.0)  # for the scalings and methods beyond a run's own
-ALGO_LENGTHS = (32, 64, 128, 192, 256)
+ALGO_TRAIN_LEN = 32  # configs/tasks.py's train_len for copy, reverse and recall (the in-range length)
+ALGO_LENGTHS = (16, 32, 64, 96, 128)
 ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn")
 ROPE_METHODS = ("self_extend", "rerope", "lm_infinite", "sinks")
 NO_RANDOMIZE = ("none", "cope")  # encodings that take no positions
@@ -67,6 +74,7 @@ class Job:
     init_from: str | None = None
     scalings: tuple = ("none",)
     methods: tuple = ("none",)
+    tier: int = 1  # 1: the first tier (one seed of every verdict); 2: the seeds and encodings that extend it
 
     @property
     def task(self) -> str:
@@ -74,26 +82,26 @@ class Job:
 
 
 def plan(seeds: list[int], finetune_steps: int = 200) -> list[Job]:
-    def passkey(posenc, seed):
+    def passkey(posenc, seed, tier=2):
         rope = get_encoding(posenc).takes_rope_scaling and posenc in CORE  # the core RoPE run gets every scaling
         return Job(f"passkey-{posenc}-s{seed}", f"task=passkey,posenc={posenc},seed={seed}",
-                   scalings=ROPE_SCALINGS if rope else ("none",), methods=("none",) + (ROPE_METHODS if rope else ()))
+                   scalings=ROPE_SCALINGS if rope else ("none",), methods=("none",) + (ROPE_METHODS if rope else ()),
+                   tier=tier)
 
-    def algo(task, posenc, seed, randomize):
+    def algo(task, posenc, seed, randomize, tier=2):
         return Job(f"{task}-{posenc}{'-rp' if randomize else ''}-s{seed}",
-                   f"task={task},posenc={posenc},seed={seed}" + (",randomize" if randomize else ""))
+                   f"task={task},posenc={posenc},seed={seed}" + (",randomize" if randomize else ""), tier=tier)
 
-    def algos(encodings, seed):
-        return [algo(t, p, seed, r) for t in ALGORITHMIC for p in encodings
+    def algos(encodings, seed, tier=2):
+        return [algo(t, p, seed, r, tier) for t in ALGORITHMIC for p in encodings
                 for r in (False, True) if not (r and p in NO_RANDOMIZE)]
 
     first, rest = seeds[:1], seeds[1:]
-    jobs = []
-    for s in first:  # a first picture: RoPE retrieval, then copying with and without randomized positions
-        jobs.append(passkey("rope", s))
-        jobs += [algo("copy", p, s, r) for p in CORE for r in (False, True) if not (r and p in NO_RANDOMIZE)]
-        jobs += [passkey(p, s) for p in CORE if p != "rope"]
-        jobs += [j for j in algos(CORE, s) if j not in jobs]
+    jobs = [passkey("rope", s, tier=1) for s in first]
+    for s in first:  # copying first, with and without randomized positions, then the other tasks
+        jobs += [algo("copy", p, s, r, tier=1) for p in CORE for r in (False, True) if not (r and p in NO_RANDOMIZE)]
+        jobs += [j for j in algos(CORE, s, tier=1) if j not in jobs]
+    jobs += [passkey("alibi", s, tier=1) for s in first]
     for kind, label in (("none", "noscale"), ("linear", "pi"), ("yarn", "yarn")):
         over = (("train_len", 1024), ("batch_size", 4), ("train_steps", finetune_steps), ("warmup_steps", 20),
                 ("eval_windows", 16))
@@ -102,8 +110,9 @@ def plan(seeds: list[int], finetune_steps: int = 200) -> list[Job]:
         posenc = "rope" if kind == "none" else kind
         jobs.append(Job(f"passkey-rope-s0-ft{label}4x", f"task=passkey,posenc={posenc},seed=0", over,
                         init_from="passkey-rope-s0", scalings=("run", "none") if kind != "none" else ("none",)))
-    jobs += [passkey(p, s) for s in rest for p in CORE]
     jobs += [j for s in rest for j in algos(CORE, s)]
+    jobs += [passkey(p, s) for s in first for p in CORE if p not in ("rope", "alibi")]
+    jobs += [passkey(p, s) for s in rest for p in CORE]
     for s in seeds:
         jobs += [passkey(p, s) for p in OTHERS]
         jobs += algos(OTHERS, s)
