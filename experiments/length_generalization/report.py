@@ -88,7 +88,9 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     results = load(here / "results")
     figures = here / "figures"
     figures.mkdir(exist_ok=True)
-    timing = json.loads((here / "results" / "timing.json").read_text()) if (here / "results" / "timing.json").exists() else {}
+    timing_path = here / "results" / "timing.json"
+    timing = {**(json.loads(timing_path.read_text()) if timing_path.exists() else {}),
+              **{n: r["timing"] for n, r in results.items() if r.get("timing")}}  # each result's own, newest
     pilot = json.loads((here / "pilot" / "runs.json").read_text()) if (here / "pilot" / "runs.json").exists() else None
     if jobs is None:
         jobs = plan([0, 1, 2])
@@ -190,8 +192,11 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
         train_min = sum(curve_minutes(r) for r in results.values())
         eval_min = sum(v["eval_s"] for v in timing.values() if isinstance(v, dict)) / 60
         cpus = sorted({r.get("cpu", "unrecorded") for r in results.values()})
+        threads = sorted({r.get("threads", 2) for r in results.values()})
         lines += [f"Compute so far: {train_min:.0f} minutes of timed training steps and {eval_min:.0f} minutes of "
-                  f"evaluation over {len(results)} jobs ({', '.join(cpus)}, 2 cores).", ""]
+                  f"evaluation over {len(results)} jobs ({', '.join(cpus)}; each job on "
+                  f"{' or '.join(map(str, threads))} of the machine's 2 cores: with `--workers=2`, two jobs run at once, "
+                  "one per core, so the wall-clock time is about half the sum).", ""]
     text = "\n".join(lines) + "\n"
     (here / "README.md").write_text(text)
     return text
