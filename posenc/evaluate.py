@@ -35,6 +35,12 @@ applies to a run's encoding, each method's unset parameters resolved per run and
     longest distance the method lets attention see (S + R + 1 for sinks, L for lm_infinite), not at the
     stream's length.
 
+What is scored (`Scored`): by default the first `num_bytes` bytes of the split as one stream, so a window
+may cross from one document into the next. With `documents=True`, the whole split by document: each
+document of at least max(lengths) + 1 bytes contributes its first multiple of max(lengths) targets
+(`data.document_segments`), every window, sliding window and stream stays inside one document, and every
+length still scores the same bytes; shorter documents are left out, and the table says how many.
+
 RoPE frequencies and the methods' parameters enter the compiled forward pass as traced inputs, so each
 (run, length) compiles once per method whatever the number of scalings and parameter values.
 """
@@ -407,6 +413,48 @@ def check_num_bytes(stream, lengths: Sequence[int], num_bytes: int | None, *, de
     return nb
 
 
+@dataclasses.dataclass(frozen=True)
+class Scored:
+    """The tokens a table scores, as segments each scored on its own (no window, sliding window or stream
+    crosses from one segment into the next), with the UTF-8 bytes of each token (1 for byte runs).
+
+    The default is one segment, the first `num_bytes` targets of the split. `documents=True` in `evaluate`
+    gives one segment per document (`data.document_segments`): the whole split, each document's first
+    multiple of the longest length.
+    """
+
+    segments: tuple[np.ndarray, ...]  # tokens, each k · longest + 1 long
+    counts: tuple[np.ndarray, ...]  # UTF-8 bytes per token, aligned with segments
+
+    @classmethod
+    def stream(cls, stream: np.ndarray, counts: np.ndarray, num_bytes: int) -> "Scored":
+        return cls((stream[:num_bytes + 1],), (counts[:num_bytes + 1],))
+
+    @property
+    def num_targets(self) -> int:
+        return sum(len(s) - 1 for s in self.segments)
+
+    @property
+    def target_bytes(self) -> int:
+        return int(sum(c[1:].sum() for c in self.counts))
+
+    def windows(self, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Non-overlapping windows of `length` tiling every segment: (x, y, bytes of each window's targets)."""
+        xs, ys, bs = [], [], []
+        for seg, cnt in zip(self.segments, self.counts):
+            x, y = data.eval_windows(seg, length=length, num_bytes=len(seg) - 1)
+            xs.append(x)
+            ys.append(y)
+            bs.append(data.eval_windows(cnt, length=length, num_bytes=len(seg) - 1)[1].sum(axis=1))
+        return np.concatenate(xs), np.concatenate(ys), np.concatenate(bs)
+
+    def sliding(self, window: int, stride: int) -> tuple[np.ndarray, ...]:
+        """`sliding_windows` of each segment, concatenated: (x, y, weights, bytes of each target)."""
+        parts = [sliding_windows(seg, len(seg) - 1, window, stride) + (sliding_windows(cnt, len(seg) - 1, window, stride)[1],)
+                 for seg, cnt in zip(self.segments, self.counts)]
+        return tuple(np.concatenate(a) for a in zip(*parts))
+
+
 def sliding_windows(stream: np.ndarray, num_bytes: int, window: int, stride: int):
     """Windows of `window` tokens every `stride` scoring the first `num_bytes` targets exactly once.
 
@@ -492,14 +540,15 @@ def ngram_baseline(path: str, cache_dir: str | None = None) -> tuple[ngram.NGram
     return model, context, scores
 
 
-def ngram_rows(path: str, cache_dir: str | None, stream: np.ndarray, lengths: Sequence[int], num_bytes: int,
-               split: str, name: str = "n-gram") -> list[dict[str, Any]]:
-    """The n-gram floor on exactly the windows the runs score (`data.eval_windows` of `stream` at each length),
-    as result rows (run `name`, scaling naming the model and its context)."""
+def ngram_rows(path: str, cache_dir: str | None, scored: Scored, lengths: Sequence[int], split: str,
+               name: str = "n-gram") -> list[dict[str, Any]]:
+    """The n-gram floor on exactly the windows the runs score (`scored.windows` at each length), as result rows
+    (run `name`, scaling naming the model and its context)."""
     model, context, _ = ngram_baseline(path, cache_dir)
+    num_bytes = scored.num_targets
     rows = []
     for length in lengths:
-        x, y = data.eval_windows(stream, length=length, num_bytes=num_bytes)
+        x, y, _ = scored.windows(length)
         bits = model.bits(x, y, context)
         nll = float(bits.mean()) * LN2
         rows.append({"run": name, "posenc": "n-gram", "train_len": None, "step": None, "unit": "byte",
@@ -516,7 +565,8 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
              split: str = "test", learned_beyond: str | None = None, attn_chunk: int = ATTN_CHUNK, progress: bool = True,
              longrope_file: str | None = None, methods: Sequence[str | Method] | None = None,
              hf_models: Sequence[str] = (), text: str | None = None, hf_dtype: str | None = None,
-             ngram_floor: bool = True, prefix_dynamic: bool = False, sliding_long: bool = False) -> dict[str, Any]:
+             ngram_floor: bool = True, prefix_dynamic: bool = False, sliding_long: bool = False,
+             documents: bool = False) -> dict[str, Any]:
     """Evaluates runs at lengths under scalings; returns {'rows': [...], 'per_position': {...}, ...}.
 
     Each run is scored on the `split` of its own corpus (`data.path`); rows and the table name it. A Hugging
@@ -548,6 +598,11 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         rows that give every position the frequencies of L. Costs one cached decoding step per position.
       sliding_long: also score sliding windows of each length L past the training length at stride L / 2
         (protocol `sliding`, length L), next to the default sliding windows of train_len.
+      documents: score the whole split by document instead of its first `num_bytes`: every document of at
+        least max(lengths) + 1 bytes, its first ⌊(n − 1) / max(lengths)⌋ · max(lengths) targets
+        (`data.document_segments`; shorter documents are left out, and the tables say how many). No window,
+        sliding window or stream crosses from one document into the next, and every length scores the same
+        bytes. Byte runs only (not with `num_bytes`).
       ngram_floor: also score each byte corpus's n-gram (`ngram_rows`: Witten–Bell, fit on its train split,
         context chosen on validation) on the same windows — the floor the models must clear — as
         `result['baselines']` (rows of the same schema, run `n-gram`; tables, CSV and plot include them).
@@ -578,11 +633,14 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
             raise ValueError(f"scaling {name!r} does not apply to any of the runs (posenc: "
                              f"{sorted({r.cfg.posenc for r in runs})}); only encodings that take a RoPE scaling "
                              "can be rescaled")
+    if documents and (num_bytes is not None or hf_models):
+        raise ValueError("documents=True scores the whole split of byte runs: give no num_bytes and no hf_models")
     methods = parse_methods(methods)
     for m in methods or ():
         if not any(method_applies(r, m) for r in runs):
             m.check(runs[0].cfg.encoding, runs[0].cfg)  # raises, naming the method and the encoding
-    streams, corpora, corpus_of = {}, {}, {}
+    scored, corpora, corpus_of = {}, {}, {}
+    longest = lengths[-1]
     for run in runs:
         path = run.config.data.path
         key = path if run.tokenizer is None else f"{path} ({run.name} tokens)"
@@ -590,12 +648,20 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         if key not in corpora:
             stream, counts, digest = run_stream(run, split)
             what = f"the {split} split of data.path={path!r}" + ("" if run.tokenizer is None else f" in {run.name}'s tokens")
-            nb = check_num_bytes(stream, lengths, num_bytes, default_windows=16, what=what)
-            streams[key] = (stream, counts)
-            corpora[key] = {"sha256": digest, "num_bytes": nb}
+            if documents:
+                docs = data.load_corpus(path, run.config.data.cache_dir).documents(split)
+                segs = data.document_segments(docs, longest)
+                if not segs:
+                    raise ValueError(f"{what}: no document has {longest} + 1 bytes, the longest length asked for")
+                scored[key] = Scored(tuple(segs), tuple(np.ones(len(s), np.int64) for s in segs))
+                corpora[key] = {"sha256": digest, "num_bytes": scored[key].num_targets,
+                                "documents": {"scored": len(segs), "total": len(docs)}}
+            else:
+                nb = check_num_bytes(stream, lengths, num_bytes, default_windows=16, what=what)
+                scored[key] = Scored.stream(stream, counts, nb)
+                corpora[key] = {"sha256": digest, "num_bytes": nb}
             if run.tokenizer is not None:
-                corpora[key]["text_bytes"] = int(counts[1:nb + 1].sum())
-    longest = lengths[-1]
+                corpora[key]["text_bytes"] = scored[key].target_bytes
 
     jobs = []
     for run in runs:
@@ -614,14 +680,14 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
     for run, sname, method in jobs:
         ev = evaluators[run.workdir]
         corpus_path = corpus_of[run.workdir]
-        (stream, counts), nb = streams[corpus_path], corpora[corpus_path]["num_bytes"]
+        sc_in, nb = scored[corpus_path], corpora[corpus_path]["num_bytes"]
         tokens = run.tokenizer is not None
 
-        def bpb(nll, first=1):
-            """Bits per byte of the targets stream[first : first + nll.size] (nats / bytes / ln 2)."""
+        def bpb(nll):
+            """Bits per byte of all the scored targets (nats / bytes / ln 2)."""
             if not tokens:  # one byte per token
                 return float(nll.mean()) / LN2
-            return float(nll.sum() / counts[first:first + nll.size].sum()) / LN2
+            return float(nll.sum() / sc_in.target_bytes) / LN2
 
         plain = method == Method()
         base_row = {**run.summary(), "scaling": sname, "method": method.label, "split": split, "corpus": corpus_path,
@@ -636,9 +702,8 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                 row.update(_undefined(reason))
             else:
                 sc = scaling_for(run, sname, length, factor, longrope_file)
-                x, y = data.eval_windows(stream, length=length, num_bytes=nb)
+                x, y, window_bytes = sc_in.windows(length)
                 nll = ev.nll(x, y, sc, resolved)
-                window_bytes = np.array([counts[1 + i * length:1 + (i + 1) * length].sum() for i in range(len(nll))])
                 row.update(_scores(nll, bpb(nll), sc), **_window_fields(nll, window_bytes))
                 if length == longest:
                     per_position[f"{run.name}|{sname}" + ("" if plain else f"|{method.label}")] = nll.mean(axis=0).tolist()
@@ -657,7 +722,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                 if reason:
                     row.update(_undefined(reason))
                 else:
-                    nll = ev.streaming_nll(stream, nb, sc, resolved)
+                    nll = np.concatenate([ev.streaming_nll(seg, len(seg) - 1, sc, resolved) for seg in sc_in.segments])
                     row.update(_scores(nll, bpb(nll), sc))
                 rows.append(row)
             bar.update()
@@ -674,12 +739,11 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                 bar.update()
                 continue
             sc = scaling_for(run, sname, window, factor, longrope_file)
-            x, y, w = sliding_windows(stream, nb, window, st)
+            x, y, w, c = sc_in.sliding(window, st)
             nll = ev.nll(x, y, sc)
             mean = float((nll * w).sum() / w.sum())
             per_byte = mean / LN2
             if tokens:  # the bytes of each window's targets, laid out as the windows are
-                c = sliding_windows(counts, nb, window, st)[1]
                 per_byte = float((nll * w).sum() / (c * w).sum()) / LN2
             rows.append({**row, "nll": mean, "bpb": per_byte, "ppl": math.exp(mean),
                          "factor": sc.factor if sc.kind != "none" else 1.0})
@@ -690,8 +754,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         byte_corpora = {corpus_of[r.workdir]: r for r in runs if r.tokenizer is None}
         for key, run in byte_corpora.items():
             name = "n-gram" if len(byte_corpora) == 1 else f"n-gram {key}"
-            baselines += ngram_rows(key, run.config.data.cache_dir, streams[key][0], lengths,
-                                    corpora[key]["num_bytes"], split, name)
+            baselines += ngram_rows(key, run.config.data.cache_dir, scored[key], lengths, split, name)
     sizes = {c["num_bytes"] for c in corpora.values()}
     return {"rows": rows, "baselines": baselines, "per_position": per_position, "lengths": lengths, "split": split,
             "corpora": corpora, "num_bytes": sizes.pop() if len(sizes) == 1 else None}
@@ -739,6 +802,10 @@ def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
     corpora = result.get("corpora") or {}
     if len(corpora) <= 1:
         where = "".join(f" of data.path={p!r}" for p in corpora)
+        docs = next((c["documents"] for c in corpora.values() if "documents" in c), None)
+        if docs:
+            where += (f", by document ({docs['scored']} of {docs['total']} documents long enough; windows never cross "
+                      "from one into the next)")
         lines = [f"{label} on {result['num_bytes']} {result['split']} bytes{where} (lower is better)", "",
                  "| " + " | ".join(head + cols) + " |", "|" + "---|" * (len(head) + len(cols))]
         for key, cells in table.items():

@@ -20,6 +20,8 @@ in the table. Each --method (a training-free method of posenc/training_free.py w
 `self_extend[,window=W,group=G]`, `rerope[,window=w]`, `leaky_rerope[,window=w,leak=k]`,
 `lm_infinite[,window=L,n_global=n]`, `sinks[,window=R,num_sinks=S]`, any of them with `,logn=L0`) is
 evaluated with every scaling, as rows of the same table; its unset parameters default per run and length.
+--documents scores the whole split by document (each document's first multiple of the longest length; shorter
+documents are left out, and the table says how many were scored) instead of the first --num_bytes bytes.
 The row `n-gram` is the floor: an interpolated Witten–Bell byte n-gram (posenc/ngram.py) fit on the corpus's
 train split, its context (0–6 bytes) chosen on validation, scoring the same windows (--nongram: left out).
 Writes
@@ -63,6 +65,9 @@ _SLIDING_LONG = flags.DEFINE_bool("sliding_long", False, "Also score sliding win
                                   "at stride L/2 (columns `sliding L/(L/2)`).")
 _NGRAM = flags.DEFINE_bool("ngram", True, "Also score the corpus's Witten-Bell byte n-gram (fit on its train split, "
                             "context chosen on validation) on the same windows: the row `n-gram`, the floor.")
+_DOCS = flags.DEFINE_bool("documents", False, "Score the whole split by document instead of its first --num_bytes: "
+                          "each document of at least max(lengths) + 1 bytes, its first multiple of max(lengths); "
+                          "no window crosses from one document into the next.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default <first workdir>/eval).")
 
 
@@ -75,6 +80,8 @@ def main(argv):
             raise app.UsageError(f"--{flag.name} must be > 0 (or left out for its default), got {flag.value}")
     if not _WORKDIRS.value and not _HF.value:
         raise app.UsageError("give --workdir=RUN and/or --hf_model=DIR")
+    if _DOCS.value and (_NUM_BYTES.value is not None or _HF.value):
+        raise app.UsageError("--documents scores the whole split of byte runs: not with --num_bytes or --hf_model")
     if _TEXT.value and not _HF.value:
         raise app.UsageError("--text is the text of the --hf_model checkpoints (byte runs score their own corpus)")
     first_dir = (_WORKDIRS.value or _HF.value)[0]
@@ -83,7 +90,7 @@ def main(argv):
         first = checkpoint.load_config(_WORKDIRS.value[0])
         lengths = parse_lengths(_LENGTHS.value or first.eval.lengths,
                                 "--lengths" if _LENGTHS.value else f"config.eval.lengths of {_WORKDIRS.value[0]}")
-        num_bytes = _NUM_BYTES.value or first.eval.num_bytes
+        num_bytes = None if _DOCS.value else _NUM_BYTES.value or first.eval.num_bytes
     else:
         if not _LENGTHS.value:
             raise app.UsageError("--lengths is required with --hf_model alone (lengths in tokens)")
@@ -92,7 +99,7 @@ def main(argv):
                       stride=_STRIDE.value, split=_SPLIT.value, learned_beyond=_LEARNED.value,
                       attn_chunk=_CHUNK.value, longrope_file=_LONGROPE.value, methods=_METHODS.value,
                       hf_models=_HF.value, text=_TEXT.value, hf_dtype=_HF_DTYPE.value, ngram_floor=_NGRAM.value,
-                      prefix_dynamic=_PREFIX.value, sliding_long=_SLIDING_LONG.value)
+                      prefix_dynamic=_PREFIX.value, sliding_long=_SLIDING_LONG.value, documents=_DOCS.value)
     paths = write_outputs(result, out)
     print(markdown_table(result))
     print("\n" + markdown_table(result, "bpb_ci"))

