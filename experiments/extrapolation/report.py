@@ -96,30 +96,33 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
 T80 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397, 9: 1.383}
 
 
-def evidence(margins) -> str:
-    """How firmly a rule's outcome rests on the data: the per-seed margins (measured quantity minus the rule's
-    threshold, signed so that a positive margin lies on the side the outcome fell) as a t statistic over seeds.
+def evidence(conditions: dict) -> str:
+    """How firmly a verdict rests on the data. `conditions`: name → (held, margins), the margins per seed being
+    the measured quantity minus the rule's threshold, positive where the condition holds.
 
-    strong: the 95% t-interval of the mean margin excludes 0; moderate: the 80% one does; weak: neither, or a
-    single run (no spread to judge it by). Several conditions (a dict of name → margins) are as firm as the
-    weakest."""
-    if isinstance(margins, dict):
-        parts = {k: _strength(np.asarray(v, float)) for k, v in margins.items()}
-        order = ("weak", "moderate", "strong")
-        weakest = min(parts.values(), key=lambda x: order.index(x[0]))[0]
-        return f"**{weakest}** (" + "; ".join(f"{k}: {text}" for k, (_, text) in parts.items()) + ")"
-    label, text = _strength(np.asarray(margins, float))
-    return f"**{label}** ({text})"
+    Each condition's firmness is the t over seeds of its margins signed to the side it fell: strong when the
+    95% t-interval of the mean excludes 0, moderate when the 80% one does, weak otherwise, on the threshold, or
+    from one run (no spread to judge it by). If every condition holds, the verdict is as firm as the weakest;
+    if some fail, it rests on the failures and is as firm as the firmest of them."""
+    order = ("weak", "moderate", "strong")
+    parts = {k: (held, *_strength((1.0 if held else -1.0) * np.asarray(m, float))) for k, (held, m) in conditions.items()}
+    failed = {k: v for k, v in parts.items() if not v[0]}
+    pick = max if failed else min
+    label = pick((v[1] for v in (failed or parts).values()), key=order.index)
+    return f"**{label}** (" + "; ".join(f"{k} {'holds' if held else 'fails'} by {text}"
+                                        for k, (held, _, text) in parts.items()) + ")"
 
 
 def _strength(m: np.ndarray) -> tuple[str, str]:
     if m.size < 2:
-        return "weak", f"one run, margin {m.mean():+.3f}"
+        return "weak", f"{m.mean():+.3f} (one run)"
+    if m.mean() == 0:
+        return "weak", f"0 (on the threshold, {m.size} seeds)"
     se = m.std(ddof=1) / math.sqrt(m.size)
     t = math.copysign(math.inf, m.mean()) if se == 0 else m.mean() / se
     df = min(m.size - 1, max(T95))
     label = "strong" if t >= T95[df] else "moderate" if t >= T80[df] else "weak"
-    return label, f"margin {m.mean():+.3f}, t = {t:.1f} over {m.size} seeds"
+    return label, f"{m.mean():+.3f} (t = {t:.1f}, {m.size} seeds)"
 
 
 def fmt(s) -> str:
@@ -251,9 +254,9 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
         "Rule: more than 0.1 bpb worse at 2× = reproduced, else not reproduced — but only if the learned model "
         f"beats NoPE at 1× by > 0.05 bpb (it {'does' if uses_positions else 'does not'}: with this budget it has "
         + ("learned to use its positions)." if uses_positions else "barely learned to use its positions, so the test has no power)."),
-        evidence({"interpolated − 1× − 0.1": interp_margin if loses else -interp_margin,
-                  "NoPE − learned − 0.05 at 1× (the precondition)": (1 if uses_positions else -1) * (
-                      seed_values(results, runs_of["none"], "none", 256) - learned_seeds - 0.05)}),
+        evidence({"learned beats NoPE by 0.05 at 1× (the precondition)": (
+                      uses_positions, seed_values(results, runs_of["none"], "none", 256) - learned_seeds - 0.05),
+                  **({"interpolated 2× worse than 1× by 0.1": (loses, interp_margin)} if uses_positions else {})}),
     ))
 
     def jumps(e, key="none"):
@@ -266,15 +269,16 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
     sin_jumps, rope_jumps = jumps("sinusoidal"), jumps("rope")
     sin_jump, rope_jump = float(sin_jumps.mean()), float(rope_jumps.mean())
     verdict = "reproduced" if sin_jump > 0.25 else "not reproduced" if sin_jump < 0.05 else "inconclusive"
-    jump_margin = (sin_jumps - 0.25 if verdict == "reproduced" else 0.05 - sin_jumps if verdict == "not reproduced"
-                   else np.minimum(sin_jumps - 0.05, 0.25 - sin_jumps))
+    jump_conditions = ({"jump > 0.25": (True, sin_jumps - 0.25)} if verdict == "reproduced" else
+                       {"jump < 0.05": (True, 0.05 - sin_jumps)} if verdict == "not reproduced" else
+                       {"jump ≤ 0.25": (True, 0.25 - sin_jumps), "jump ≥ 0.05": (True, sin_jumps - 0.05)})
     claims.append((
         "Sinusoidal positions can be computed at any length but do not extrapolate: loss degrades within tens of tokens past L",
         "seed 004 (Sinusoidal 局限性); ALiBi paper Fig. 1 (WikiText-103: sinusoidal perplexity explodes past L)",
         f"mean loss at positions 256–287 minus 224–255: {sin_jump:+.3f} bpb (4096-token windows, 3 seeds); "
         f"2× vs 1×: {m(runs_of['sinusoidal'], 'none', 512):.3f} vs {m(runs_of['sinusoidal'], 'none', 256):.3f}",
         verdict, "Rule: jump > 0.25 bpb reproduced, < 0.05 not reproduced, else inconclusive.",
-        evidence(jump_margin),
+        evidence(jump_conditions),
     ))
     rope_1x, rope_2x = m(rope, "none", 256), m(rope, "none", 512)
     degrades = rope_2x > rope_1x + 0.1
@@ -290,8 +294,8 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
         f"(smaller jump at L: {'yes' if gentler else 'no'}). Further out the order flips: at 16× RoPE "
         f"{m(rope, 'none', 4096):.3f} vs sinusoidal {m(runs_of['sinusoidal'], 'none', 4096):.3f} and NoPE "
         f"{m(runs_of['none'], 'none', 4096):.3f} — 'better than absolute encodings' holds only near L.",
-        evidence({"2× − 1× − 0.1": degrade_margin if degrades else -degrade_margin,
-                  "sinusoidal jump − RoPE jump (seed-paired)": (sin_jumps - rope_jumps) if gentler else (rope_jumps - sin_jumps)}),
+        evidence({"2× worse than 1× by 0.1": (degrades, degrade_margin),
+                  "smaller jump at L than sinusoidal (seed-paired)": (gentler, sin_jumps - rope_jumps)}),
     ))
     pi2, pi8 = m(rope, "linear", 512), m(rope, "linear", 2048)
     usable2, poor8 = pi2 <= rope_1x + 0.3, pi8 > rope_1x + 1.0
@@ -301,8 +305,8 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
         f"PI at 2×: {pi2:.3f}, at 8×: {pi8:.3f}, plain RoPE at 1×: {rope_1x:.3f} bpb",
         "reproduced" if usable2 and poor8 else "not reproduced",
         f"Rule (both parts must hold): usable = within 0.3 bpb of 1× ({'yes' if usable2 else 'no'}); poor = more than 1 bpb worse ({'yes' if poor8 else 'no'}).",
-        evidence({"usable at 2×": (1 if usable2 else -1) * (rope_1x_seeds + 0.3 - seed_values(results, rope, "linear", 512)),
-                  "poor at 8×": (1 if poor8 else -1) * (seed_values(results, rope, "linear", 2048) - rope_1x_seeds - 1.0)}),
+        evidence({"usable at 2×": (usable2, rope_1x_seeds + 0.3 - seed_values(results, rope, "linear", 512)),
+                  "poor at 8×": (poor8, seed_values(results, rope, "linear", 2048) - rope_1x_seeds - 1.0)}),
     ))
     if "rope-s0-ft-pi4x" in results:
         ft = m(["rope-s0-ft-pi4x"], "run", 1024)
@@ -312,13 +316,18 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
             "Fine-tuning with PI recovers the quality at the longer length",
             "PI paper Table 1–2 (fine-tuned PI at 8× within a few % of the original perplexity)",
             f"fine-tuned PI at 4× (1024): {ft:.3f}; PI without fine-tuning at 4×: {nft:.3f}; base at 1×: {base:.3f} bpb",
-            "reproduced" if ft <= base + 0.1 else "not reproduced" if ft > nft - 0.1 else "inconclusive",
+            ft_verdict := "reproduced" if ft <= base + 0.1 else "not reproduced" if ft > nft - 0.1 else "inconclusive",
             f"Rule: within 0.1 bpb of the base run at 1× = reproduced; no better than PI without fine-tuning = not reproduced ({args_ft_steps(timing)}).",
-            evidence([base + 0.1 - ft]),
+            evidence({"within 0.1 of the base at 1×": (True, [base + 0.1 - ft])} if ft_verdict == "reproduced" else
+                     {"no better than PI without fine-tuning": (True, [ft - nft + 0.1])} if ft_verdict == "not reproduced"
+                     else {"not within 0.1 of the base": (True, [ft - base - 0.1]),
+                           "better than PI without fine-tuning": (True, [nft - 0.1 - ft])}),
         ))
-    beats = {}
+    beats, beats_at = {}, {}
     for s in ("ntk", "dynamic_ntk", "yarn"):
-        beats[s] = all(stat(results, rope, s, n)[0] + stat(results, rope, s, n)[1] < m(rope, "linear", n) for n in (512, 1024))
+        for n in (512, 1024):
+            beats_at[s, n] = stat(results, rope, s, n)[0] + stat(results, rope, s, n)[1] < m(rope, "linear", n)
+        beats[s] = beats_at[s, 512] and beats_at[s, 1024]
     detail = "; ".join(f"{names[s]} {m(rope, s, 512):.3f}/{m(rope, s, 1024):.3f}" for s in beats)
     claims.append((
         "NTK-aware, dynamic NTK and YaRN beat PI without fine-tuning at s = 2–4",
@@ -326,8 +335,8 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
         f"bpb at 2×/4×: PI {m(rope, 'linear', 512):.3f}/{m(rope, 'linear', 1024):.3f}; {detail}",
         "reproduced" if all(beats.values()) else "not reproduced" if not any(beats.values()) else "inconclusive",
         "Rule: mean + std of each method below PI's mean at both 2× and 4× (" + ", ".join(f"{names[s]}: {'yes' if v else 'no'}" for s, v in beats.items()) + ").",
-        evidence({f"PI − {names[s]} at {n // 256}× (seed-paired)": (1 if beats[s] else -1) * (
-            seed_values(results, rope, "linear", n) - seed_values(results, rope, s, n)) for s in beats for n in (512, 1024)}),
+        evidence({f"{names[s]} below PI at {n // 256}× (seed-paired)": (beats_at[s, n], seed_values(
+            results, rope, "linear", n) - seed_values(results, rope, s, n)) for s in beats for n in (512, 1024)}),
     ))
     in_range = max(abs(m(rope, s, 256) - rope_1x) for s in ("dynamic_ntk", "dynamic_yarn"))
     claims.append((
@@ -351,8 +360,8 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
         f"ALiBi non-overlapping: {a1:.3f} at 1×, {a16:.3f} at 16×; sliding window 256 / stride 128: {aslide:.3f}",
         "reproduced" if flat and curse else "not reproduced",
         f"Rule (both parts must hold): flat = 16× within 0.02 bpb of 1× or better ({'yes' if flat else 'no'}); the sliding window is no worse than the best non-overlapping number ({'yes' if curse else 'no'}).",
-        evidence({"flat": (1 if flat else -1) * (a1_seeds + 0.02 - a16_seeds),
-                  "sliding no worse": (1 if curse else -1) * (a16_seeds + 0.02 - aslide_seeds)}),
+        evidence({"flat": (flat, a1_seeds + 0.02 - a16_seeds),
+                  "sliding no worse": (curse, a16_seeds + 0.02 - aslide_seeds)}),
     ))
     lr_dir = here.parent / "longrope" / "results"
     lr = {t: json.loads((lr_dir / f"eval_{t}.json").read_text()) for t in (1024, 2048) if (lr_dir / f"eval_{t}.json").exists()}
@@ -372,7 +381,7 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
             "reproduced" if all(wins) else "not reproduced" if not any(wins) else "inconclusive",
             "Rule: the better LongRoPE variant below the best hand-set rule at both 4× and 8× (one seed, reduced search; "
             "the search had about 180 validation evaluations and the rules none).",
-            evidence({f"{t // 256}×": [(1 if w else -1) * (h - b)] for (t, w), (b, h) in zip(zip(lr, wins), gaps)}),
+            evidence({f"LongRoPE below the best rule at {t // 256}×": (w, [h - b]) for (t, w), (b, h) in zip(zip(lr, wins), gaps)}),
         ))
     else:
         claims.append((
@@ -430,11 +439,12 @@ mean ± std over seeds.
 
 ## Claims
 
-Each verdict's evidence: the per-seed margin of each condition of its rule (the measured quantity minus the
-rule's threshold, signed so that a positive margin lies on the side the condition came out) and its t over
-seeds — strong when the 95% t-interval of the mean margin excludes 0, moderate when the 80% one does, weak
-otherwise or from one run; a verdict is as firm as its weakest condition. With 3 seeds, "strong" needs
-t ≥ 4.3. A claim the code guarantees is labelled "true by construction", not "reproduced".
+Each verdict's evidence: for each condition of its rule, the per-seed margin (the measured quantity minus the
+rule's threshold) and its t over seeds, signed to the side the condition fell — strong when the 95%
+t-interval of the mean margin excludes 0, moderate when the 80% one does, weak otherwise or from one run
+(with 3 seeds, "strong" needs t ≥ 4.3). A verdict whose conditions all hold is as firm as the weakest; one
+decided by failed conditions is as firm as the firmest failure. A claim the code guarantees is labelled
+"true by construction", not "reproduced".
 
 {chr(10).join(claims_lines)}
 

@@ -4,7 +4,7 @@ r"""The length-generalization experiment's training config: configs/tasks.py wit
         --workdir=runs/lengthgen/passkey-alibi-s1
 
 The arg: configs/tasks.py's variants (task=, posenc=, randomize) plus seed=N. Every encoding of a task gets
-the same model, steps and data: passkey at train_len 256; copy, reverse and recall on lengths up to 64.
+the same model, steps and data: passkey at train_len 256; copy, reverse and recall on lengths up to 32.
 """
 
 import importlib.util

@@ -195,7 +195,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
         threads = sorted({r.get("threads", 2) for r in results.values()})
         lines += [f"Compute so far: {train_min:.0f} minutes of timed training steps and {eval_min:.0f} minutes of "
                   f"evaluation over {len(results)} jobs ({', '.join(cpus)}; each job on "
-                  f"{' or '.join(map(str, threads))} of the machine's 2 cores: with `--workers=2`, two jobs run at once, "
+                  f"{' or '.join(map(str, threads))} of the machine's cores: with `--workers=2`, two jobs run at once, "
                   "one per core, so the wall-clock time is about half the sum).", ""]
     text = "\n".join(lines) + "\n"
     (here / "README.md").write_text(text)
@@ -250,7 +250,9 @@ def pilot_section(folder: pathlib.Path, pilot: dict) -> list[str]:
         loss = " → ".join(f"{r['val_loss']:.2f}" for r in val[:: max(1, len(val) // 4)])
         acc = ", ".join(f"{r['step']}: {100 * r['val_accuracy']:.0f}%" for r in val[:: max(1, len(val) // 6)])
         test = ", ".join(f"{k}: {100 * v:.0f}%" for k, v in p.get("test_accuracy_by_length", {}).items()) or "—"
-        lines.append(f"| {p['name']} | {p['task']} · {p.get('posenc', 'rope')} | {over} | {steps} | {minutes:.1f} | {loss} | {acc} | {test} |")
+        core = " (1 core)" if p.get("threads") == 1 else ""
+        lines.append(f"| {p['name']} | {p['task']} · {p.get('posenc', 'rope')} | {over} | {steps} | {minutes:.1f}{core} | {loss} | "
+                     f"{acc} | {test} |")
     return lines + [""]
 
 

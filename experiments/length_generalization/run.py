@@ -10,7 +10,7 @@ verdict needs, about 3 hours on 2 CPU cores (AMD EPYC, measured):
      100% (20 examples a cell), also with PI / NTK / dynamic NTK / YaRN and each training-free method
      (depths 0, 50, 100%, 10 examples a cell: the evaluation at 4096 is what costs);
   2. copy, reverse and recall on lengths ≤ 32, tested to 128 (4×), the core encodings with and without
-     randomized positions, seed 0 (about 3 minutes a job: 2 layers, as for passkey);
+     randomized positions, seed 0 (2 layers, as for passkey: about 10 minutes a job on one core);
   3. passkey with ALiBi, seed 0 (the ALiBi verdict);
   4. the RoPE passkey run fine-tuned at 4× (1024) with PI, with YaRN, and without scaling (the control).
 
@@ -24,7 +24,9 @@ A job whose results exist is skipped; a training that was interrupted resumes. `
 starting new jobs once that much time has passed, so the command can be rerun to go on. `--workers=2` runs
 two jobs at once, one per core, each with a one-threaded XLA: the small task models gain little from a
 second thread (copy: 17.1k tokens/s on one core, 26.4k on two), so two workers finish about 1.3x the jobs
-per hour. Workers claim jobs in plan order (`results/<name>.claim`); a fine-tune waits for its base run. The
+per hour. Workers claim jobs in plan order (`results/<name>.claim`, with their pid), so several run.py processes can
+share the plan too (say one per core, each started with `taskset` and a one-threaded XLA); a fine-tune
+waits for its base run. The
 report (report.py) is written at the end from whatever results exist, and says which jobs are missing.
 """
 
@@ -34,6 +36,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -187,7 +190,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     result["final_metrics"] = final
     attach_curve(result, runs / job.name)
     result["cpu"] = cpu_model()
-    result["threads"] = 1 if os.environ.get("XLA_FLAGS", "").find(ONE_THREAD) >= 0 else os.cpu_count()
+    result["threads"] = 1 if ONE_THREAD in os.environ.get("XLA_FLAGS", "") else len(os.sched_getaffinity(0))
     result["timing"] = {"train_s": round(trained, 1), "eval_s": round(time.time() - start, 1)}
     _write(results / f"{job.name}.json", json.dumps(result))
     partial_path.unlink(missing_ok=True)
@@ -199,9 +202,26 @@ def _write(path: pathlib.Path, text: str) -> None:
     os.replace(tmp, path)  # atomic: a job's result is whole or absent
 
 
+def claim_is_live(path: pathlib.Path) -> bool:
+    """Whether the process that wrote a claim (its pid is the claim's content) still runs; a claim without a
+    readable pid counts as live."""
+    try:
+        pid = int(path.read_text())
+    except (OSError, ValueError):
+        return path.exists()
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def work(jobs: list[Job], runs: pathlib.Path, results: pathlib.Path, t0: float) -> None:
     """Runs the jobs without results in plan order, each claimed first (`results/<name>.claim`, created
-    exclusively), so that several workers share one plan. A fine-tune waits for its base run's result."""
+    exclusively, holding the worker's pid), so that several workers — of one run.py or of several —
+    share one plan. A fine-tune waits for its base run's result."""
     def done(name):
         return (results / f"{name}.json").exists()
 
@@ -212,7 +232,13 @@ def work(jobs: list[Job], runs: pathlib.Path, results: pathlib.Path, t0: float) 
         if (time.time() - t0) / 60 > _BUDGET.value:
             print(f"budget of {_BUDGET.value} minutes spent: stopping before {pending[0].name} (rerun to go on)")
             return
-        claimed = {j.name for j in pending if (results / f"{j.name}.claim").exists()}
+        claimed = set()
+        for j in pending:
+            path = results / f"{j.name}.claim"
+            if claim_is_live(path):
+                claimed.add(j.name)
+            elif path.exists():  # left by a killed worker
+                path.unlink(missing_ok=True)
         ready = [j for j in pending if j.name not in claimed and (not j.init_from or done(j.init_from))]
         if not ready:
             if claimed and any(j.init_from in claimed for j in pending if j.init_from):
@@ -224,11 +250,17 @@ def work(jobs: list[Job], runs: pathlib.Path, results: pathlib.Path, t0: float) 
             claim = os.open(results / f"{job.name}.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             continue
+        os.write(claim, str(os.getpid()).encode())
         os.close(claim)
         try:
-            run_job(job, runs, results)
+            if not done(job.name):  # another worker may have finished it since `pending` was listed
+                run_job(job, runs, results)
         finally:
             (results / f"{job.name}.claim").unlink(missing_ok=True)
+
+
+def _exit(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def main(argv):
@@ -239,11 +271,10 @@ def main(argv):
     results = HERE / "results"
     results.mkdir(exist_ok=True)
     jobs = [j for j in plan([int(s) for s in _SEEDS.value], _FT_STEPS.value) if not _ONLY.value or j.name.startswith(_ONLY.value)]
+    signal.signal(signal.SIGTERM, _exit)  # a terminated worker runs its `finally`s: its claim is removed
     if _WORKER.value is not None:  # one of --workers processes, started below
         work(jobs, runs, results, t0)
         return
-    for claim in results.glob("*.claim"):  # left by workers of an interrupted run (one run.py at a time)
-        claim.unlink()
     if _WORKERS.value == 1:
         work(jobs, runs, results, t0)
     else:  # one process per core, each pinned to its core with a one-threaded XLA
@@ -255,11 +286,17 @@ def main(argv):
             env = {**os.environ, "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + ONE_THREAD).strip()}
             procs.append(subprocess.Popen([sys.executable, *sys.argv, f"--worker={i}"], env=env,
                                           preexec_fn=lambda c=cores[i]: os.sched_setaffinity(0, {c})))
-        codes = [p.wait() for p in procs]
+        try:
+            codes = [p.wait() for p in procs]
+        except SystemExit:
+            for p in procs:
+                p.terminate()
+            raise
         if any(codes):
             raise SystemExit(f"workers exited with {codes}")
     timing = {p.stem: json.loads(p.read_text()).get("timing") for p in sorted(results.glob("*.json")) if p.stem != "timing"}
     _write(results / "timing.json", json.dumps({k: v for k, v in timing.items() if v}, indent=1))
+    sys.modules.setdefault("run", sys.modules["__main__"])  # report.py imports this module as `run`
     from report import write_report  # noqa: PLC0415  (experiments/length_generalization/report.py)
 
     print(write_report(HERE, plan([int(s) for s in _SEEDS.value], _FT_STEPS.value)))
