@@ -153,6 +153,7 @@ def attach_curve(result: dict, workdir: pathlib.Path) -> dict:
 
 
 ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+POLL_SECONDS = 20  # how often a worker waiting for a base run looks again
 
 
 def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
@@ -242,7 +243,7 @@ def work(jobs: list[Job], runs: pathlib.Path, results: pathlib.Path, t0: float) 
         ready = [j for j in pending if j.name not in claimed and (not j.init_from or done(j.init_from))]
         if not ready:
             if claimed and any(j.init_from in claimed for j in pending if j.init_from):
-                time.sleep(20)  # another worker is training a base run this one's next job needs
+                time.sleep(POLL_SECONDS)  # another worker is training a base run this one's next job needs
                 continue
             return
         job = ready[0]
