@@ -104,9 +104,11 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     if pilot:
         lines += pilot_section(here / "pilot", pilot)
     done = len(planned) - len(missing)
+    first_missing = [n for n in first if n not in results]
     lines += [f"## Status: {done} of {len(planned)} planned jobs have results", "",
-              f"The first tier (one seed of every verdict, planned to fit about 3 hours on 2 cores; `run.py`'s "
-              f"docstring lists the tiers): {sum(n in results for n in first)} of {len(first)} jobs.", ""]
+              f"The first tier (one seed of every verdict; `run.py`'s docstring lists the tiers): "
+              f"{len(first) - len(first_missing)} of {len(first)} jobs. "
+              + (remaining_estimate(results, timing, first_missing) if first_missing else ""), ""]
     if missing:
         groups: dict[str, int] = {}
         for n in missing:
@@ -221,7 +223,7 @@ def remaining_estimate(results: dict, timing: dict, missing: list[str]) -> str:
     known = {k: n * float(np.mean(per[k])) for k, n in left.items() if k in per}
     unknown = sorted(k for k in left if k not in per)
     text = (f"At the mean cost of the finished jobs of each kind, the missing ones need about "
-            f"{sum(known.values()) / 60:.1f} hours (" + ", ".join(
+            f"{sum(known.values()) / 60:.1f} hours of job time (with `--workers=2`, two jobs run at once) (" + ", ".join(
                 f"{left[k]} {k} × {np.mean(per[k]):.0f} min" for k in known) + ")")
     return text + (f"; no finished job yet to estimate {', '.join(unknown)} ({', '.join(str(left[k]) for k in unknown)} "
                    "jobs)." if unknown else ".")

@@ -4,13 +4,13 @@ r"""The length-generalization experiment, end to end and resumable. From the rep
 
 Jobs run in priority order (`plan()`), each a training (experiments/length_generalization/config.py) then
 its evaluation (posenc/task_eval.py) into results/<name>.json. The first tier is what one seed of every
-verdict needs, about 3 hours on 2 CPU cores (AMD EPYC, measured):
+verdict needs (the report estimates what is left of it from the finished jobs' measured cost):
 
   1. passkey at train_len 256 with RoPE, seed 0; evaluated at 256 … 4096 (1× … 16×) × depths 0, 25, …,
      100% (20 examples a cell), also with PI / NTK / dynamic NTK / YaRN and each training-free method
      (depths 0, 50, 100%, 10 examples a cell: the evaluation at 4096 is what costs);
   2. copy, reverse and recall on lengths ≤ 32, tested to 128 (4×), the core encodings with and without
-     randomized positions, seed 0 (2 layers, as for passkey: about 10 minutes a job on one core);
+     randomized positions, seed 0 (2 layers, as for passkey);
   3. passkey with ALiBi, seed 0 (the ALiBi verdict);
   4. the RoPE passkey run fine-tuned at 4× (1024) with PI, with YaRN, and without scaling (the control).
 
