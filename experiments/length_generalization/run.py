@@ -1,6 +1,6 @@
 r"""The length-generalization experiment, end to end and resumable. From the repository root:
 
-    python experiments/length_generalization/run.py [--runs=runs/lengthgen] [--budget_minutes=170]
+    python experiments/length_generalization/run.py [--runs=runs/lengthgen] [--budget_minutes=170] [--workers=2]
 
 Jobs run in priority order (`plan()`), each a training (experiments/length_generalization/config.py) then
 its evaluation (posenc/task_eval.py) into results/<name>.json. The first tier is what one seed of every
@@ -24,10 +24,10 @@ A job whose results exist is skipped; a training that was interrupted resumes. `
 starting new jobs once that much time has passed, so the command can be rerun to go on. `--workers=2` runs
 two jobs at once, one per core, each with a one-threaded XLA: the small task models gain little from a
 second thread (copy: 17.1k tokens/s on one core, 26.4k on two), so two workers finish about 1.3x the jobs
-per hour. Workers claim jobs in plan order (`results/<name>.claim`, with their pid), so several run.py processes can
-share the plan too (say one per core, each started with `taskset` and a one-threaded XLA); a fine-tune
-waits for its base run. The
-report (report.py) is written at the end from whatever results exist, and says which jobs are missing.
+per hour. Workers claim jobs in plan order (`results/<name>.claim`, with their pid), so several run.py
+processes can share the plan too (say one per core, each started with `taskset` and a one-threaded XLA);
+a fine-tune waits for its base run. The report (report.py) is written at the end from whatever results
+exist, and says which jobs are missing.
 """
 
 from __future__ import annotations
