@@ -6,19 +6,18 @@ Jobs run in priority order (`plan()`), each a training (experiments/length_gener
 its evaluation (posenc/task_eval.py) into results/<name>.json. The first tier is what one seed of every
 verdict needs (the report estimates what is left of it from the finished jobs' measured cost):
 
-  1. passkey at train_len 256 with RoPE, seed 0; evaluated at 256 … 4096 (1× … 16×) × depths 0, 25, …,
-     100% (20 examples a cell), also with PI / NTK / dynamic NTK / YaRN and each training-free method
-     (depths 0, 50, 100%, 10 examples a cell: the evaluation at 4096 is what costs);
-  2. copy, reverse and recall on lengths ≤ 32, tested to 128 (4×), the core encodings with and without
-     randomized positions, seed 0 (2 layers, as for passkey);
-  3. passkey with ALiBi, seed 0 (the ALiBi verdict);
-  4. the RoPE passkey run fine-tuned at 4× (1024) with PI, with YaRN, and without scaling (the control).
+  1. passkey at train_len 256 with RoPE and with ALiBi, seed 0; evaluated at 256 … 4096 (1× … 16×) ×
+     depths 0, 25, …, 100% (20 examples a cell), RoPE also with PI / NTK / dynamic NTK / YaRN and each
+     training-free method (depths 0, 50, 100%, 10 examples a cell: the evaluation at 4096 is what costs);
+  2. the RoPE passkey run fine-tuned at 4× (1024) with PI, with YaRN, and without scaling (the control);
+  3. copy, reverse and recall on lengths ≤ 32, tested to 128 (4×), the core encodings with and without
+     randomized positions, seed 0 (2 layers, as for passkey).
 
 Then the tiers that extend it:
 
-  5. seeds 1 and 2 of (2);
-  6. passkey with the other core encodings, seed 0, then seeds 1 and 2 of every core passkey run;
-  7. the other encodings of the registry, seed 0, then seeds 1 and 2.
+  4. seeds 1 and 2 of (3);
+  5. passkey with the other core encodings, seed 0, then seeds 1 and 2 of every core passkey run;
+  6. the other encodings of the registry, seed 0, then seeds 1 and 2.
 
 A job whose results exist is skipped; a training that was interrupted resumes. `--budget_minutes` stops
 starting new jobs once that much time has passed, so the command can be rerun to go on. `--workers=2` runs
@@ -108,11 +107,7 @@ def plan(seeds: list[int], finetune_steps: int = 200) -> list[Job]:
                 for r in (False, True) if not (r and p in NO_RANDOMIZE)]
 
     first, rest = seeds[:1], seeds[1:]
-    jobs = [passkey("rope", s, tier=1) for s in first]
-    for s in first:  # copying first, with and without randomized positions, then the other tasks
-        jobs += [algo("copy", p, s, r, tier=1) for p in CORE for r in (False, True) if not (r and p in NO_RANDOMIZE)]
-        jobs += [j for j in algos(CORE, s, tier=1) if j not in jobs]
-    jobs += [passkey("alibi", s, tier=1) for s in first]
+    jobs = [passkey(p, s, tier=1) for s in first for p in ("rope", "alibi")]
     for kind, label in (("none", "noscale"), ("linear", "pi"), ("yarn", "yarn")):
         over = (("train_len", 1024), ("batch_size", 4), ("train_steps", finetune_steps), ("warmup_steps", 20),
                 ("eval_windows", 16))
@@ -121,6 +116,9 @@ def plan(seeds: list[int], finetune_steps: int = 200) -> list[Job]:
         posenc = "rope" if kind == "none" else kind
         jobs.append(Job(f"passkey-rope-s0-ft{label}4x", f"task=passkey,posenc={posenc},seed=0", over,
                         init_from="passkey-rope-s0", scalings=("run", "none") if kind != "none" else ("none",)))
+    for s in first:  # copying first, with and without randomized positions, then the other tasks
+        jobs += [algo("copy", p, s, r, tier=1) for p in CORE for r in (False, True) if not (r and p in NO_RANDOMIZE)]
+        jobs += [j for j in algos(CORE, s, tier=1) if j not in jobs]
     jobs += [j for s in rest for j in algos(CORE, s)]
     jobs += [passkey(p, s) for s in first for p in CORE if p not in ("rope", "alibi")]
     jobs += [passkey(p, s) for s in rest for p in CORE]
