@@ -77,7 +77,9 @@ def test_workers_share_a_plan_through_claims(tmp_path, monkeypatch):
 def test_claim_liveness(tmp_path):
     claim = tmp_path / "x.claim"
     assert not run.claim_is_live(claim)  # no claim
-    claim.write_text("")  # created, its pid not written yet: live
+    claim.write_text("")  # created, its pid not written yet: live for a minute
     assert run.claim_is_live(claim)
+    os.utime(claim, (time.time() - 120, time.time() - 120))
+    assert not run.claim_is_live(claim)
     claim.write_text(str(os.getpid()))
     assert run.claim_is_live(claim)

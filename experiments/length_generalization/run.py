@@ -202,12 +202,17 @@ def _write(path: pathlib.Path, text: str) -> None:
 
 
 def claim_is_live(path: pathlib.Path) -> bool:
-    """Whether the process that wrote a claim (its pid is the claim's content) still runs; a claim without a
-    readable pid counts as live."""
+    """Whether the process that wrote a claim (its pid is the claim's content) still runs. A claim without a
+    readable pid is live for a minute (its writer may be between creating it and writing the pid)."""
     try:
         pid = int(path.read_text())
+    except FileNotFoundError:
+        return False
     except (OSError, ValueError):
-        return path.exists()
+        try:
+            return time.time() - path.stat().st_mtime < 60
+        except FileNotFoundError:
+            return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
