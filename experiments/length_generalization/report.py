@@ -318,28 +318,40 @@ def verdicts(results: dict[str, dict]) -> list[str]:
     for task in ("copy", "reverse", "recall"):
         nope = f"{task}-none-s0"
         others = [n for n in results if n.startswith(f"{task}-") and n.endswith("-s0") and "-rp" not in n and n != nope]
+        out_of_range = sorted(n for n in others if not in_range(n, ALGO_TRAIN_LEN))
+        others = [n for n in others if n not in out_of_range]
         rule = (f"Kazemnejad et al.: NoPE extrapolates at least as well as the other encodings on {task} — rule: NoPE's "
-                f"accuracy summed over the lengths past {ALGO_TRAIN_LEN} minus each other encoding's, z ≥ −1.96 for every one.")
-        if nope in results and others:
+                f"accuracy summed over the lengths past {ALGO_TRAIN_LEN} minus each other encoding's, z ≥ −1.96 for every "
+                f"one, among the runs ≥ {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN}.")
+        left_out = f" (left out, below the in-range bar: {', '.join(out_of_range)})" if out_of_range else ""
+        if nope in results and not in_range(nope, ALGO_TRAIN_LEN):
+            out.append(f"- {rule} **not tested**: NoPE is below the in-range bar ({fmt(cell(results[nope]['rows'], length=ALGO_TRAIN_LEN))} "
+                       f"at {ALGO_TRAIN_LEN}){left_out}.")
+        elif nope in results and others:
             far = lambda n: tuple(map(sum, zip(*[cell(results[n]["rows"], length=L) or (0, 0)  # noqa: E731
                                                  for L in BEYOND])))
             zs = {o: two_proportion_z(far(nope), far(o)) for o in others if far(o)[1] and far(nope)[1]}
             verdict = "reproduced" if zs and all(z >= -1.96 for z in zs.values()) else "not reproduced"
             out.append(f"- {rule} **{verdict}**: " + ", ".join(f"vs {o.split('-')[1]} z = {z:.2f}" for o, z in zs.items())
-                       + " (one seed).")
+                       + f" (one seed){left_out}.")
         else:
             out.append(f"- {rule} **not tested**: no results yet.")
-    diffs = []
+    diffs, skipped = [], []
     for n in results:
         if "-rp-" in n:
             plain = n.replace("-rp", "")
-            if plain in results:
+            if plain in results and not (in_range(n, ALGO_TRAIN_LEN) and in_range(plain, ALGO_TRAIN_LEN)):
+                skipped.append(n)
+            elif plain in results:
                 a = [pct(cell(results[n]["rows"], length=L)) for L in BEYOND]
                 b = [pct(cell(results[plain]["rows"], length=L)) for L in BEYOND]
                 if None not in a and None not in b:
                     diffs.append(np.mean(a) - np.mean(b))
     rule = ("Ruoss et al.: randomized positions raise mean accuracy past the training length (+12.0 points in the paper) "
-            "— rule: the mean paired difference over (task, encoding, seed) has a bootstrap 95% interval above 0.")
+            "— rule: the mean paired difference over (task, encoding, seed) has a bootstrap 95% interval above 0, over the "
+            f"pairs whose two runs are ≥ {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN}.")
+    if skipped:
+        rule += f" Pairs left out (a run below the in-range bar): {', '.join(sorted(skipped))}."
     if len(diffs) >= 3:
         rng = np.random.default_rng(0)
         boot = [np.mean(rng.choice(diffs, size=len(diffs))) for _ in range(2000)]
