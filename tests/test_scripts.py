@@ -30,10 +30,10 @@ def test_benchmark_decode_prints_speedup():
 
 @pytest.mark.parametrize("without", ["attention_vjp"])  # one ablation beside the default dense backward (suite time)
 def test_benchmark_train_prints_mfu(without):
-    out = run("scripts/benchmark_train.py", "--steps=1", "--rounds=2", "--train_len=32", "--batch_size=2", "--profile",
+    out = run("scripts/benchmark_train.py", "--steps=1", "--rounds=1", "--train_len=32", "--batch_size=2", "--profile",
               f"--without={without}")
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["tokens_per_s"] > 0 and 0 < result["mfu"] < 1 and len(result["rounds_tokens_per_s"]) == 2
+    assert result["tokens_per_s"] > 0 and 0 < result["mfu"] < 1 and len(result["rounds_tokens_per_s"]) == 1
     assert result["without"] == [w for w in without.split(",") if w]
     assert result["profile"] and all(row["ms"] >= 0 and "[" in row["shape"] for row in result["profile"])
 

@@ -1,4 +1,4 @@
-"""End-to-end training: every posenc learns, checkpoints, resumes; kill -9 and resume; 2 devices = 1."""
+"""End-to-end training: every posenc learns, checkpoints, resumes; kill -9 and resume; several devices = 1."""
 
 import json
 import os
@@ -23,9 +23,9 @@ def losses(workdir):
     return {r["step"]: r["train_loss"] for r in rows}
 
 
-# One encoding per way positions enter (position_kind) and the two with learned bias parameters; that every
-# encoding trains its parameters is tests/test_encodings.py's (a smaller model, no checkpoints).
-TRAINED = ("none", "learned", "rope", "alibi", "t5", "fire", "cope")
+# One encoding per way positions enter (position_kind) and FIRE, a bias with learned parameters (an MLP); that
+# every encoding trains its parameters is tests/test_encodings.py's (a smaller model, no checkpoints).
+TRAINED = ("none", "learned", "rope", "alibi", "fire", "cope")
 assert set(TRAINED) <= set(POSENCS)
 
 
@@ -57,7 +57,7 @@ def run_script(args, env=None, **kw):
 
 
 def test_killed_run_resumes_to_the_same_losses(tiny_config, tmp_path, cache_dir):
-    steps, every = 300, 20
+    steps, every = 120, 20
     args = ["--config=configs/default.py:tiny", f"--config.train_steps={steps}", f"--config.checkpoint_every={every}",
             "--config.eval_every=100", f"--config.data.cache_dir={cache_dir}"]
     killed = tmp_path / "killed"
@@ -78,19 +78,6 @@ def test_killed_run_resumes_to_the_same_losses(tiny_config, tmp_path, cache_dir)
     a, b = losses(killed), losses(tmp_path / "straight")
     assert sorted(a) == sorted(b) == list(range(1, steps + 1))
     np.testing.assert_allclose([a[s] for s in range(1, steps + 1)], [b[s] for s in range(1, steps + 1)], rtol=1e-6)
-
-
-def test_two_devices_give_the_same_losses_as_one(tmp_path, cache_dir):
-    args = ["--config=configs/default.py:tiny", f"--config.data.cache_dir={cache_dir}"]
-    one = run_script([*args, f"--workdir={tmp_path / 'one'}"])
-    two = run_script([*args, f"--workdir={tmp_path / 'two'}"],
-                     env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"})
-    assert one.returncode == 0 and two.returncode == 0, (one.stderr[-2000:], two.stderr[-2000:])
-    a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
-    np.testing.assert_allclose([a[s] for s in sorted(a)], [b[s] for s in sorted(b)], rtol=2e-5)
-    meta = subprocess.run([sys.executable, "-c", "import jax; print(len(jax.devices()))"], capture_output=True,
-                          text=True, env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
-    assert meta.stdout.strip() == "2"
 
 
 def test_misspelt_config_field_fails(tmp_path):
@@ -282,7 +269,8 @@ def test_two_processes_give_the_same_losses_as_one(tmp_path, cache_dir):
 
 def test_fsdp_gives_one_devices_losses_and_checkpoints_move_between_meshes(tiny_config, tmp_path, cache_dir):
     """4 simulated devices: FSDP over all 4 ends with one device's losses; a run stopped half-way on a
-    (2 data x 2 fsdp) mesh resumes on one device to the same losses."""
+    (2 data x 2 fsdp) mesh — data parallelism, its batch split over 2 devices — resumes on one device to the
+    same losses."""
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
     base = ["--config=configs/default.py:tiny", f"--config.data.cache_dir={cache_dir}"]
     fsdp = run_script([*base, "--config.mesh.fsdp=4", f"--workdir={tmp_path / 'fsdp'}"], env=env)
