@@ -23,9 +23,9 @@ def losses(workdir):
     return {r["step"]: r["train_loss"] for r in rows}
 
 
-# One encoding per way positions enter (position_kind) and FIRE, a bias with learned parameters (an MLP); that
+# One encoding per way positions enter (position_kind; FIRE for the biases, whose MLP has parameters); that
 # every encoding trains its parameters is tests/test_encodings.py's (a smaller model, no checkpoints).
-TRAINED = ("none", "learned", "rope", "alibi", "fire", "cope")
+TRAINED = ("none", "learned", "rope", "fire", "cope")
 assert set(TRAINED) <= set(POSENCS)
 
 
