@@ -29,6 +29,7 @@ Where each formula lives:
   posenc/decode.py        KV-cache decoding equal to the full forward pass
   posenc/sweep.py         train / eval sweeps
   posenc/longrope.py      LongRoPE's evolutionary search of rescale factors
+  posenc/tuning.py        the hand-set rules tuned on validation with the LongRoPE search's budget
 """
 
 from posenc.alibi import alibi_bias, alibi_slopes

@@ -144,7 +144,8 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
         a state saved with other values is a ValueError naming them.
 
     Returns:
-      (best individual, its fitness, history: one {generation, best, mean} per generation).
+      (best individual, its fitness, history: one {generation, best, mean, evaluated} per generation, where
+      `evaluated` counts the individuals scored in it).
     """
     state_path = pathlib.Path(state_path) if state_path else None
     if state_path and state_path.exists():
@@ -169,7 +170,7 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
         rng = np.random.default_rng(cfg.seed)
         population = initial_population(seeds, cfg, bound, rng)
         scores = list(map(float, fitness(population)))
-        history = [{"generation": 0, "best": min(scores), "mean": float(np.mean(scores))}]
+        history = [{"generation": 0, "best": min(scores), "mean": float(np.mean(scores)), "evaluated": len(population)}]
         start = 1
         _save(state_path, population, scores, history, rng, 0, meta)
     bar = tqdm(range(start, cfg.generations + 1), initial=start - 1, total=cfg.generations, desc=desc,
@@ -198,7 +199,8 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
                 children.append(child)
         child_scores = list(map(float, fitness(children))) if children else []
         population, scores = parents + children, parent_scores + child_scores
-        history.append({"generation": generation, "best": min(scores), "mean": float(np.mean(scores))})
+        history.append({"generation": generation, "best": min(scores), "mean": float(np.mean(scores)),
+                        "evaluated": len(children)})
         bar.set_postfix(best=f"{min(scores):.4f}")
         _save(state_path, population, scores, history, rng, generation, meta)
     bar.close()
@@ -292,6 +294,10 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
                                                   max(1.0, cfg.factor_bound), out_dir / "stage2_short.json",
                                                   "stage 2 (short)", progress, meta)
     result["stage2_short"] = {"ppl": short_ppl, "history": short_history}
+    stages = [result["stage1_shared"], result.get("stage1_per_layer"), result["stage2_short"]]
+    counts = [h.get("evaluated") for st in stages if st for h in st["history"]]
+    if None not in counts:  # (a search resumed from a state saved before the count was kept has none)
+        result["evaluations"] = sum(counts)  # every stage's fitness evaluations on validation
     result.update(short_factor=short_best.factors.tolist(), long_factor=best.factors.tolist(),
                   unscaled_positions=int(best.n_hat), per_layer=best.factors.ndim == 2, search_split="validation")
     (out_dir / "longrope.json").write_text(json.dumps(result, indent=1))

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import posenc
-from posenc import data, longrope, train
+from posenc import data, longrope, train, tuning
+from posenc.evaluate import Evaluator
 from posenc.longrope import Individual, SearchConfig
 
 BOUND = 5.0
@@ -47,7 +48,11 @@ def test_fitness_improves_towards_a_known_optimum_and_is_deterministic(tmp_path)
     target = np.linspace(1.5, 4.0, 8)  # feasible: non-decreasing within [1, 5]
     seeds = [Individual(np.full(8, 4.0), 0), Individual(np.ones(8), 0)]
     cfg = dataclasses.replace(SMALL, generations=30)
-    best, score, history = longrope.search(toy_fitness(target), seeds, cfg, BOUND, progress=False)
+    scored = []
+    fitness = toy_fitness(target)
+    best, score, history = longrope.search(lambda pop: scored.append(len(pop)) or fitness(pop), seeds, cfg, BOUND,
+                                           progress=False)
+    assert [h["evaluated"] for h in history] == scored  # the count the fair tuning budget copies
     assert history[-1]["best"] < 0.25 * history[0]["best"]
     assert all(h2["best"] <= h1["best"] for h1, h2 in zip(history, history[1:]))  # elitist: never worse
     assert longrope.satisfies(best, BOUND, longrope.N_HAT_CHOICES)
@@ -103,8 +108,12 @@ def test_search_run_never_reads_the_test_split_and_reloads(rope_run, tmp_path, m
 
     monkeypatch.setattr(data, "load_corpus", lambda *a, **k: NoTest(real(*a, **k)))
     cfg = SearchConfig(population=4, generations=2, mutations=2, crossovers=2, parents=2)
+    calls = []
+    real_nll = Evaluator.nll
+    monkeypatch.setattr(Evaluator, "nll", lambda self, *a, **k: calls.append(1) or real_nll(self, *a, **k))
     result = longrope.search_run(rope_run, 64, cfg, per_layer=True, out=str(tmp_path), short_generations=1,
                                  progress=False)
+    assert result["evaluations"] == len(calls) == tuning.longrope_evaluations(tmp_path / "longrope.json")
     assert result["per_layer"] in (True, False) and result["search_split"] == "validation"
     saved = json.loads((tmp_path / "longrope.json").read_text())
     sc = longrope.scaling_from_json(tmp_path / "longrope.json")

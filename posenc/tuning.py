@@ -1,0 +1,158 @@
+"""A fair tuning budget for the hand-set RoPE scaling rules: each rule's free parameters are searched on the
+validation split with as many evaluations as the LongRoPE search spent, and the choice is then scored on test.
+
+LongRoPE (Ding et al. 2024, arXiv 2402.13753; `posenc.longrope`) fits per-pair factors with an evolutionary
+search of a few hundred validation evaluations, while PI, NTK and YaRN come with fixed rules. Comparing them
+as they come credits the search with its tuning. Here each rule gets a random search of the same size
+(`budget`, by default LongRoPE's own count of evaluations, `longrope_evaluations`) over the space of its
+free parameters (`SPACES`), seeded, whose first point is the rule's published default (so a tuned rule is never
+worse than its default on validation). The point with the lowest validation bits per byte at the target
+length wins; the default and the winner are then scored on the test split. Points are evaluated through the
+eval sweep (`posenc.sweep.run_eval_sweep`: one compiled forward for all of them, and a rerun resumes).
+
+The spaces, with s = target length / training length (the sampled parameters; the rest as the rule sets them):
+
+| rule | parameters | range | default |
+|---|---|---|---|
+| `linear` (PI) | factor | [1, 2s], log-uniform | s |
+| `ntk` | factor (α of b' = b·α^(d/(d−2))) | [1, 4s], log-uniform | s |
+| `dynamic_ntk` | factor of Hugging Face's slope formula | [1, 4s], log-uniform | s |
+| `yarn` | beta_fast; beta_slow; attention_factor | [8, 128], [1/8, 4] log-uniform; [0.8, 1.6] | 32; 1; 0.1 ln s + 1 |
+| `dynamic_yarn` | the same, s = max(1, T / L) | as `yarn` | as `yarn` |
+| `dynamic_linear` | none: s = max(1, T / L) | — | — |
+
+A rule without free parameters is evaluated once, whatever the budget, and says so (`evaluations`: 1).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import zlib
+from typing import Any, Sequence
+
+import numpy as np
+
+from posenc import sweep
+
+RULES = ("linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn", "dynamic_linear")
+_YARN_SPACE = {"beta_fast": (8.0, 128.0, "log"), "beta_slow": (0.125, 4.0, "log"), "attention_factor": (0.8, 1.6, "linear")}
+
+
+def space(rule: str, s: float) -> dict[str, tuple[float, float, str]]:
+    """The sampled parameters of `rule` at scale `s`: {field: (low, high, 'log' | 'linear')}."""
+    check_rule(rule)
+    if rule == "linear":
+        return {"factor": (1.0, 2.0 * s, "log")}
+    if rule in ("ntk", "dynamic_ntk"):
+        return {"factor": (1.0, 4.0 * s, "log")}
+    if rule in ("yarn", "dynamic_yarn"):
+        return dict(_YARN_SPACE)
+    return {}
+
+
+def check_rule(rule: str) -> None:
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+
+
+def kind_of(rule: str) -> str:
+    """The RopeScaling kind a rule's points modify (`dynamic_yarn` is `yarn` with dynamic=True)."""
+    check_rule(rule)
+    return rule if rule == "dynamic_ntk" else rule.removeprefix("dynamic_")
+
+
+def default_point(rule: str, s: float) -> dict[str, Any]:
+    """The rule as published, as an eval-sweep point."""
+    check_rule(rule)
+    if rule.startswith("dynamic_") and rule != "dynamic_ntk":
+        return {"dynamic": True}
+    if rule == "yarn":
+        return {"beta_fast": 32.0, "beta_slow": 1.0}  # attention factor: the rule's 0.1 ln s + 1
+    return {"factor": float(s)}
+
+
+def sample_points(rule: str, s: float, budget: int, seed: int = 0) -> list[dict[str, Any]]:
+    """`budget` eval-sweep points of `rule` (one for a rule without free parameters): its default first, then
+    independent draws from `space(rule, s)`, a pure function of (rule, s, budget, seed)."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ValueError(f"budget must be an integer >= 1 (validation evaluations per rule), got {budget!r}")
+    if not (math.isfinite(s) and s > 1):
+        raise ValueError(f"the scale s = target_len / train_len must be > 1, got {s!r}")
+    fields = space(rule, s)
+    first = default_point(rule, s)
+    if not fields:
+        return [first]
+    rng = np.random.default_rng([seed, zlib.crc32(rule.encode())])
+    points = [first]
+    fixed = {"dynamic": True} if rule.startswith("dynamic_") and rule != "dynamic_ntk" else {}
+    while len(points) < budget:
+        point = dict(fixed)
+        for field, (lo, hi, scale) in fields.items():
+            u = rng.uniform()
+            value = math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo))) if scale == "log" else lo + u * (hi - lo)
+            point[field] = round(float(value), 6)
+        points.append(point)
+    return points
+
+
+def longrope_evaluations(path: str | pathlib.Path) -> int:
+    """The validation evaluations a LongRoPE search spent (`evaluations` in its longrope.json, all stages)."""
+    result = json.loads(pathlib.Path(path).read_text())
+    if "evaluations" not in result:
+        raise ValueError(f"{path} has no 'evaluations' count (written by scripts/search_longrope.py since the "
+                         "count was added): rerun the search, or give the budget directly")
+    return int(result["evaluations"])
+
+
+def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, seed: int = 0,
+         num_bytes: int | None = None, test_lengths: Sequence[int] | None = None, budget_source: str = "given",
+         progress: bool = True) -> dict[str, Any]:
+    """Tunes `rule` for run `workdir` at `target_len` on validation, scores the default and the winner on test,
+    and writes `root/<rule>_<target_len>.json` (the trials, the choice and both test scores). The sweep's
+    point records go to `root/<rule>_<target_len>/` (a rerun resumes from them)."""
+    from posenc.evaluate import load_run  # noqa: PLC0415
+
+    run = load_run(workdir)
+    if not run.cfg.encoding.takes_rope_scaling:
+        raise ValueError(f"tuning a RoPE scaling needs a run whose encoding takes one; {workdir!r} has "
+                         f"posenc={run.cfg.posenc!r}")
+    s = target_len / run.base_len
+    points = sample_points(rule, s, budget, seed)
+    named = [(f"{rule}-{i:04d}", p) for i, p in enumerate(points)]
+    folder = pathlib.Path(root) / f"{rule}_{target_len}"
+    kind = kind_of(rule)
+    key = f"bpb_L{target_len}"
+    val = sweep.run_eval_sweep(workdir, str(folder / "validation"), named, lengths=[target_len], scaling=kind,
+                               num_bytes=num_bytes, split="validation", progress=progress)
+    trials = [{"name": r["name"], "point": r["point"], "status": r["status"], "val_bpb": r.get(key),
+               **({"error": r["error"]} if r["status"] != "done" else {})} for r in val]
+    scored = [t for t in trials if t["status"] == "done" and t["val_bpb"] is not None and math.isfinite(t["val_bpb"])]
+    if not scored:
+        raise RuntimeError(f"every {rule} point failed on validation (first error: {trials[0].get('error')})")
+    best = min(scored, key=lambda t: t["val_bpb"])  # ties: the earlier point (the default comes first)
+    default = trials[0]
+    lengths = sorted(set(test_lengths or []) | {target_len})
+    chosen = [(default["name"], default["point"])] + ([(best["name"], best["point"])] if best is not default else [])
+    test = {r["name"]: r for r in sweep.run_eval_sweep(workdir, str(folder / "test"), chosen, lengths=lengths,
+                                                       scaling=kind, num_bytes=num_bytes, split="test",
+                                                       progress=progress)}
+
+    def summary(trial):
+        record = test[trial["name"]]
+        return {"name": trial["name"], "point": trial["point"], "val_bpb": trial["val_bpb"],
+                "test_bpb": {str(n): record.get(f"bpb_L{n}") for n in lengths}, "test_status": record["status"]}
+
+    result = {"rule": rule, "kind": kind, "run": workdir, "step": run.step, "train_len": run.base_len,
+              "target_len": target_len, "s": s, "budget": budget, "budget_source": budget_source,
+              "evaluations": len(trials), "seed": seed, "space": {k: list(v) for k, v in space(rule, s).items()},
+              "selection": {"split": "validation", "metric": f"bits per byte at {target_len}",
+                            "num_bytes": val[0]["num_bytes"]},
+              "default": summary(default), "best": summary(best), "trials": trials}
+    out = pathlib.Path(root) / f"{rule}_{target_len}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(out)
+    return result

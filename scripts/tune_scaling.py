@@ -1,0 +1,57 @@
+r"""Tune the hand-set RoPE scaling rules on validation with the LongRoPE search's budget, then score on test.
+
+    python scripts/tune_scaling.py --workdir=RUN --target_len=1024 --longrope=DIR/longrope.json \
+        [--rules=linear,ntk,dynamic_ntk,yarn,dynamic_yarn] [--test_lengths=256,1024,4096] --out=DIR
+    python scripts/tune_scaling.py --workdir=RUN --target_len=1024 --budget=180 --out=DIR
+
+Each rule's free parameters (posenc/tuning.py: PI's and NTK's factor, YaRN's betas and attention factor)
+get `--budget` validation evaluations at --target_len — by default as many as the LongRoPE search of
+--longrope spent — a seeded random search whose first point is the rule's default. The winner on validation
+and the default are then scored on the test split. Writes DIR/<rule>_<target_len>.json per rule and prints
+a table; a rerun resumes from the point records under DIR.
+"""
+
+from absl import app, flags, logging
+
+from posenc import tuning
+from posenc.config import parse_lengths
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "The trained RoPE run.", required=True)
+_TARGET = flags.DEFINE_integer("target_len", None, "The length the rules are tuned for.", required=True)
+_RULES = flags.DEFINE_list("rules", ["linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn"],
+                           f"Rules to tune, of {tuning.RULES}.")
+_BUDGET = flags.DEFINE_integer("budget", None, "Validation evaluations per rule (default: --longrope's count).")
+_LONGROPE = flags.DEFINE_string("longrope", None, "A LongRoPE result (scripts/search_longrope.py's longrope.json) "
+                                "whose number of evaluations is the budget.")
+_NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Bytes scored per evaluation (default 8 windows).")
+_TEST_LENGTHS = flags.DEFINE_list("test_lengths", [], "Test lengths besides --target_len.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the random search.")
+_OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.ERROR)
+    if (_BUDGET.value is None) == (_LONGROPE.value is None):
+        raise app.UsageError("give exactly one of --budget=N and --longrope=FILE (whose evaluation count is the budget)")
+    for rule in _RULES.value:
+        tuning.check_rule(rule)
+    budget = _BUDGET.value if _BUDGET.value is not None else tuning.longrope_evaluations(_LONGROPE.value)
+    source = "given" if _BUDGET.value is not None else f"LongRoPE search {_LONGROPE.value}"
+    test_lengths = parse_lengths(_TEST_LENGTHS.value, "--test_lengths") if _TEST_LENGTHS.value else []
+    t = _TARGET.value
+    print(f"budget: {budget} validation evaluations per rule ({source}); bits per byte at {t}")
+    print("| rule | evaluations | default val | tuned val | default test | tuned test | tuned point |")
+    print("|---|---|---|---|---|---|---|")
+    for rule in _RULES.value:
+        r = tuning.tune(_WORKDIR.value, rule, t, budget, _OUT.value, seed=_SEED.value, num_bytes=_NUM_BYTES.value,
+                        test_lengths=test_lengths, budget_source=source)
+        d, b = r["default"], r["best"]
+        fmt = lambda v: "–" if v is None else f"{v:.4f}"  # noqa: E731
+        print(f"| {rule} | {r['evaluations']} | {fmt(d['val_bpb'])} | {fmt(b['val_bpb'])} | "
+              f"{fmt(d['test_bpb'][str(t)])} | {fmt(b['test_bpb'][str(t)])} | {b['point']} |")
+
+
+if __name__ == "__main__":
+    app.run(main)
