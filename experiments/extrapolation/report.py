@@ -125,6 +125,12 @@ def _strength(m: np.ndarray) -> tuple[str, str]:
     return label, f"{m.mean():+.3f} (t = {t:.1f}, {m.size} seeds)"
 
 
+# the fine-tunes of run.py's FINETUNES: (label, row, the scaling it is scored with)
+FINETUNE_ROWS = (("cont256", "control: trained on at 256, no scaling", "none"),
+                 ("noscale4x", "control: fine-tuned at 1024, no scaling", "none"),
+                 ("pi4x", "PI, s = 4, fine-tuned at 1024", "run"), ("yarn4x", "YaRN, s = 4, fine-tuned at 1024", "run"))
+
+
 def fmt(s) -> str:
     if s is None:
         return "undefined"
@@ -170,12 +176,14 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
     rope_lines = ["| scaling (no fine-tuning) | " + " | ".join(f"L={n}" for n in L) + " |", "|---|" + "---|" * len(L)]
     for s in scalings:
         rope_lines.append(f"| {names[s]} | " + " | ".join(fmt(stat(results, rope, s, n)) for n in L) + " |")
-    ft_lines = ["| fine-tuned run (4× = 1024, its own scaling) | " + " | ".join(f"L={n}" for n in L) + " |",
-                "|---|" + "---|" * len(L)]
-    for ft, label in (("rope-s0-ft-pi4x", "PI, s = 4"), ("rope-s0-ft-yarn4x", "YaRN, s = 4")):
-        if ft in results:
-            ft_lines.append(f"| {label} | " + " | ".join(fmt(stat(results, [ft], "run", n)) for n in L) + " |")
-    ft_lines.append("| base RoPE seed 0, no scaling | " + " | ".join(fmt(stat(results, ["rope-s0"], "none", n)) for n in L) + " |")
+    ft_lines = ["| fine-tuned RoPE run (its own scaling) | seeds | " + " | ".join(f"L={n}" for n in L) + " |",
+                "|---|---|" + "---|" * len(L)]
+    for label, what, scaling in FINETUNE_ROWS:
+        ft = [f"rope-s{s}-ft-{label}" for s in seeds if f"rope-s{s}-ft-{label}" in results]
+        if ft:
+            ft_lines.append(f"| {what} | {len(ft)} | " + " | ".join(fmt(stat(results, ft, scaling, n)) for n in L) + " |")
+    ft_lines.append(f"| base RoPE runs, no scaling | {len(rope)} | "
+                    + " | ".join(fmt(stat(results, rope, "none", n)) for n in L) + " |")
 
     # ---- figures
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))

@@ -4,8 +4,9 @@ r"""The extrapolation study, end to end and resumable. From the repository root:
 
 1. trains NoPE, sinusoidal, learned, RoPE and ALiBi with identical budgets (experiments/extrapolation/config.py)
    at train_len 256, one run per (encoding, seed) under --runs;
-2. fine-tunes the seed-0 RoPE run at 4x the length (train_len 1024) with PI and with YaRN for
-   --finetune_steps steps (--init_from);
+2. fine-tunes each seed's RoPE run at 4x the length (train_len 1024) with PI and with YaRN for
+   --finetune_steps steps (--init_from), with two controls of the same steps and tokens: training on at 256,
+   and fine-tuning at 1024 without scaling;
 3. evaluates every run at 256 … 4096 (1× … 16×) on the same test bytes with the three protocols; RoPE runs
    also with linear (PI), NTK, dynamic NTK, YaRN and dynamic YaRN applied at inference time, learned runs
    also with their table interpolated; results go to experiments/extrapolation/results/<run>.json;
@@ -31,6 +32,9 @@ HERE = pathlib.Path(__file__).resolve().parent
 POSENCS = ("none", "sinusoidal", "learned", "rope", "alibi")
 LENGTHS = (256, 512, 1024, 2048, 4096)
 ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn")
+# (label, posenc, train_len): PI and YaRN at 4x, and their controls: the same steps at 256 (does more training
+# alone help?) and at 1024 without scaling (does the longer data alone help?)
+FINETUNES = (("cont256", "rope", 256), ("noscale4x", "rope", 1024), ("pi4x", "linear", 1024), ("yarn4x", "yarn", 1024))
 
 _RUNS = flags.DEFINE_string("runs", "runs/extrapolation", "Where the runs (checkpoints) go.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the main comparison.")
@@ -64,22 +68,24 @@ def main(argv):
             _timed(timing, f"train/{name}", lambda c=config, n=name: train_and_evaluate(c, str(runs / n)))
             timing_path.write_text(json.dumps(timing, indent=1))
 
-    for kind in ("linear", "yarn"):
-        name = f"rope-s0-ft-{'pi' if kind == 'linear' else kind}4x"
-        names.append(name)
-        config = load_config_file(config_path, f"posenc={kind},seed=0")
-        config.init_from = str(runs / "rope-s0")
-        config.train_len = 1024
-        config.batch_size = 4  # the same 4096 tokens per step as the base runs
-        config.train_steps = _FT_STEPS.value
-        config.warmup_steps = 15
-        config.learning_rate = 1e-3
-        config.eval_every = config.checkpoint_every = _FT_STEPS.value
-        config.eval_windows = 16
-        config.model.rope.scaling.factor = 4.0
-        config.model.rope.scaling.original_max_len = 256
-        _timed(timing, f"train/{name}", lambda c=config, n=name: train_and_evaluate(c, str(runs / n)))
-        timing_path.write_text(json.dumps(timing, indent=1))
+    for seed in map(int, _SEEDS.value):  # the fine-tunes of every seed's RoPE run and their two controls
+        for label, kind, train_len in FINETUNES:
+            name = f"rope-s{seed}-ft-{label}"
+            names.append(name)
+            config = load_config_file(config_path, f"posenc={kind},seed={seed}")
+            config.init_from = str(runs / f"rope-s{seed}")
+            config.train_len = train_len
+            config.batch_size = 4 * 1024 // train_len  # the same 4096 tokens per step as the base runs
+            config.train_steps = _FT_STEPS.value
+            config.warmup_steps = 15
+            config.learning_rate = 1e-3
+            config.eval_every = config.checkpoint_every = _FT_STEPS.value
+            config.eval_windows = 16
+            if kind != "rope":
+                config.model.rope.scaling.factor = 4.0
+                config.model.rope.scaling.original_max_len = 256
+            _timed(timing, f"train/{name}", lambda c=config, n=name: train_and_evaluate(c, str(runs / n)))
+            timing_path.write_text(json.dumps(timing, indent=1))
 
     for name in names:
         out = results / f"{name}.json"
@@ -88,7 +94,7 @@ def main(argv):
         workdir = str(runs / name)
         run = ev.load_run(workdir)
         if "-ft-" in name:
-            scalings = ["run", "none"]
+            scalings = ["run", "none"] if run.cfg.rope_scaling.kind != "none" else ["none"]
         elif run.cfg.encoding.takes_rope_scaling:
             scalings = list(ROPE_SCALINGS)
         else:
