@@ -107,9 +107,10 @@ def longrope_evaluations(path: str | pathlib.Path) -> int:
 
 
 def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, seed: int = 0,
-         num_bytes: int | None = None, test_lengths: Sequence[int] | None = None, budget_source: str = "given",
-         progress: bool = True) -> dict[str, Any]:
-    """Tunes `rule` for run `workdir` at `target_len` on validation, scores the default and the winner on test,
+         num_bytes: int | None = None, test_lengths: Sequence[int] | None = None, test_num_bytes: int | None = None,
+         budget_source: str = "given", progress: bool = True) -> dict[str, Any]:
+    """Tunes `rule` for run `workdir` at `target_len` on validation (`num_bytes` per evaluation), scores the
+    default and the winner on test (`test_num_bytes`, default `num_bytes`, at `test_lengths` and the target),
     and writes `root/<rule>_<target_len>.json` (the trials, the choice and both test scores). The sweep's
     point records go to `root/<rule>_<target_len>/` (a rerun resumes from them)."""
     from posenc.evaluate import load_run  # noqa: PLC0415
@@ -136,7 +137,7 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
     lengths = sorted(set(test_lengths or []) | {target_len})
     chosen = [(default["name"], default["point"])] + ([(best["name"], best["point"])] if best is not default else [])
     test = {r["name"]: r for r in sweep.run_eval_sweep(workdir, str(folder / "test"), chosen, lengths=lengths,
-                                                       scaling=kind, num_bytes=num_bytes, split="test",
+                                                       scaling=kind, num_bytes=test_num_bytes or num_bytes, split="test",
                                                        progress=progress)}
 
     def summary(trial):
@@ -149,7 +150,7 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
               "evaluations": len(trials), "seed": seed, "space": {k: list(v) for k, v in space(rule, s).items()},
               "selection": {"split": "validation", "metric": f"bits per byte at {target_len}",
                             "num_bytes": val[0]["num_bytes"]},
-              "default": summary(default), "best": summary(best), "trials": trials}
+              "test_num_bytes": next(iter(test.values()))["num_bytes"], "default": summary(default), "best": summary(best), "trials": trials}
     out = pathlib.Path(root) / f"{rule}_{target_len}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
