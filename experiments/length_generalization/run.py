@@ -23,8 +23,8 @@ Then the tiers that extend it:
 A job whose results exist is skipped; a training that was interrupted resumes. `--budget_minutes` stops
 starting new jobs once that much time has passed, so the command can be rerun to go on. `--workers=2` runs
 two jobs at once, one per core, each with a one-threaded XLA: the small task models gain little from a
-second thread (copy: 17.1k tokens/s on one core, 26.4k on two), so two workers finish about 1.3x the jobs
-per hour. Workers claim jobs in plan order (`results/<name>.claim`, with their pid), so several run.py
+second thread, so two one-core workers finish more jobs per hour than one two-core process (each result
+records its threads and timing). Workers claim jobs in plan order (`results/<name>.claim`, with their pid), so several run.py
 processes can share the plan too (say one per core, each started with `taskset` and a one-threaded XLA);
 a fine-tune waits for its base run. The report (report.py) is written at the end from whatever results
 exist, and says which jobs are missing.
@@ -77,7 +77,7 @@ _ALGO_EXAMPLES = flags.DEFINE_integer("algo_examples", 100, "Test examples per a
 _FT_STEPS = flags.DEFINE_integer("finetune_steps", FT_STEPS, "Fine-tuning steps at 4x the passkey length.")
 _ONLY = flags.DEFINE_string("only", None, "Run only the jobs whose name starts with this.")
 _WORKERS = flags.DEFINE_integer("workers", 1, "Processes sharing the plan, each pinned to one core with one XLA "
-                                "thread (2 on 2 cores: about 1.3x the jobs per hour of one 2-thread process).")
+                                "thread (2 on 2 cores: more jobs per hour than one 2-thread process).")
 _WORKER = flags.DEFINE_integer("worker", None, "Internal: the index of one of --workers processes.")
 
 
