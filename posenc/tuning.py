@@ -22,6 +22,11 @@ The spaces, with s = target length / training length (the sampled parameters; th
 | `dynamic_linear` | none: s = max(1, T / L) | — | — |
 
 A rule without free parameters is evaluated once, whatever the budget, and says so (`evaluations`: 1).
+
+A tuned point is one scaling, applied unchanged at every test length: a factor tuned for the target stays
+that factor at shorter or longer windows (as a deployed static scaling does), whereas the evaluation's named
+scalings (`posenc.evaluate.scaling_for`) use s = L / L0 at each length L. Its scores away from the target are
+labelled so (`test_scaling` in the result).
 """
 
 from __future__ import annotations
@@ -79,7 +84,9 @@ def sample_points(rule: str, s: float, budget: int, seed: int = 0) -> list[dict[
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
         raise ValueError(f"budget must be an integer >= 1 (validation evaluations per rule), got {budget!r}")
     if not (math.isfinite(s) and s > 1):
-        raise ValueError(f"the scale s = target_len / train_len must be > 1, got {s!r}")
+        raise ValueError(f"the scale s = target_len / the run's original length must be > 1, got {s!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     fields = space(rule, s)
     first = default_point(rule, s)
     if not fields:
@@ -101,8 +108,9 @@ def longrope_evaluations(path: str | pathlib.Path) -> int:
     """The validation evaluations a LongRoPE search spent (`evaluations` in its longrope.json, all stages)."""
     result = json.loads(pathlib.Path(path).read_text())
     if "evaluations" not in result:
-        raise ValueError(f"{path} has no 'evaluations' count (written by scripts/search_longrope.py since the "
-                         "count was added): rerun the search, or give the budget directly")
+        raise ValueError(f"{path} has no 'evaluations' count: its search ran before the count was kept. Rerun "
+                         "scripts/search_longrope.py into a fresh --out (a search resumed from the old stage*.json "
+                         "states cannot count the generations they hold), or give the budget directly")
     return int(result["evaluations"])
 
 
@@ -115,12 +123,17 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
     point records go to `root/<rule>_<target_len>/` (a rerun resumes from them)."""
     from posenc.evaluate import load_run  # noqa: PLC0415
 
+    from posenc.evaluate import check_num_bytes, run_stream  # noqa: PLC0415
+
     run = load_run(workdir)
     if not run.cfg.encoding.takes_rope_scaling:
         raise ValueError(f"tuning a RoPE scaling needs a run whose encoding takes one; {workdir!r} has "
                          f"posenc={run.cfg.posenc!r}")
     s = target_len / run.base_len
     points = sample_points(rule, s, budget, seed)
+    lengths = sorted(set(test_lengths or []) | {target_len})
+    for split, n, ls in (("validation", num_bytes, [target_len]), ("test", test_num_bytes or num_bytes, lengths)):
+        check_num_bytes(run_stream(run, split)[0], ls, n, default_windows=8, what=f"the {split} split")  # before any work
     named = [(f"{rule}-{i:04d}", p) for i, p in enumerate(points)]
     folder = pathlib.Path(root) / f"{rule}_{target_len}"
     kind = kind_of(rule)
@@ -134,7 +147,6 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
         raise RuntimeError(f"every {rule} point failed on validation (first error: {trials[0].get('error')})")
     best = min(scored, key=lambda t: t["val_bpb"])  # ties: the earlier point (the default comes first)
     default = trials[0]
-    lengths = sorted(set(test_lengths or []) | {target_len})
     chosen = [(default["name"], default["point"])] + ([(best["name"], best["point"])] if best is not default else [])
     test = {r["name"]: r for r in sweep.run_eval_sweep(workdir, str(folder / "test"), chosen, lengths=lengths,
                                                        scaling=kind, num_bytes=test_num_bytes or num_bytes, split="test",
@@ -150,7 +162,9 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
               "evaluations": len(trials), "seed": seed, "space": {k: list(v) for k, v in space(rule, s).items()},
               "selection": {"split": "validation", "metric": f"bits per byte at {target_len}",
                             "num_bytes": val[0]["num_bytes"]},
-              "test_num_bytes": next(iter(test.values()))["num_bytes"], "default": summary(default), "best": summary(best), "trials": trials}
+              "test_num_bytes": next(iter(test.values()))["num_bytes"],
+              "test_scaling": "each point applied unchanged at every test length (tuned for the target)",
+              "default": summary(default), "best": summary(best), "trials": trials}
     out = pathlib.Path(root) / f"{rule}_{target_len}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from posenc import data, sweep, tuning
-from posenc.rope_scaling import RopeScaling
+from posenc import sweep, tuning
+from posenc.evaluate import Evaluator
 
 
 @pytest.mark.parametrize("rule", tuning.RULES)
@@ -35,12 +35,14 @@ def test_log_uniform_draws_cover_the_range_evenly_in_log():
     assert abs(u.mean() - 0.5) < 0.03 and abs(u.var() - 1 / 12) < 0.01
 
 
-def test_the_published_defaults():
-    assert tuning.default_point("linear", 4.0) == {"factor": 4.0}
-    yarn = sweep.eval_scaling(_FakeRun(), tuning.default_point("yarn", 4.0), "yarn", 1024)
-    assert yarn == RopeScaling("yarn", 4.0, original_max_len=256)  # betas 32 / 1, attention factor 0.1 ln s + 1
-    dyn = sweep.eval_scaling(_FakeRun(), tuning.default_point("dynamic_yarn", 4.0), "yarn", 1024)
-    assert dyn.dynamic and dyn.kind == "yarn"
+@pytest.mark.parametrize("rule", tuning.RULES)
+def test_the_default_point_is_the_rule_the_evaluation_names(rule):
+    """At the target length the first point is exactly `posenc.evaluate.scaling_for`'s scaling of that name."""
+    from posenc import evaluate as ev  # noqa: PLC0415
+
+    fake = _FakeRun()
+    ours = sweep.eval_scaling(fake, tuning.default_point(rule, 4.0), tuning.kind_of(rule), 1024)
+    assert ours == ev.scaling_for(fake, rule, 1024)
 
 
 def test_bad_arguments_name_the_field():
@@ -48,32 +50,27 @@ def test_bad_arguments_name_the_field():
         tuning.sample_points("pi", 4.0, 8)
     with pytest.raises(ValueError, match="budget must be an integer >= 1"):
         tuning.sample_points("yarn", 4.0, 0)
-    with pytest.raises(ValueError, match="s = target_len / train_len must be > 1"):
+    with pytest.raises(ValueError, match="s = target_len / the run's original length must be > 1"):
         tuning.sample_points("yarn", 1.0, 8)
+    with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+        tuning.sample_points("yarn", 4.0, 8, seed=-1)
 
 
 class _FakeRun:
     base_len = 256
+    name = "fake"
+
+    class cfg:  # noqa: N801
+        class encoding:  # noqa: N801
+            takes_rope_scaling = True
 
 
 def test_tune_selects_on_validation_and_scores_test(trained_run, tmp_path, monkeypatch):
-    reads = []
-    real = data.load_corpus
-
-    class Watched:
-        def __init__(self, corpus):
-            self._c = corpus
-
-        def __getattr__(self, name):
-            return getattr(self._c, name)
-
-        def split(self, name):
-            reads.append(name)
-            return self._c.split(name)
-
-    monkeypatch.setattr(data, "load_corpus", lambda *a, **k: Watched(real(*a, **k)))
+    splits = []
+    real = sweep.run_eval_sweep
+    monkeypatch.setattr(sweep, "run_eval_sweep", lambda *a, **k: splits.append(k["split"]) or real(*a, **k))
     result = tuning.tune(str(trained_run), "yarn", 64, 4, str(tmp_path), num_bytes=128, progress=False)
-    assert reads.index("test") > max(i for i, r in enumerate(reads) if r == "validation")  # selection first
+    assert splits == ["validation", "test"]  # every validation evaluation before the test split is scored
     val = [t["val_bpb"] for t in result["trials"]]
     assert len(val) == result["evaluations"] == 4 and all(math.isfinite(v) for v in val)
     assert result["best"]["val_bpb"] == min(val) and result["default"]["val_bpb"] == val[0]
@@ -84,8 +81,39 @@ def test_tune_selects_on_validation_and_scores_test(trained_run, tmp_path, monke
                                  lengths=[64], scaling="yarn", num_bytes=128, split="test", progress=False)[0]
     assert result["best"]["test_bpb"]["64"] == again["bpb_L64"]
     assert json.loads((tmp_path / "yarn_64.json").read_text())["best"] == result["best"]
+    monkeypatch.setattr(Evaluator, "nll", lambda *a, **k: pytest.fail("a rerun recomputed a finished point"))
     rerun = tuning.tune(str(trained_run), "yarn", 64, 4, str(tmp_path), num_bytes=128, progress=False)
     assert rerun["trials"] == result["trials"]  # resumed from the point records
+
+
+def test_selection_skips_failed_points_keeps_the_earlier_of_ties_and_fails_when_all_fail(monkeypatch, tmp_path):
+    from posenc import evaluate as ev  # noqa: PLC0415
+
+    monkeypatch.setattr(ev, "load_run", lambda w: type("R", (_FakeRun,), {"step": 7})())
+    monkeypatch.setattr(ev, "run_stream", lambda run, split: (np.zeros(100_000, np.uint8), None, "x"))
+    val = {"ntk-0000": 2.0, "ntk-0001": None, "ntk-0002": 1.5, "ntk-0003": 1.5, "ntk-0004": float("nan")}
+    calls = []
+
+    def fake_sweep(workdir, root, points, *, lengths, scaling, num_bytes, split, progress):
+        calls.append((split, [n for n, _ in points]))
+        out = []
+        for name, point in points:
+            bpb = val[name] if split == "validation" else 3.0
+            failed = bpb is None
+            out.append({"name": name, "point": point, "status": "failed" if failed else "done", "num_bytes": 4096,
+                        **({"error": "boom"} if failed else {f"bpb_L{n}": bpb for n in lengths})})
+        return out
+
+    monkeypatch.setattr(sweep, "run_eval_sweep", fake_sweep)
+    result = tuning.tune("w", "ntk", 1024, 5, str(tmp_path), num_bytes=4096, progress=False)
+    assert result["best"]["name"] == "ntk-0002" and result["default"]["name"] == "ntk-0000"
+    assert calls == [("validation", list(val)), ("test", ["ntk-0000", "ntk-0002"])]
+    assert [t["status"] for t in result["trials"]].count("failed") == 1
+    val.update({k: None for k in val})
+    with pytest.raises(RuntimeError, match="every ntk point failed on validation"):
+        tuning.tune("w", "ntk", 1024, 5, str(tmp_path), num_bytes=4096, progress=False)
+    with pytest.raises(ValueError, match="num_bytes"):  # before any evaluation
+        tuning.tune("w", "ntk", 1024, 5, str(tmp_path), num_bytes=1000, progress=False)
 
 
 def test_budget_from_a_longrope_result(tmp_path):
