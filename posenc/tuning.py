@@ -42,6 +42,7 @@ import numpy as np
 from posenc import sweep
 
 RULES = ("linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn", "dynamic_linear")
+LENGTH_TRACKING = ("dynamic_yarn", "dynamic_linear")  # RopeScaling(dynamic=True): s = max(1, T / L)
 _YARN_SPACE = {"beta_fast": (8.0, 128.0, "log"), "beta_slow": (0.125, 4.0, "log"), "attention_factor": (0.8, 1.6, "linear")}
 
 
@@ -71,7 +72,7 @@ def kind_of(rule: str) -> str:
 def default_point(rule: str, s: float) -> dict[str, Any]:
     """The rule as published, as an eval-sweep point."""
     check_rule(rule)
-    if rule.startswith("dynamic_") and rule != "dynamic_ntk":
+    if rule in LENGTH_TRACKING:
         return {"dynamic": True}
     if rule == "yarn":
         return {"beta_fast": 32.0, "beta_slow": 1.0}  # attention factor: the rule's 0.1 ln s + 1
@@ -93,7 +94,7 @@ def sample_points(rule: str, s: float, budget: int, seed: int = 0) -> list[dict[
         return [first]
     rng = np.random.default_rng([seed, zlib.crc32(rule.encode())])
     points = [first]
-    fixed = {"dynamic": True} if rule.startswith("dynamic_") and rule != "dynamic_ntk" else {}
+    fixed = {"dynamic": True} if rule in LENGTH_TRACKING else {}
     while len(points) < budget:
         point = dict(fixed)
         for field, (lo, hi, scale) in fields.items():
