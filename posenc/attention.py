@@ -8,7 +8,10 @@ and be wrong whenever there are fewer queries than keys.
 
 Chunked attention (evaluation at long lengths) goes over the keys in tiles with FlashAttention's online
 softmax (`_tiled_attend`), skipping the tiles no query of the chunk may see: the causal half of `[T, T]` and
-empty cache slots are never scored (`scripts/benchmark_eval.py` measures it against PyTorch's SDPA).
+empty cache slots are never scored, nor sliced out of the keys. On CPU the heads are split into two groups,
+each its own loop over the chunks (`head_groups`): XLA:CPU runs the two loops' small per-tile products and
+softmax passes side by side on its threads. `scripts/benchmark_eval.py` measures it against PyTorch's SDPA
+(`--head_groups` for the ablation).
 
 The public functions take the model's `[B, T, N, H]` layout and transpose once to head-major
 `[B, N, T, H]`, the layout XLA's batched products want (the per-block slices and products of
@@ -207,32 +210,41 @@ def block_causal_attention(q, k, v, q_pos, k_pos, *, bias_fn=None, block: int = 
 def _key_tiles(x, block: int, fill):
     """`[B, N, Tk, …]` (or `[B|1, Tk]` positions, `fill` −1) → `[Tk / block, …]` tiles (padded with `fill`)."""
     axis = 2 if x.ndim == 4 else 1
-    pad = -x.shape[axis] % block
-    if pad:
-        widths = [(0, 0)] * x.ndim
-        widths[axis] = (0, pad)
-        x = jnp.pad(x, widths, constant_values=fill)
+    x = _pad_keys(x, block, fill)
     shape = x.shape[:axis] + (x.shape[axis] // block, block) + x.shape[axis + 1:]
     return jnp.moveaxis(x.reshape(shape), axis, 0)
 
 
-def _tiled_attend(q, q_pos, tiles, bias_fn, window=None, near_fn=None, far=None):
-    """Head-major attention of q `[B, N, Tq, H]` (scaled) at `q_pos` `[B|1, Tq]` over key tiles `(k, v, k_pos,
-    far k, far k_pos)` stacked on a leading axis (`_key_tiles`), with the online softmax of FlashAttention
-    (Dao et al. 2022, Alg. 1): per tile j, with S_j its scores (bias and mask added),
+def _pad_keys(x, block: int, fill):
+    """`[B, N, Tk, H]` (or `[B|1, Tk]` positions) padded with `fill` along the keys to a multiple of `block`."""
+    axis = 2 if x.ndim == 4 else 1
+    pad = -x.shape[axis] % block
+    if not pad:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, pad)
+    return jnp.pad(x, widths, constant_values=fill)
+
+
+def _tiled_attend(q, q_pos, keys, pos_tiles, block, bias_fn, window=None, near_fn=None, far=None):
+    """Head-major attention of q `[B, N, Tq, H]` (scaled) at `q_pos` `[B|1, Tq]` over the keys `(k, v, far k)`
+    `[B, N, Tk, H]` (padded to a multiple of `block`) in tiles of `block`, whose positions `(k_pos, far k_pos)`
+    are stacked on a leading axis (`_key_tiles`), with the online softmax of FlashAttention (Dao et al. 2022,
+    Alg. 1): per tile j, with S_j its scores (bias and mask added),
 
         m ← max(m, rowmax S_j),   ℓ ← ℓ e^{m_old − m} + rowsum e^{S_j − m},   O ← O e^{m_old − m} + e^{S_j − m} V_j,
 
     and the output O / ℓ. A tile none of whose keys any query may see (all in the future, before the window,
-    or empty cache slots at position −1) is skipped (`lax.cond`): the scores held at once are
-    `[B, N, Tq, block]`, and about half of the causal `[Tq, Tk]` is never computed. The bias must be a function
-    of each pair alone (not CoPE's, which sums gates over the keys between the two)."""
+    or empty cache slots at position −1) is skipped (`lax.cond`), and its keys are never sliced out: the scores
+    held at once are `[B, N, Tq, block]`, and about half of the causal `[Tq, Tk]` is never computed. The bias
+    must be a function of each pair alone (not CoPE's, which sums gates over the keys between the two)."""
     acc = _acc(q.dtype)
     b, n, tq, h = q.shape
     q_hi, q_lo = jnp.max(q_pos), jnp.min(q_pos)
+    k_all, v_all, fk_all = keys
 
     def body(carry, tile):
-        kt, vt, kp, fkt, fkp = tile
+        j, kp, fkp = tile
         live = (kp >= 0) & (kp <= q_hi)
         whole = (kp >= 0) & (kp <= q_lo)  # seen by every query
         if window is not None:
@@ -241,11 +253,13 @@ def _tiled_attend(q, q_pos, tiles, bias_fn, window=None, near_fn=None, far=None)
 
         def update(carry, masked=True):
             m, l, o = carry
+            kt, vt = (jax.lax.dynamic_slice_in_dim(x, j * block, block, axis=2) for x in (k_all, v_all))
             keep = None if near_fn is None else near_fn(q_pos, kp)
             s = jnp.einsum("bnqh,bnkh->bnqk", q, kt, preferred_element_type=acc)
             if masked:
                 s = s + _bias(q_pos, kp, bias_fn, q, kt, window, keep)
             if far is not None:
+                fkt = jax.lax.dynamic_slice_in_dim(fk_all, j * block, block, axis=2)
                 far_keep = ~keep & far.visible(q_pos, kp)
                 s_far = jnp.einsum("bnqh,bnkh->bnqk", far.q, fkt, preferred_element_type=acc) + _bias(
                     q_pos, kp, bias_fn, far.q, fkt, window, far_keep, bias_pos=(far.q_pos, fkp))
@@ -262,13 +276,36 @@ def _tiled_attend(q, q_pos, tiles, bias_fn, window=None, near_fn=None, far=None)
         return jax.lax.cond(jnp.any(live), update, lambda c: c, carry), None
 
     init = (jnp.full((b, n, tq, 1), _MASKED, acc), jnp.zeros((b, n, tq, 1), acc), jnp.zeros((b, n, tq, h), acc))
+    tiles = (jnp.arange(pos_tiles[0].shape[0]),) + tuple(pos_tiles)
     (_, l, o), _ = jax.lax.scan(body, init, tiles)
     # a query that sees no key at all (only possible with a method's mask emptying its row) gets 0, not 0 / 0
     return (o / jnp.where(l == 0, 1, l)).astype(q.dtype)
 
 
+def head_groups(num_heads: int, backend: str | None = None) -> int:
+    """How many independent loops chunked attention splits its heads into: 2 on CPU when the heads split
+    evenly, else 1. XLA:CPU runs the two loops' small per-tile products and softmax passes concurrently on its
+    threads, where one loop leaves them waiting on each other (`scripts/benchmark_eval.py --head_groups`
+    measures it, experiments/benchmarks); on other backends each op fills the device and one loop is best."""
+    on_cpu = (backend or jax.default_backend()) == "cpu"
+    return 2 if on_cpu and num_heads % 2 == 0 else 1
+
+
+def _group_bias(bias_fn, heads: slice, num_heads: int):
+    """`bias_fn` for the heads `heads` of `num_heads`: a bias over all heads is sliced, one broadcast over the
+    heads (`N|1` = 1) or computed from the group's own q and k is kept as it is."""
+    if bias_fn is None:
+        return None
+
+    def fn(*args):
+        bias = bias_fn(*args)
+        return bias[:, heads] if bias.shape[1] == num_heads else bias
+
+    return fn
+
+
 def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, window: int | None = None,
-              near_fn=None, far: Far | None = None, key_block: int = 0):
+              near_fn=None, far: Far | None = None, key_block: int = 0, groups: int | None = None):
     """softmax(q kᵀ / sqrt(H) + bias, masked causally by position) v.
 
     Args:
@@ -288,6 +325,8 @@ def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, windo
         size with the online softmax (`_tiled_attend`), skipping the tiles no query of the chunk may see; so
         at most `[B, N, chunk_size, key_block]` scores exist at once. Only for biases of each pair alone
         (the model passes 0 for encodings whose bias needs every key, `Encoding.bias_needs_all_keys`).
+      groups: with chunks, the heads are split into this many groups, each its own independent loop over the
+        chunks (None: `head_groups`, 2 on CPU; must divide N).
 
     Returns:
       `[B, Tq, N, H]`.
@@ -303,31 +342,39 @@ def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, windo
     pad = num_chunks * chunk_size - tq
     q_pos = jnp.broadcast_to(q_pos, (q.shape[0], tq))
     b, n, _, h = q.shape
+    groups = head_groups(n) if groups is None else groups
+    if groups < 1 or n % groups:
+        raise ValueError(f"attention: groups={groups} must be a positive divisor of the {n} heads")
 
     def chunks(x, p):
         if pad:  # padded queries get the last position: harmless rows, sliced off below
             x = jnp.pad(x, ((0, 0), (0, 0), (0, pad), (0, 0)))
             p = jnp.pad(p, ((0, 0), (0, pad)), mode="edge")
-        return (x.reshape(b, n, num_chunks, chunk_size, h).transpose(2, 0, 1, 3, 4),
+        return (x.reshape(b, x.shape[1], num_chunks, chunk_size, h).transpose(2, 0, 1, 3, 4),
                 p.reshape(b, num_chunks, chunk_size).swapaxes(0, 1))
 
-    xs = chunks(q, q_pos)
-    if far is not None:
-        xs = xs + chunks(far.q, far.q_pos)
-
-    if 0 < key_block < k.shape[2]:
+    tiled = 0 < key_block < k.shape[2]
+    fk = k if far is None else far.k
+    if tiled:
         k_pos = jnp.broadcast_to(k_pos, (b, k.shape[2]))
-        fk, fkp = (k, k_pos) if far is None else (far.k, jnp.broadcast_to(far.k_pos, (b, k.shape[2])))
-        tiles = (_key_tiles(k, key_block, 0), _key_tiles(v, key_block, 0), _key_tiles(k_pos, key_block, -1),
-                 _key_tiles(fk, key_block, 0), _key_tiles(fkp, key_block, 0))
+        fkp = k_pos if far is None else jnp.broadcast_to(far.k_pos, (b, k.shape[2]))
+        pos_tiles = (_key_tiles(k_pos, key_block, -1), _key_tiles(fkp, key_block, 0))
+        k, v, fk = (_pad_keys(x, key_block, 0) for x in (k, v, fk))
 
-        def one(c):
-            f = None if far is None else far._replace(q=c[2], q_pos=c[3])
-            return _tiled_attend(c[0], c[1], tiles, bias_fn, window, near_fn, f)
-    else:
-        def one(c):
-            f = None if far is None else far._replace(q=c[2], q_pos=c[3])
-            return _attend(c[0], k, v, c[1], k_pos, bias_fn, window, near_fn, f)
+    outs = []
+    for heads in (slice(i * n // groups, (i + 1) * n // groups) for i in range(groups)):
+        g_bias = _group_bias(bias_fn, heads, n) if groups > 1 else bias_fn
+        g_k, g_v, g_fk = k[:, heads], v[:, heads], fk[:, heads]
+        xs = chunks(q[:, heads], q_pos)
+        if far is not None:
+            xs = xs + chunks(far.q[:, heads], far.q_pos)
 
-    out = jax.lax.map(one, xs)
+        def one(c, g_bias=g_bias, g_k=g_k, g_v=g_v, g_fk=g_fk):
+            f = None if far is None else far._replace(q=c[2], q_pos=c[3], k=g_fk)
+            if tiled:
+                return _tiled_attend(c[0], c[1], (g_k, g_v, g_fk), pos_tiles, key_block, g_bias, window, near_fn, f)
+            return _attend(c[0], g_k, g_v, c[1], k_pos, g_bias, window, near_fn, f)
+
+        outs.append(jax.lax.map(one, xs))  # [num_chunks, B, N / groups, chunk, H]
+    out = jnp.concatenate(outs, axis=2)
     return out.transpose(1, 0, 3, 2, 4).reshape(b, num_chunks * chunk_size, n, h)[:, :tq]

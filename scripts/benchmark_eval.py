@@ -22,7 +22,7 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from posenc import evaluate
+from posenc import attention, evaluate
 from posenc.config import parse_lengths
 from posenc.model import ModelConfig, Transformer
 from posenc.rope_scaling import RopeScaling
@@ -34,6 +34,8 @@ _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds (median of the r
 _CHUNK = flags.DEFINE_integer("attn_chunk", ATTN_CHUNK, "posenc's attention query chunk (as in the evaluation).")
 _KEY_BLOCK = flags.DEFINE_integer("attn_key_block", ModelConfig.attn_key_block,
                                   "posenc's key tile within a query chunk (model.attn_key_block; 0: all keys at once).")
+_GROUPS = flags.DEFINE_integer("head_groups", None, "Independent loops the chunked attention splits its heads into "
+                               "(default: posenc.attention.head_groups, 2 on CPU).")
 _D_MODEL = flags.DEFINE_integer("d_model", 256, "Model width (tests shrink it).")
 _OUT = flags.DEFINE_string("out", None, "Also write the JSON here.")
 
@@ -83,6 +85,9 @@ def main(argv):
     del argv
     import torch  # noqa: PLC0415
 
+    groups = _GROUPS.value or attention.head_groups(4)
+    if _GROUPS.value:  # the one place that chooses, overridden for the measurement
+        attention.head_groups = lambda num_heads, backend=None: _GROUPS.value
     cfg = ModelConfig(posenc="rope", max_len=256, d_model=_D_MODEL.value, num_heads=4, mlp_dim=4 * _D_MODEL.value,
                       attn_key_block=_KEY_BLOCK.value)
     model = Transformer(cfg, rngs=nnx.Rngs(0))
@@ -110,7 +115,7 @@ def main(argv):
                      "rounds_jax": jax_tps, "rounds_torch": torch_tps})
         print(f"L={length}: posenc {rows[-1]['jax_tokens_per_s']:.0f} tokens/s, PyTorch SDPA "
               f"{rows[-1]['torch_tokens_per_s']:.0f} tokens/s, ratio {ratio:.2f} (NLLs agree to {agree:.1e})")
-    result = {"rows": rows, "attn_chunk": _CHUNK.value, "attn_key_block": _KEY_BLOCK.value, "d_model": _D_MODEL.value, "rounds": _ROUNDS.value,
+    result = {"rows": rows, "attn_chunk": _CHUNK.value, "attn_key_block": _KEY_BLOCK.value, "head_groups": groups, "d_model": _D_MODEL.value, "rounds": _ROUNDS.value,
               "cpu": cpu_model(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
               "jax": jax.__version__}
     emit(result, _OUT.value)

@@ -50,6 +50,42 @@ def test_chunked_equals_full_and_reference(alibi, chunk, key_block):
     np.testing.assert_allclose(out, reference(q, k, v, pos, pos, slopes), atol=2e-5)
 
 
+@pytest.mark.parametrize("groups", [1, 2, 4])
+@pytest.mark.parametrize("bias", ["none", "per_head", "shared", "from_q_and_k"])
+@pytest.mark.parametrize("key_block", [0, 6])
+def test_head_groups_equal_the_float64_oracle(groups, bias, key_block):
+    """Chunked attention with its heads split into independent loops: every bias shape the encodings give
+    (one per head as ALiBi's, one broadcast over the heads, one computed from the group's own q and k as
+    CoPE's) reaches each group's heads, equal to the float64 oracle, whole and in key tiles."""
+    q, k, v = qkv(t=23)
+    pos = jnp.arange(23)[None]
+    table = RNG.normal(size=(23, 23))
+    fns = {
+        "none": None,
+        "per_head": alibi_fn(posenc.alibi_slopes(4)),
+        "shared": lambda qp, kp, *_: jnp.asarray(table)[qp[0][:, None], kp[0][None, :]][None, None],
+        "from_q_and_k": lambda qp, kp, qq, kk, vis: jnp.tanh(jnp.einsum("bnqh,bnkh->bnqk", qq, kk)),
+    }
+    with jax.enable_x64(True):
+        q64, k64, v64 = (jnp.asarray(np.asarray(a), jnp.float64) for a in (q, k, v))
+        got = attention(q64, k64, v64, pos, pos, bias_fn=fns[bias], chunk_size=5, key_block=key_block, groups=groups)
+        if bias in ("none", "per_head"):
+            want = reference(q64, k64, v64, pos, pos, posenc.alibi_slopes(4) if bias == "per_head" else None)
+        else:  # unchunked attention, every head at once (tested against the oracle above)
+            want = attention(q64, k64, v64, pos, pos, bias_fn=fns[bias])
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10, atol=1e-12)
+
+
+def test_head_groups_choice_and_errors():
+    assert attention_mod.head_groups(4, backend="cpu") == 2 and attention_mod.head_groups(3, backend="cpu") == 1
+    assert attention_mod.head_groups(4, backend="gpu") == 1
+    q, k, v = qkv(t=12)
+    pos = jnp.arange(12)[None]
+    for groups in (0, 3):
+        with pytest.raises(ValueError, match=f"groups={groups} must be a positive divisor of the 4 heads"):
+            attention(q, k, v, pos, pos, chunk_size=4, key_block=4, groups=groups)
+
+
 @pytest.mark.parametrize("alibi", [False, True])
 def test_key_tiles_match_the_float64_oracle_with_a_cache_and_unsorted_positions(alibi):
     """Key tiles against the float64 oracle where skipping could go wrong: a cache whose later slots are
