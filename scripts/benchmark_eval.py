@@ -7,9 +7,9 @@ L tokens: posenc's jitted per-position NLL exactly as `scripts/eval_extrapolatio
 (`posenc.evaluate.Evaluator`, queries in chunks of `--attn_chunk`, keys in tiles of `--attn_key_block` with the
 online softmax), against the same model in PyTorch
 (`torch.nn.functional.scaled_dot_product_attention(is_causal=True)`, which picks its own fused CPU kernel,
-under `torch.inference_mode`), with the same weights. Rounds alternate between the two; the ratio is the
-median of the per-round ratios (JAX tokens/s / PyTorch tokens/s). Needs `pip install torch==2.13.0`. The last
-line is JSON, with the CPU model.
+under `torch.inference_mode`), with the same weights. Rounds alternate between the two, each scoring
+`--round_tokens` tokens (the window repeated); the ratio is the median of the per-round ratios (JAX tokens/s /
+PyTorch tokens/s). Needs `pip install torch==2.13.0`. The last line is JSON, with the CPU model.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from posenc.evaluate import ATTN_CHUNK
 
 _LENGTHS = flags.DEFINE_list("lengths", ["4096", "16384", "32768"], "Window lengths.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds (median of the ratios).")
+_ROUND_TOKENS = flags.DEFINE_integer("round_tokens", 32768, "Tokens each side scores per round: windows of L are "
+                                     "repeated to this many, so that a round at 4k is not a fraction of a second.")
 _CHUNK = flags.DEFINE_integer("attn_chunk", ATTN_CHUNK, "posenc's attention query chunk (as in the evaluation).")
 _KEY_BLOCK = flags.DEFINE_integer("attn_key_block", ModelConfig.attn_key_block,
                                   "posenc's key tile within a query chunk (model.attn_key_block; 0: all keys at once).")
@@ -102,20 +104,23 @@ def main(argv):
         a, b = ours()[0, :-1], theirs(x[:, :-1])  # compile; and the same numbers (posenc scores the last target too)
         agree = float(np.abs(a - b).max())
         jax_tps, torch_tps = [], []
+        repeats = max(1, _ROUND_TOKENS.value // length)
         for _ in range(_ROUNDS.value):
             t0 = time.perf_counter()
-            ours()
-            jax_tps.append(length / (time.perf_counter() - t0))
+            for _ in range(repeats):
+                ours()
+            jax_tps.append(repeats * length / (time.perf_counter() - t0))
             t0 = time.perf_counter()
-            theirs(x[:, :-1])
-            torch_tps.append(length / (time.perf_counter() - t0))
+            for _ in range(repeats):
+                theirs(x[:, :-1])
+            torch_tps.append(repeats * length / (time.perf_counter() - t0))
         ratio = float(np.median(np.asarray(jax_tps) / np.asarray(torch_tps)))
         rows.append({"length": length, "jax_tokens_per_s": float(np.median(jax_tps)),
                      "torch_tokens_per_s": float(np.median(torch_tps)), "ratio": ratio, "max_abs_nll_diff": agree,
                      "rounds_jax": jax_tps, "rounds_torch": torch_tps})
         print(f"L={length}: posenc {rows[-1]['jax_tokens_per_s']:.0f} tokens/s, PyTorch SDPA "
               f"{rows[-1]['torch_tokens_per_s']:.0f} tokens/s, ratio {ratio:.2f} (NLLs agree to {agree:.1e})")
-    result = {"rows": rows, "attn_chunk": _CHUNK.value, "attn_key_block": _KEY_BLOCK.value, "head_groups": groups, "d_model": _D_MODEL.value, "rounds": _ROUNDS.value,
+    result = {"rows": rows, "attn_chunk": _CHUNK.value, "attn_key_block": _KEY_BLOCK.value, "head_groups": groups, "round_tokens": _ROUND_TOKENS.value, "d_model": _D_MODEL.value, "rounds": _ROUNDS.value,
               "cpu": cpu_model(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
               "jax": jax.__version__}
     emit(result, _OUT.value)
