@@ -207,12 +207,10 @@ def block_causal_attention(q, k, v, q_pos, k_pos, *, bias_fn=None, block: int = 
     return jnp.concatenate(outs, axis=2).swapaxes(1, 2)
 
 
-def _key_tiles(x, block: int, fill):
-    """`[B, N, Tk, …]` (or `[B|1, Tk]` positions, `fill` −1) → `[Tk / block, …]` tiles (padded with `fill`)."""
-    axis = 2 if x.ndim == 4 else 1
-    x = _pad_keys(x, block, fill)
-    shape = x.shape[:axis] + (x.shape[axis] // block, block) + x.shape[axis + 1:]
-    return jnp.moveaxis(x.reshape(shape), axis, 0)
+def _key_tiles(pos, block: int, fill):
+    """Key positions `[B, Tk]` → `[Tk / block, B, block]` tiles (padded with `fill`)."""
+    pos = _pad_keys(pos, block, fill)
+    return pos.reshape(pos.shape[0], -1, block).swapaxes(0, 1)
 
 
 def _pad_keys(x, block: int, fill):

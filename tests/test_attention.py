@@ -50,7 +50,7 @@ def test_chunked_equals_full_and_reference(alibi, chunk, key_block):
     np.testing.assert_allclose(out, reference(q, k, v, pos, pos, slopes), atol=2e-5)
 
 
-@pytest.mark.parametrize("groups", [1, 2, 4])
+@pytest.mark.parametrize("groups", [1, 4])  # 2, the CPU default, runs in every chunked test
 @pytest.mark.parametrize("bias", ["none", "per_head", "shared", "from_q_and_k"])
 @pytest.mark.parametrize("key_block", [0, 6])
 def test_head_groups_equal_the_float64_oracle(groups, bias, key_block):
