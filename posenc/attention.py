@@ -311,7 +311,10 @@ def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, windo
       q_pos: `[B|1, Tq]`, k_pos: `[B|1, Tk]` integer positions; keys at position < 0 are never attended.
       bias_fn: `bias_fn(q_pos [B|1, Tq'], k_pos [B|1, Tk'], q [B, N, Tq', H], k [B, N, Tk', H], visible
         [B|1, 1, Tq', Tk']) -> [B|1, N|1, Tq', Tk']`, a logit bias (ALiBi's −m·(i − j), T5's buckets, CoPE's
-        contextual positions, …; called per chunk or block, with q already scaled by 1/√H), or None.
+        contextual positions, …; called per chunk or block, with q already scaled by 1/√H), or None. With
+        chunks it is called per head group: q and k hold that group's N / groups heads, and a bias it returns
+        over all N heads is sliced to the group's (one computed from q and k has the group's heads already;
+        a bias must not infer N from q).
       chunk_size: if 0 < chunk_size < Tq, process the queries in chunks of this size with `lax.map`, so that
         at most `[B, N, chunk_size, Tk]` scores exist at once (memory O(T) instead of O(T²)).
       window: sliding-window attention: query i sees key j only if i − window < j ≤ i (None: no window).
@@ -324,12 +327,16 @@ def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, windo
         at most `[B, N, chunk_size, key_block]` scores exist at once. Only for biases of each pair alone
         (the model passes 0 for encodings whose bias needs every key, `Encoding.bias_needs_all_keys`).
       groups: with chunks, the heads are split into this many groups, each its own independent loop over the
-        chunks (None: `head_groups`, 2 on CPU; must divide N).
+        chunks (None: `head_groups`, 2 on CPU when N is even; must divide N). Forward passes (evaluation,
+        decoding) are what it is for: differentiated, each live tile adds its gradient into full-size k and v
+        cotangents, so training with `model.attn_chunk` set is slower than with `model.attn_block`.
 
     Returns:
       `[B, Tq, N, H]`.
     """
     tq = q.shape[1]
+    if groups is not None and (groups < 1 or q.shape[2] % groups):
+        raise ValueError(f"attention: groups={groups} must be a positive divisor of the {q.shape[2]} heads")
     q, k, v = _head_major(q, k, v)
     if far is not None:
         fq, fk, _ = _head_major(far.q, far.k, far.k)
@@ -341,8 +348,6 @@ def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, windo
     q_pos = jnp.broadcast_to(q_pos, (q.shape[0], tq))
     b, n, _, h = q.shape
     groups = head_groups(n) if groups is None else groups
-    if groups < 1 or n % groups:
-        raise ValueError(f"attention: groups={groups} must be a positive divisor of the {n} heads")
 
     def chunks(x, p):
         if pad:  # padded queries get the last position: harmless rows, sliced off below

@@ -87,8 +87,10 @@ def main(argv):
     del argv
     import torch  # noqa: PLC0415
 
-    groups = _GROUPS.value or attention.head_groups(4)
-    if _GROUPS.value:  # the one place that chooses, overridden for the measurement
+    groups = attention.head_groups(4) if _GROUPS.value is None else _GROUPS.value
+    if _GROUPS.value is not None:  # the one place that chooses, overridden for the measurement
+        if _GROUPS.value not in (1, 2, 4):
+            raise app.UsageError(f"--head_groups must divide the model's 4 heads (1, 2 or 4), got {_GROUPS.value}")
         attention.head_groups = lambda num_heads, backend=None: _GROUPS.value
     cfg = ModelConfig(posenc="rope", max_len=256, d_model=_D_MODEL.value, num_heads=4, mlp_dim=4 * _D_MODEL.value,
                       attn_key_block=_KEY_BLOCK.value)

@@ -50,7 +50,7 @@ def test_chunked_equals_full_and_reference(alibi, chunk, key_block):
     np.testing.assert_allclose(out, reference(q, k, v, pos, pos, slopes), atol=2e-5)
 
 
-@pytest.mark.parametrize("groups", [1, 4])  # 2, the CPU default, runs in every chunked test
+@pytest.mark.parametrize("groups", [1, 2, 4])
 @pytest.mark.parametrize("bias", ["none", "per_head", "shared", "from_q_and_k"])
 @pytest.mark.parametrize("key_block", [0, 6])
 def test_head_groups_equal_the_float64_oracle(groups, bias, key_block):
@@ -76,14 +76,26 @@ def test_head_groups_equal_the_float64_oracle(groups, bias, key_block):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10, atol=1e-12)
 
 
+def test_head_groups_keep_grouped_query_heads():
+    """Grouped-query attention (4 query heads over 2 key/value heads) in head groups: each query head keeps its
+    key/value head (n // 2), equal to the same keys and values repeated and attended whole."""
+    q, _, _ = qkv(t=19)
+    k, v = (jnp.asarray(RNG.normal(size=(2, 19, 2, 8)), jnp.float32) for _ in range(2))
+    pos = jnp.arange(19)[None]
+    want = reference(q, jnp.repeat(k, 2, axis=2), jnp.repeat(v, 2, axis=2), pos, pos)
+    for groups in (2, 4):
+        got = attention(q, k, v, pos, pos, chunk_size=4, key_block=5, groups=groups)
+        np.testing.assert_allclose(np.asarray(got), want, atol=2e-5)
+
+
 def test_head_groups_choice_and_errors():
     assert attention_mod.head_groups(4, backend="cpu") == 2 and attention_mod.head_groups(3, backend="cpu") == 1
     assert attention_mod.head_groups(4, backend="gpu") == 1
     q, k, v = qkv(t=12)
     pos = jnp.arange(12)[None]
-    for groups in (0, 3):
+    for groups, chunk in ((0, 4), (3, 4), (3, 0)):  # also where no chunking would use it
         with pytest.raises(ValueError, match=f"groups={groups} must be a positive divisor of the 4 heads"):
-            attention(q, k, v, pos, pos, chunk_size=4, key_block=4, groups=groups)
+            attention(q, k, v, pos, pos, chunk_size=chunk, key_block=4, groups=groups)
 
 
 @pytest.mark.parametrize("alibi", [False, True])
