@@ -87,6 +87,8 @@ def main(argv):
     del argv
     import torch  # noqa: PLC0415
 
+    if _ROUND_TOKENS.value < 1:
+        raise app.UsageError(f"--round_tokens must be >= 1, got {_ROUND_TOKENS.value}")
     groups = attention.head_groups(4) if _GROUPS.value is None else _GROUPS.value
     if _GROUPS.value is not None:  # the one place that chooses, overridden for the measurement
         if _GROUPS.value not in (1, 2, 4):

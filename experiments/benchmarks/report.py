@@ -71,9 +71,13 @@ evalbench_untiled = optional("eval_throughput_without_key_tiles.json")
 evalbench_one_group = optional("eval_throughput_one_head_group.json")
 
 
-def round_ratios(row) -> str:
-    """The spread of a benchmark row's per-round ratios (posenc / PyTorch tokens/s of the same round)."""
-    ratios = [a / b for a, b in zip(row["rounds_jax"], row["rounds_torch"])]
+def round_ratios(row) -> list[float]:
+    """A benchmark row's per-round ratios (posenc / PyTorch tokens/s of the same round)."""
+    return [a / b for a, b in zip(row["rounds_jax"], row["rounds_torch"])]
+
+
+def round_range(row) -> str:
+    ratios = round_ratios(row)
     return f"{min(ratios):.2f}–{max(ratios):.2f}"
 
 
@@ -91,8 +95,7 @@ def eval_verdict(bench) -> str:
                      "parallelism, where PyTorch's CPU flash kernel spreads its blocks over the threads.")
     if met:
         parts.append(f"The target of 1.0 is met by the median ratio at L = {', '.join(map(str, met))}.")
-    noisy = sorted(r["length"] for r in bench["rows"] if r["ratio"] >= 1.0 and min(
-        a / b for a, b in zip(r["rounds_jax"], r["rounds_torch"])) < 1.0)
+    noisy = sorted(r["length"] for r in bench["rows"] if r["ratio"] >= 1.0 and min(round_ratios(r)) < 1.0)
     if noisy:
         parts.append(f"At L = {', '.join(map(str, noisy))} some rounds fall below 1.0: that is parity within this "
                      "machine's noise, not a margin.")
@@ -244,7 +247,7 @@ masked, the softmax over whole rows; `eval_throughput_without_key_tiles.json`, a
 | configuration | L | posenc tokens/s | PyTorch SDPA tokens/s | ratio | rounds' ratios | NLLs agree to |
 |---|---|---|---|---|---|---|
 """ + "\n".join(f"| {name} | {r['length']} | {r['jax_tokens_per_s']:.0f} | {r['torch_tokens_per_s']:.0f} | {r['ratio']:.2f} | "
-                f"{round_ratios(r)} | {r['max_abs_nll_diff']:.1e} |"
+                f"{round_range(r)} | {r['max_abs_nll_diff']:.1e} |"
                 for name, bench in (("current", evalbench), ("one head group", evalbench_one_group),
                                     ("without key tiles", evalbench_untiled))
                 if bench for r in bench["rows"]) + "\n\n" + eval_verdict(evalbench)
