@@ -34,7 +34,7 @@ ab = {d: statistics.median(r["tokens_per_s"] for r in rows if r["dtype"] == d) f
 pathlib.Path(sys.argv[1], "dtype_ab.json").write_text(json.dumps({**ab, "cpu": rows[0]["cpu"], "runs": rows}) + "\n")
 PY
 rm "$out/dtype_ab.jsonl"
-.venv/bin/python scripts/benchmark_eval.py --rounds=3 --out="$out/eval_throughput.json" 2>/dev/null | tee "$out/eval_throughput.log"
+.venv/bin/python scripts/benchmark_eval.py --rounds=7 --out="$out/eval_throughput.json" 2>/dev/null | tee "$out/eval_throughput.log"
 .venv/bin/python scripts/benchmark_eval.py --rounds=3 --head_groups=1 --out="$out/eval_throughput_one_head_group.json" 2>/dev/null | tee "$out/eval_throughput_one_head_group.log"
 echo "{\"wall_seconds\": $(($(date +%s) - start))}" > "$out/timing.json"
 echo "$(lscpu | grep 'Model name' | cut -d: -f2 | xargs), $(nproc) cores" > "$out/cpu.txt"
