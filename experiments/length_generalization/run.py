@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 import signal
-import subprocess
 import sys
 import time
 
@@ -46,6 +44,7 @@ from absl import app, flags, logging
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from posenc import jobs  # noqa: E402
 from posenc.encodings import POSENCS, get_encoding  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
 from posenc.timing import cpu_model  # noqa: E402
@@ -159,10 +158,6 @@ def attach_curve(result: dict, workdir: pathlib.Path) -> dict:
     return result
 
 
-ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-POLL_SECONDS = 20  # how often a worker waiting for a base run looks again
-
-
 def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     """Trains `job` (resuming), evaluates it (resuming by part) and writes results/<name>.json atomically,
     with its training curve, CPU, threads and its training and evaluation seconds."""
@@ -178,7 +173,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     def part(key, **kw):
         if key not in parts:
             parts[key] = evaluate_tasks(workdir, **kw)
-            _write(partial_path, json.dumps(parts))
+            jobs.write_atomic(partial_path, json.dumps(parts))
         return parts[key]
 
     if job.task == "passkey":  # the full depth grid for the plain model and the run's own scaling; coarser for the rest
@@ -198,78 +193,10 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     result["final_metrics"] = final
     attach_curve(result, runs / job.name)
     result["cpu"] = cpu_model()
-    result["threads"] = 1 if ONE_THREAD in os.environ.get("XLA_FLAGS", "") else len(os.sched_getaffinity(0))
+    result["threads"] = jobs.threads()
     result["timing"] = {"train_s": round(trained, 1), "eval_s": round(time.time() - start, 1)}
-    _write(results / f"{job.name}.json", json.dumps(result))
+    jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
     partial_path.unlink(missing_ok=True)
-
-
-def _write(path: pathlib.Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)  # atomic: a job's result is whole or absent
-
-
-def claim_is_live(path: pathlib.Path) -> bool:
-    """Whether the process that wrote a claim (its pid is the claim's content) still runs. A claim without a
-    readable pid is live for a minute (its writer may be between creating it and writing the pid)."""
-    try:
-        pid = int(path.read_text())
-    except FileNotFoundError:
-        return False
-    except (OSError, ValueError):
-        try:
-            return time.time() - path.stat().st_mtime < 60
-        except FileNotFoundError:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def work(jobs: list[Job], runs: pathlib.Path, results: pathlib.Path, t0: float) -> None:
-    """Runs the jobs without results in plan order, each claimed first (`results/<name>.claim`, created
-    exclusively, holding the worker's pid), so that several workers — of one run.py or of several —
-    share one plan. A fine-tune waits for its base run's result."""
-    def done(name):
-        return (results / f"{name}.json").exists()
-
-    while True:
-        pending = [j for j in jobs if not done(j.name)]
-        if not pending:
-            return
-        if (time.time() - t0) / 60 > _BUDGET.value:
-            print(f"budget of {_BUDGET.value} minutes spent: stopping before {pending[0].name} (rerun to go on)")
-            return
-        claimed = set()
-        for j in pending:
-            path = results / f"{j.name}.claim"
-            if claim_is_live(path):
-                claimed.add(j.name)
-            elif path.exists():  # left by a killed worker
-                path.unlink(missing_ok=True)
-        ready = [j for j in pending if j.name not in claimed and (not j.init_from or done(j.init_from))]
-        if not ready:
-            if claimed and any(j.init_from in claimed for j in pending if j.init_from):
-                time.sleep(POLL_SECONDS)  # another worker is training a base run this one's next job needs
-                continue
-            return
-        job = ready[0]
-        try:
-            claim = os.open(results / f"{job.name}.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            continue
-        os.write(claim, str(os.getpid()).encode())
-        os.close(claim)
-        try:
-            if not done(job.name):  # another worker may have finished it since `pending` was listed
-                run_job(job, runs, results)
-        finally:
-            (results / f"{job.name}.claim").unlink(missing_ok=True)
 
 
 def _exit(signum, frame):
@@ -283,32 +210,17 @@ def main(argv):
     runs = pathlib.Path(_RUNS.value)
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    jobs = [j for j in plan([int(s) for s in _SEEDS.value], _FT_STEPS.value) if not _ONLY.value or j.name.startswith(_ONLY.value)]
+    planned = [j for j in plan([int(s) for s in _SEEDS.value], _FT_STEPS.value) if not _ONLY.value or j.name.startswith(_ONLY.value)]
     signal.signal(signal.SIGTERM, _exit)  # a terminated worker runs its `finally`s: its claim is removed
-    if _WORKER.value is not None:  # one of --workers processes, started below
-        work(jobs, runs, results, t0)
-        return
-    if _WORKERS.value == 1:
-        work(jobs, runs, results, t0)
-    else:  # one process per core, each pinned to its core with a one-threaded XLA
-        cores = sorted(os.sched_getaffinity(0))
-        if _WORKERS.value > len(cores):
-            raise ValueError(f"--workers={_WORKERS.value}: this process may use {len(cores)} cores")
-        procs = []
-        for i in range(_WORKERS.value):
-            env = {**os.environ, "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + ONE_THREAD).strip()}
-            procs.append(subprocess.Popen([sys.executable, *sys.argv, f"--worker={i}"], env=env,
-                                          preexec_fn=lambda c=cores[i]: os.sched_setaffinity(0, {c})))
-        try:
-            codes = [p.wait() for p in procs]
-        except SystemExit:
-            for p in procs:
-                p.terminate()
-            raise
-        if any(codes):
-            raise SystemExit(f"workers exited with {codes}")
+    if _WORKERS.value == 1 or _WORKER.value is not None:  # one process, or one of --workers started below
+        jobs.work(planned, lambda job: run_job(job, runs, results), results, needs=lambda job: job.init_from,
+                  deadline=t0 + 60 * _BUDGET.value)
+        if _WORKER.value is not None:
+            return
+    else:
+        jobs.spawn_workers(_WORKERS.value, sys.argv)
     timing = {p.stem: json.loads(p.read_text()).get("timing") for p in sorted(results.glob("*.json")) if p.stem != "timing"}
-    _write(results / "timing.json", json.dumps({k: v for k, v in timing.items() if v}, indent=1))
+    jobs.write_atomic(results / "timing.json", json.dumps({k: v for k, v in timing.items() if v}, indent=1))
     sys.modules.setdefault("run", sys.modules["__main__"])  # report.py imports this module as `run`
     from report import write_report  # noqa: PLC0415  (experiments/length_generalization/report.py)
 

@@ -1,0 +1,113 @@
+"""posenc/jobs.py: workers share a plan through claims, each job runs once, dependencies wait, stale claims are
+dropped, a failing job stops its worker and releases its claim, and the deadline stops new jobs."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from posenc import jobs
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    name: str
+    init_from: str | None = None
+
+
+PLAN = [Job("base"), Job("a"), Job("b"), Job("stale"), Job("tuned", init_from="base")]
+
+
+def test_workers_share_a_plan_through_claims(tmp_path):
+    """Two workers run every job exactly once; a job starts only after the job it needs has its result; a
+    claim left by a dead process is dropped and its job run; a live claim is left alone."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "stale.claim").write_text(str(dead.pid))  # its writer has exited
+    log, lock, where = [], threading.Lock(), [tmp_path]
+
+    def fake_job(job):
+        with lock:
+            log.append((job.name, "start", time.monotonic()))
+        time.sleep(0.6 if job.name == "base" else 0.1)
+        jobs.write_atomic(where[0] / f"{job.name}.json", "{}")
+        with lock:
+            log.append((job.name, "end", time.monotonic()))
+
+    kw = dict(needs=lambda j: j.init_from, poll_seconds=0.05)
+    workers = [threading.Thread(target=jobs.work, args=(PLAN, fake_job, tmp_path), kwargs=kw) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=30)
+    assert not any(w.is_alive() for w in workers)
+    starts = [n for n, what, _ in log if what == "start"]
+    assert sorted(starts) == sorted(j.name for j in PLAN)  # each exactly once, the stale claim's job included
+    when = {(n, what): t for n, what, t in log}
+    assert when["tuned", "start"] >= when["base", "end"]
+    assert not list(tmp_path.glob("*.claim"))
+
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "a.claim").write_text(str(os.getpid()))  # held by a running process: this one
+    log.clear()
+    where[0] = live
+    assert jobs.work(PLAN[:3], fake_job, live) == ["base", "b"]
+    assert [n for n, what, _ in log if what == "start"] == ["base", "b"]
+
+
+def test_a_failing_job_stops_its_worker_and_releases_its_claim(tmp_path):
+    def broken(job):
+        raise RuntimeError(f"{job.name} broke")
+
+    with pytest.raises(RuntimeError, match="base broke"):
+        jobs.work(PLAN, broken, tmp_path)
+    assert not list(tmp_path.glob("*"))  # no result, no claim left behind
+
+
+def test_deadline_stops_new_jobs(tmp_path):
+    ran = []
+    assert jobs.work(PLAN, ran.append, tmp_path, deadline=time.time() - 1) == []
+    assert ran == []
+
+
+def test_a_job_waiting_for_a_missing_dependency_is_not_started(tmp_path):
+    """`tuned` needs `base`, which nobody runs or holds: the worker returns instead of waiting forever."""
+    ran = []
+    assert jobs.work([PLAN[-1]], ran.append, tmp_path, needs=lambda j: j.init_from) == []
+    assert ran == []
+
+
+def test_a_job_without_its_result_is_an_error(tmp_path):
+    with pytest.raises(RuntimeError, match="'a' returned without writing"):
+        jobs.work([Job("a")], lambda job: None, tmp_path)
+    assert not list(tmp_path.glob("*"))
+
+
+def test_claim_liveness(tmp_path):
+    claim = tmp_path / "x.claim"
+    assert not jobs.claim_is_live(claim)  # no claim
+    claim.write_text("")  # created, its pid not written yet: live for a minute
+    assert jobs.claim_is_live(claim)
+    os.utime(claim, (time.time() - 120, time.time() - 120))
+    assert not jobs.claim_is_live(claim)
+    claim.write_text(str(os.getpid()))
+    assert jobs.claim_is_live(claim)
+
+
+def test_write_atomic_replaces_whole(tmp_path):
+    path = tmp_path / "r.json"
+    jobs.write_atomic(path, "old")
+    jobs.write_atomic(path, "new")
+    assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_spawn_workers_rejects_more_workers_than_cores():
+    with pytest.raises(ValueError, match="--workers=0"):
+        jobs.spawn_workers(0, ["x"])
+    with pytest.raises(ValueError, match=f"--workers={len(os.sched_getaffinity(0)) + 1}"):
+        jobs.spawn_workers(len(os.sched_getaffinity(0)) + 1, ["x"])
