@@ -460,6 +460,10 @@ Small scale caveat: a 0.85 M-parameter byte model trained on 1.6 M bytes is far 
 models and billions of tokens, and undertrained (the default model of the Quickstart, 3.3 M parameters, reaches
 {quick_1x} bits per byte at 1× with the same 400 steps); a verdict here says what happens at this scale, not that a
 paper is wrong. Wall times are those of the last run on this shared 2-core machine and vary with its load.
+
+Pilots for the study's next budget (issue 15), on validation only: [`pilot_budget/`](pilot_budget/README.md) (the
+Quickstart's model trained 10× longer on this corpus, against the n-gram floor) and
+[`pilot_sympy/`](pilot_sympy/README.md) (the second corpus, Python source).
 """
     (here / "README.md").write_text(text)
     write_summary(here, results, runs_of)
