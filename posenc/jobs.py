@@ -7,7 +7,7 @@ absent and an interrupted job simply runs again (its training resumes from its c
 
 Workers share one plan through claims: before running a job a worker creates `results/<name>.claim`
 exclusively (O_CREAT | O_EXCL) and writes its pid into it; the claim is removed when the job ends, also when
-the worker is terminated (SIGTERM raises SystemExit, and `finally` runs). A claim whose process no longer
+the worker is terminated (after `exit_on_sigterm()`, SIGTERM raises SystemExit and `finally` runs). A claim whose process no longer
 runs (`claim_is_live`) is dropped and its job run again. So several workers — the processes `spawn_workers`
 starts, or separate commands — can run one plan, and a rerun of the same command goes on where it stopped.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -36,25 +37,39 @@ def write_atomic(path: pathlib.Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def claim_is_live(path: pathlib.Path) -> bool:
-    """Whether the process that wrote a claim (its pid is the claim's content) still runs. A claim without a
-    readable pid is live for a minute (its writer may be between creating it and writing the pid)."""
+def _claim_state(path: pathlib.Path) -> str:
+    """'absent', 'live' or 'stale' (its process has exited, or it stayed without a pid for a minute)."""
     try:
         pid = int(path.read_text())
     except FileNotFoundError:
-        return False
+        return "absent"
     except (OSError, ValueError):
         try:
-            return time.time() - path.stat().st_mtime < 60
+            return "live" if time.time() - path.stat().st_mtime < 60 else "stale"
         except FileNotFoundError:
-            return False
+            return "absent"
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
+        return "stale"
     except PermissionError:
-        return True
-    return True
+        return "live"
+    return "live"
+
+
+def claim_is_live(path: pathlib.Path) -> bool:
+    """Whether the process that wrote a claim (its pid is the claim's content) still runs. A claim without a
+    readable pid is live for a minute (its writer may be between creating it and writing the pid). A pid that
+    the system has reused for another process reads as live (its job waits for a rerun)."""
+    return _claim_state(path) == "live"
+
+
+def exit_on_sigterm() -> None:
+    """Makes SIGTERM raise SystemExit, so that a terminated worker runs its `finally`s and removes its claim."""
+    def _exit(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
 
 
 def work(jobs: Sequence[J], run_job: Callable[[J], None], results: pathlib.Path, *,
@@ -90,15 +105,19 @@ def work(jobs: Sequence[J], run_job: Callable[[J], None], results: pathlib.Path,
         claimed = set()
         for j in pending:
             path = results / f"{j.name}.claim"
-            if claim_is_live(path):
+            state = _claim_state(path)
+            if state == "live":
                 claimed.add(j.name)
-            elif path.exists():  # left by a killed worker
+            elif state == "stale":  # left by a killed worker (only a claim read as stale: never one just created)
                 path.unlink(missing_ok=True)
         ready = [j for j in pending if j.name not in claimed and (not needs(j) or done(needs(j)))]
         if not ready:
             if any(needs(j) in claimed for j in pending if needs(j)):
                 time.sleep(POLL_SECONDS if poll_seconds is None else poll_seconds)
                 continue  # another worker runs a job that this one's next job needs
+            blocked = [j.name for j in pending if j.name not in claimed]
+            if blocked:
+                print(f"not started: {', '.join(blocked)} (each needs a job without a result that nobody runs)")
             return ran
         job = ready[0]
         try:
@@ -124,21 +143,24 @@ def spawn_workers(count: int, argv: Sequence[str]) -> None:
 
     Raises:
       ValueError: `count` exceeds the cores this process may use.
-      SystemExit: a worker failed (its exit codes), or this process was terminated (the workers are too).
+      SystemExit: a worker failed (its exit codes), or this process was terminated (the workers are too,
+        as on any other exception or interrupt).
     """
     cores = sorted(os.sched_getaffinity(0))
     if not 1 <= count <= len(cores):
         raise ValueError(f"--workers={count}: must be 1 … {len(cores)}, the cores this process may use")
     procs = []
-    for i in range(count):
-        env = {**os.environ, "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + ONE_THREAD).strip()}
-        procs.append(subprocess.Popen([sys.executable, *argv, f"--worker={i}"], env=env,
-                                      preexec_fn=lambda c=cores[i]: os.sched_setaffinity(0, {c})))
     try:
+        for i in range(count):
+            env = {**os.environ, "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + ONE_THREAD).strip()}
+            procs.append(subprocess.Popen([sys.executable, *argv, f"--worker={i}"], env=env,
+                                          preexec_fn=lambda c=cores[i]: os.sched_setaffinity(0, {c})))
         codes = [p.wait() for p in procs]
-    except SystemExit:
+    except BaseException:  # terminated or interrupted: the workers stop too (and remove their claims)
         for p in procs:
             p.terminate()
+        for p in procs:
+            p.wait()
         raise
     if any(codes):
         raise SystemExit(f"workers exited with {codes}")

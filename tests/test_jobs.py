@@ -111,3 +111,57 @@ def test_spawn_workers_rejects_more_workers_than_cores():
         jobs.spawn_workers(0, ["x"])
     with pytest.raises(ValueError, match=f"--workers={len(os.sched_getaffinity(0)) + 1}"):
         jobs.spawn_workers(len(os.sched_getaffinity(0)) + 1, ["x"])
+
+
+def test_a_job_waits_while_another_worker_holds_what_it_needs(tmp_path):
+    """`tuned` needs `base`, claimed by a live process (this one): the worker polls until base's result exists."""
+    (tmp_path / "base.claim").write_text(str(os.getpid()))
+    ran = []
+    worker = threading.Thread(target=lambda: ran.append(jobs.work(
+        [Job("base"), Job("tuned", init_from="base")], lambda job: jobs.write_atomic(tmp_path / f"{job.name}.json", "{}"),
+        tmp_path, needs=lambda j: j.init_from, poll_seconds=0.02)))
+    worker.start()
+    time.sleep(0.3)
+    assert worker.is_alive() and not (tmp_path / "tuned.json").exists()  # waiting, not returned
+    jobs.write_atomic(tmp_path / "base.json", "{}")
+    (tmp_path / "base.claim").unlink()
+    worker.join(timeout=10)
+    assert ran == [["tuned"]]
+
+
+_WORKER_SCRIPT = """
+import os, sys, pathlib
+i = int(sys.argv[-1].removeprefix("--worker="))
+pathlib.Path(sys.argv[1], f"w{i}").write_text(f"{sorted(os.sched_getaffinity(0))}|{os.environ['XLA_FLAGS']}")
+sys.exit(int(sys.argv[2]) if i == 0 else 0)
+"""
+
+
+def test_spawn_workers_pins_one_thread_per_core_and_reports_failures(tmp_path):
+    cores = sorted(os.sched_getaffinity(0))
+    jobs.spawn_workers(len(cores), ["-c", _WORKER_SCRIPT, str(tmp_path), "0"])
+    for i, core in enumerate(cores):
+        affinity, flags = (tmp_path / f"w{i}").read_text().split("|")
+        assert affinity == f"[{core}]" and jobs.ONE_THREAD in flags
+    with pytest.raises(SystemExit, match=r"workers exited with \[3"):
+        jobs.spawn_workers(1, ["-c", _WORKER_SCRIPT, str(tmp_path), "3"])
+
+
+def test_a_terminated_worker_removes_its_claim(tmp_path):
+    script = f"""
+import pathlib, time
+from posenc import jobs
+jobs.exit_on_sigterm()
+class Job:
+    name, init_from = "slow", None
+jobs.work([Job()], lambda job: time.sleep(60), pathlib.Path({str(tmp_path)!r}))
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    claim = tmp_path / "slow.claim"
+    deadline = time.time() + 60
+    while not claim.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert claim.read_text() == str(proc.pid)
+    proc.terminate()
+    assert proc.wait(timeout=30) == 128 + 15  # SystemExit(128 + SIGTERM)
+    assert not claim.exists()

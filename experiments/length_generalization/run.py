@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import signal
 import sys
 import time
 
@@ -199,10 +198,6 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     partial_path.unlink(missing_ok=True)
 
 
-def _exit(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def main(argv):
     del argv
     logging.set_verbosity(logging.ERROR)
@@ -211,7 +206,7 @@ def main(argv):
     results = HERE / "results"
     results.mkdir(exist_ok=True)
     planned = [j for j in plan([int(s) for s in _SEEDS.value], _FT_STEPS.value) if not _ONLY.value or j.name.startswith(_ONLY.value)]
-    signal.signal(signal.SIGTERM, _exit)  # a terminated worker runs its `finally`s: its claim is removed
+    jobs.exit_on_sigterm()  # a terminated worker runs its `finally`s: its claim is removed
     if _WORKERS.value == 1 or _WORKER.value is not None:  # one process, or one of --workers started below
         jobs.work(planned, lambda job: run_job(job, runs, results), results, needs=lambda job: job.init_from,
                   deadline=t0 + 60 * _BUDGET.value)
