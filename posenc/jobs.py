@@ -1,6 +1,6 @@
 """Resumable experiment plans: jobs run in plan order, each once, shared by worker processes through claims.
 
-An experiment (experiments/*/run.py) is a list of jobs, each with a `name` and optionally the name of a job
+An experiment (experiments/*/run.py) is a list of jobs, each with a `name` and optionally the names of the jobs
 it needs first (`needs(job)`, e.g. the base run a fine-tune starts from). A job is done when its result
 file `results/<name>.json` exists; results are written atomically (`write_atomic`), so a result is whole or
 absent and an interrupted job simply runs again (its training resumes from its checkpoints).
@@ -73,14 +73,14 @@ def exit_on_sigterm() -> None:
 
 
 def work(jobs: Sequence[J], run_job: Callable[[J], None], results: pathlib.Path, *,
-         needs: Callable[[J], str | None] = lambda job: None, deadline: float | None = None,
+         needs: Callable[[J], str | Sequence[str] | None] = lambda job: None, deadline: float | None = None,
          poll_seconds: float | None = None) -> list[str]:
     """Runs the jobs of `jobs` without a result (`results/<name>.json`) in plan order, each claimed first.
 
     Args:
       jobs: objects with a `name`; their order is the priority.
       run_job: runs one job and writes its result file.
-      needs: the name of the job whose result must exist before this one starts, or None.
+      needs: the name (or names) of the jobs whose results must exist before this one starts, or None.
       deadline: a `time.time()` after which no new job starts (None: no limit).
       poll_seconds: the wait between looks while another worker holds a job that the next one needs
         (default POLL_SECONDS).
@@ -93,6 +93,10 @@ def work(jobs: Sequence[J], run_job: Callable[[J], None], results: pathlib.Path,
     """
     def done(name: str) -> bool:
         return (results / f"{name}.json").exists()
+
+    def needed(job) -> list[str]:
+        names = needs(job)
+        return [] if not names else [names] if isinstance(names, str) else list(names)
 
     ran = []
     while True:
@@ -110,9 +114,9 @@ def work(jobs: Sequence[J], run_job: Callable[[J], None], results: pathlib.Path,
                 claimed.add(j.name)
             elif state == "stale":  # left by a killed worker (only a claim read as stale: never one just created)
                 path.unlink(missing_ok=True)
-        ready = [j for j in pending if j.name not in claimed and (not needs(j) or done(needs(j)))]
+        ready = [j for j in pending if j.name not in claimed and all(done(n) for n in needed(j))]
         if not ready:
-            if any(needs(j) in claimed for j in pending if needs(j)):
+            if any(n in claimed for j in pending for n in needed(j)):
                 time.sleep(POLL_SECONDS if poll_seconds is None else poll_seconds)
                 continue  # another worker runs a job that this one's next job needs
             blocked = [j.name for j in pending if j.name not in claimed]

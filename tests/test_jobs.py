@@ -165,3 +165,19 @@ jobs.work([Job()], lambda job: time.sleep(60), pathlib.Path({str(tmp_path)!r}))
     proc.terminate()
     assert proc.wait(timeout=30) == 128 + 15  # SystemExit(128 + SIGTERM)
     assert not claim.exists()
+
+
+def test_a_job_with_several_needs_starts_after_all_of_them(tmp_path):
+    """`pick` needs `a` and `b`: it runs last however the plan orders it, and not at all while one is missing."""
+    order = []
+
+    def run(job):
+        order.append(job.name)
+        jobs.write_atomic(tmp_path / f"{job.name}.json", "{}")
+
+    plan = [Job("pick"), Job("a"), Job("b")]
+    needs = {"pick": ("a", "b")}
+    assert jobs.work(plan[:2], run, tmp_path, needs=lambda j: needs.get(j.name)) == ["a"]  # b: nobody runs it
+    assert not (tmp_path / "pick.json").exists()
+    assert jobs.work(plan, run, tmp_path, needs=lambda j: needs.get(j.name)) == ["b", "pick"]
+    assert order == ["a", "b", "pick"]
