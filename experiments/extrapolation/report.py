@@ -16,6 +16,8 @@ import sys
 import matplotlib
 import numpy as np
 
+from posenc.verdicts import evidence
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -92,39 +94,6 @@ BY_CONSTRUCTION = "true by construction"
 
 
 # Two-sided Student-t quantiles by degrees of freedom (n seeds − 1): 95% and 80% intervals.
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-T80 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397, 9: 1.383}
-
-
-def evidence(conditions: dict) -> str:
-    """How firmly a verdict rests on the data. `conditions`: name → (held, margins), the margins per seed being
-    the measured quantity minus the rule's threshold, positive where the condition holds.
-
-    Each condition's firmness is the t over seeds of its margins signed to the side it fell: strong when the
-    95% t-interval of the mean excludes 0, moderate when the 80% one does, weak otherwise, on the threshold, or
-    from one run (no spread to judge it by). If every condition holds, the verdict is as firm as the weakest;
-    if some fail, it rests on the failures and is as firm as the firmest of them."""
-    order = ("weak", "moderate", "strong")
-    parts = {k: (held, *_strength((1.0 if held else -1.0) * np.asarray(m, float))) for k, (held, m) in conditions.items()}
-    failed = {k: v for k, v in parts.items() if not v[0]}
-    pick = max if failed else min
-    label = pick((v[1] for v in (failed or parts).values()), key=order.index)
-    return f"**{label}** (" + "; ".join(f"{k} {'holds' if held else 'fails'} by {text}"
-                                        for k, (held, _, text) in parts.items()) + ")"
-
-
-def _strength(m: np.ndarray) -> tuple[str, str]:
-    if m.size < 2:
-        return "weak", f"{m.mean():+.3f} (one run)"
-    if m.mean() == 0:
-        return "weak", f"0 (on the threshold, {m.size} seeds)"
-    se = m.std(ddof=1) / math.sqrt(m.size)
-    t = math.copysign(math.inf, m.mean()) if se == 0 else m.mean() / se
-    df = min(m.size - 1, max(T95))
-    label = "strong" if t >= T95[df] else "moderate" if t >= T80[df] else "weak"
-    return label, f"{m.mean():+.3f} (t = {t:.1f}, {m.size} seeds)"
-
-
 # the fine-tunes of run.py's FINETUNES: (label, row, the scaling it is scored with)
 FINETUNE_ROWS = (("cont256", "control: trained on at 256, no scaling", "none"),
                  ("noscale4x", "control: fine-tuned at 1024, no scaling", "none"),

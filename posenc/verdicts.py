@@ -1,0 +1,46 @@
+"""How firmly a claim's verdict rests on per-seed measurements: the experiments' reports state it next to
+each verdict (experiments/*/report.py).
+
+A verdict rule is a list of conditions, each a measured quantity compared with a threshold. Per seed, a
+condition's *margin* is the quantity minus the threshold, signed so that it is positive where the condition
+holds. Its firmness is the one-sample t statistic of the margins signed to the side they fell (Student 1908):
+**strong** when the 95% t-interval of the mean excludes 0, **moderate** when the 80% one does, **weak**
+otherwise, on the threshold, or from one run (no spread to judge it by). A verdict whose conditions all hold is
+as firm as the weakest; one decided by failed conditions is as firm as the firmest failure.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# two-sided Student t quantiles by degrees of freedom (95% and 80% intervals)
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+T80 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397, 9: 1.383}
+ORDER = ("weak", "moderate", "strong")
+
+
+def strength(margins) -> tuple[str, str]:
+    """('weak' | 'moderate' | 'strong', a description) of margins that should be positive."""
+    m = np.asarray(margins, float)
+    if m.size < 2:
+        return "weak", f"{m.mean():+.3f} (one run)"
+    if m.mean() == 0:
+        return "weak", f"0 (on the threshold, {m.size} seeds)"
+    se = m.std(ddof=1) / math.sqrt(m.size)
+    t = math.copysign(math.inf, m.mean()) if se == 0 else m.mean() / se
+    df = min(m.size - 1, max(T95))
+    label = "strong" if t >= T95[df] else "moderate" if t >= T80[df] else "weak"
+    return label, f"{m.mean():+.3f} (t = {t:.1f}, {m.size} seeds)"
+
+
+def evidence(conditions: dict) -> str:
+    """The verdict's firmness and each condition's margin. `conditions`: name → (held, per-seed margins, the
+    measured quantity minus the rule's threshold, positive where the condition holds)."""
+    parts = {k: (held, *strength((1.0 if held else -1.0) * np.asarray(m, float))) for k, (held, m) in conditions.items()}
+    failed = {k: v for k, v in parts.items() if not v[0]}
+    pick = max if failed else min
+    label = pick((v[1] for v in (failed or parts).values()), key=ORDER.index)
+    return f"**{label}** (" + "; ".join(f"{k} {'holds' if held else 'fails'} by {text}"
+                                        for k, (held, _, text) in parts.items()) + ")"

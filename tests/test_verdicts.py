@@ -1,0 +1,34 @@
+"""posenc/verdicts.py: a verdict's firmness from the per-seed margins of its conditions."""
+
+import math
+
+import numpy as np
+
+from posenc import verdicts
+
+
+def test_strength_follows_the_t_statistic():
+    # mean 0.2, sd 0.1 over 3 seeds: t = 0.2 / (0.1 / √3) = 3.46, between t80 (1.886) and t95 (4.303) at df 2
+    label, text = verdicts.strength([0.1, 0.2, 0.3])
+    assert label == "moderate" and f"t = {0.2 / (0.1 / math.sqrt(3)):.1f}" in text
+    assert verdicts.strength([1.0, 1.1, 0.9])[0] == "strong"  # t = 17
+    assert verdicts.strength([0.1, -0.1, 0.05])[0] == "weak"
+    assert verdicts.strength([0.5])[0] == "weak"  # one run: no spread to judge by
+    assert verdicts.strength([0.0, 0.0])[0] == "weak"
+    assert verdicts.strength([0.2, 0.2, 0.2])[0] == "strong"  # no spread at all: t is infinite
+
+
+def test_student_quantiles():
+    """The tables hold the two-sided 95% and 80% quantiles (checked against a Monte Carlo of t at df 2)."""
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((400_000, 3))
+    t = z.mean(1) / (z.std(1, ddof=1) / math.sqrt(3))
+    assert abs(np.mean(np.abs(t) < verdicts.T95[2]) - 0.95) < 0.003
+    assert abs(np.mean(np.abs(t) < verdicts.T80[2]) - 0.80) < 0.003
+
+
+def test_evidence_rests_on_the_weakest_hold_or_the_firmest_failure():
+    held = verdicts.evidence({"a": (True, [1.0, 1.1, 0.9]), "b": (True, [0.1, 0.2, 0.3])})
+    assert held.startswith("**moderate**") and "a holds by" in held and "b holds by" in held
+    failed = verdicts.evidence({"a": (True, [1.0, 1.1, 0.9]), "b": (False, [-1.0, -1.1, -0.9])})
+    assert failed.startswith("**strong**") and "b fails by +1.000" in failed  # margins signed to the side they fell
