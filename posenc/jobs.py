@@ -6,10 +6,11 @@ file `results/<name>.json` exists; results are written atomically (`write_atomic
 absent and an interrupted job simply runs again (its training resumes from its checkpoints).
 
 Workers share one plan through claims: before running a job a worker creates `results/<name>.claim`
-exclusively (O_CREAT | O_EXCL) and writes its pid into it; the claim is removed when the job ends, also when
-the worker is terminated (after `exit_on_sigterm()`, SIGTERM raises SystemExit and `finally` runs). A claim whose process no longer
-runs (`claim_is_live`) is dropped and its job run again. So several workers — the processes `spawn_workers`
-starts, or separate commands — can run one plan, and a rerun of the same command goes on where it stopped.
+exclusively (O_CREAT | O_EXCL) and writes its pid and start time into it; the claim is removed when the job
+ends, also when the worker is terminated (after `exit_on_sigterm()`, SIGTERM raises SystemExit and `finally`
+runs). A claim whose process no longer runs (`claim_is_live`: its pid is gone, or now names a process started
+at another time) is dropped and its job run again. So several workers — the processes `spawn_workers` starts,
+or separate commands — can run one plan, and a rerun of the same command goes on where it stopped.
 
 A job that raises stops its worker with the exception (and its claim removed): a broken job is an error to
 look at, not a result to skip.
@@ -37,13 +38,32 @@ def write_atomic(path: pathlib.Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _claim_state(path: pathlib.Path) -> str:
-    """'absent', 'live' or 'stale' (its process has exited, or it stayed without a pid for a minute)."""
+def process_start(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, /proc/<pid>/stat's field 22), or None where /proc
+    does not tell (no such process, or not Linux). With the pid it names one process: a pid is reused, the
+    pair is not."""
     try:
-        pid = int(path.read_text())
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()[19]  # fields from 3 (state) on follow the ')' of the name
+
+
+def claim_text() -> str:
+    """What this process writes into a claim: its pid and, where /proc tells, its start time."""
+    start = process_start(os.getpid())
+    return f"{os.getpid()}" + (f" {start}" if start else "")
+
+
+def _claim_state(path: pathlib.Path) -> str:
+    """'absent', 'live' or 'stale' (its process has exited, its pid now names another process, or it stayed
+    without a pid for a minute)."""
+    try:
+        fields = path.read_text().split()
+        pid, start = int(fields[0]), (fields[1] if len(fields) > 1 else None)
     except FileNotFoundError:
         return "absent"
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError):
         try:
             return "live" if time.time() - path.stat().st_mtime < 60 else "stale"
         except FileNotFoundError:
@@ -53,14 +73,17 @@ def _claim_state(path: pathlib.Path) -> str:
     except ProcessLookupError:
         return "stale"
     except PermissionError:
-        return "live"
+        pass
+    if start is not None and process_start(pid) not in (None, start):
+        return "stale"  # the pid was reused by a process that started later
     return "live"
 
 
 def claim_is_live(path: pathlib.Path) -> bool:
-    """Whether the process that wrote a claim (its pid is the claim's content) still runs. A claim without a
-    readable pid is live for a minute (its writer may be between creating it and writing the pid). A pid that
-    the system has reused for another process reads as live (its job waits for a rerun)."""
+    """Whether the process that wrote a claim (its content: `claim_text()`) still runs. A claim without a
+    readable pid is live for a minute (its writer may be between creating it and writing the pid). A claim
+    whose pid now names a process started at another time is stale; one written without a start time (where
+    /proc does not tell) trusts the pid alone."""
     return _claim_state(path) == "live"
 
 
@@ -128,7 +151,7 @@ def work(jobs: Sequence[J], run_job: Callable[[J], None], results: pathlib.Path,
             claim = os.open(results / f"{job.name}.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             continue
-        os.write(claim, str(os.getpid()).encode())
+        os.write(claim, claim_text().encode())
         os.close(claim)
         try:
             if not done(job.name):  # another worker may have finished it since `pending` was listed

@@ -97,6 +97,13 @@ def test_claim_liveness(tmp_path):
     assert not jobs.claim_is_live(claim)
     claim.write_text(str(os.getpid()))
     assert jobs.claim_is_live(claim)
+    claim.write_text(jobs.claim_text())  # pid and start time
+    assert jobs.claim_is_live(claim)
+    start = jobs.process_start(os.getpid())
+    if start is None:  # no /proc: the pid alone decides, and a reused pid cannot be told apart
+        pytest.skip("this system's /proc gives no process start time")
+    claim.write_text(f"{os.getpid()} {int(start) + 1}")  # this pid, but a process that started later: reused
+    assert not jobs.claim_is_live(claim)
 
 
 def test_write_atomic_replaces_whole(tmp_path):
@@ -161,7 +168,8 @@ jobs.work([Job()], lambda job: time.sleep(60), pathlib.Path({str(tmp_path)!r}))
     deadline = time.time() + 60
     while not claim.exists() and time.time() < deadline:
         time.sleep(0.05)
-    assert claim.read_text() == str(proc.pid)
+    time.sleep(0.2)  # (created, then its content written)
+    assert claim.read_text().split()[0] == str(proc.pid)
     proc.terminate()
     assert proc.wait(timeout=30) == 128 + 15  # SystemExit(128 + SIGTERM)
     assert not claim.exists()
