@@ -432,7 +432,8 @@ paper is wrong. Wall times are those of the last run on this shared 2-core machi
 
 Pilots for the study's next budget (issue 15), on validation only: [`pilot_budget/`](pilot_budget/README.md) (the
 Quickstart's model trained 10× longer on this corpus, against the n-gram floor) and
-[`pilot_sympy/`](pilot_sympy/README.md) (the second corpus, Python source).
+[`pilot_sympy/`](pilot_sympy/README.md) (the second corpus, Python source). The study at that budget, with the
+learning-rate check, the controls and the fair tuning, is [`experiments/lm_study`](../lm_study/README.md) (in progress).
 """
     (here / "README.md").write_text(text)
     write_summary(here, results, runs_of)
