@@ -184,7 +184,7 @@ def _config_for(job: Job, results: pathlib.Path, runs: pathlib.Path, s: Settings
     config.batch_size = max(1, tokens // config.train_len)  # the base run's tokens per step
     config.warmup_steps = s.ft_warmup
     config.init_from = str(runs / job.base)
-    if posenc != "rope":
+    if config.model.rope.scaling.kind != "none":  # PI / YaRN: the scale of the longer length
         config.model.rope.scaling.factor = float(times)
         config.model.rope.scaling.original_max_len = base_len
     return config
@@ -334,7 +334,8 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
                  # where a learned table is undefined)
                  "in_range": lambda: _rekey(ev.evaluate(w, lengths[:1], ["none"], documents=True, progress=False,
                                                         ngram_floor=False), f"@{lengths[0]}")}
-        if config.model.posenc == "learned":  # the table interpolated past its length: reported apart
+        cfg = ev.load_run(str(workdir)).cfg
+        if cfg.encoding.max_positions(cfg) is not None:  # a table, interpolated past its length: reported apart
             parts["interpolate"] = lambda: _relabel(ev.evaluate(w, lengths, ["none"], documents=True, progress=False,
                                                                 learned_beyond="interpolate", ngram_floor=False))
         t1 = time.time()
