@@ -99,11 +99,19 @@ def test_claim_liveness(tmp_path):
     assert jobs.claim_is_live(claim)
     claim.write_text(jobs.claim_text())  # pid and start time
     assert jobs.claim_is_live(claim)
-    start = jobs.process_start(os.getpid())
-    if start is None:  # no /proc: the pid alone decides, and a reused pid cannot be told apart
-        pytest.skip("this system's /proc gives no process start time")
-    claim.write_text(f"{os.getpid()} {int(start) + 1}")  # this pid, but a process that started later: reused
+
+
+def test_a_claim_whose_pid_was_reused_is_stale(tmp_path, monkeypatch):
+    """The claim's pid runs, but the process holding it started at another time: the pid was reused."""
+    monkeypatch.setattr(jobs, "process_start", lambda pid: "1000")
+    claim = tmp_path / "x.claim"
+    claim.write_text(f"{os.getpid()} 999")
     assert not jobs.claim_is_live(claim)
+    claim.write_text(f"{os.getpid()} 1000")
+    assert jobs.claim_is_live(claim)
+    monkeypatch.setattr(jobs, "process_start", lambda pid: None)  # no /proc: the pid alone decides
+    claim.write_text(f"{os.getpid()} 999")
+    assert jobs.claim_is_live(claim)
 
 
 def test_write_atomic_replaces_whole(tmp_path):
