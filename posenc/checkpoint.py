@@ -5,7 +5,9 @@ A workdir holds
   * `run.json`: what the run is (its corpus's fingerprint) and what happened to it (divergences, the
     optimiser changes made to recover from them), see `posenc.train`;
   * `checkpoints/<step>/`: Orbax items `params`, `opt_state` and `meta` = {step, sha256 of params and of
-    opt_state}; the data position is the step, since batches are a function of (seed, step);
+    opt_state}; the data position is the step, since batches are a function of (seed, step). A checkpoint
+    made by `import_params` has no `opt_state` (meta `params_only`): it can be evaluated and fine-tuned from
+    (`init_from`), not resumed;
   * `checksums/<step>.json`: the SHA-256 of each file of checkpoint <step>;
   * `metrics.jsonl`, TensorBoard events, and `.lock` (held by the process training in it).
 
@@ -81,6 +83,10 @@ class WorkdirBusyError(RuntimeError):
     """Another process is training in the same workdir."""
 
 
+class ParamsOnlyError(ValueError):
+    """Training was asked to resume from a checkpoint that holds parameters only (`import_params`)."""
+
+
 def _local(leaf) -> np.ndarray:
     """A leaf as a whole NumPy array, whatever its layout: an array spread over several processes is read
     from the local copy when replicated and gathered from every process when sharded (FSDP; a collective,
@@ -122,7 +128,7 @@ def save(mngr: ocp.CheckpointManager, step: int, params, opt_state) -> None:
     """Saves a checkpoint and its two checksums: the SHA-256 of the parameter and optimiser-state values
     (in its `meta` item, written with it) and of every file it consists of (`workdir/checksums/<step>.json`,
     written once the save has committed). A checkpoint without the file checksums (a crash in between) is
-    still verified by its values.
+    still verified by its values. `opt_state=None` writes a parameters-only checkpoint (`import_params`).
 
     Raises:
       FloatingPointError: a parameter is not finite (nothing is written).
@@ -134,12 +140,13 @@ def save(mngr: ocp.CheckpointManager, step: int, params, opt_state) -> None:
     is_main = jax.process_index() == 0
     if is_main:
         sums.unlink(missing_ok=True)  # a stale file of an earlier checkpoint at this step
-    mngr.save(step, args=ocp.args.Composite(
-        params=ocp.args.StandardSave(pure),
-        opt_state=ocp.args.StandardSave(opt_state),
-        meta=ocp.args.JsonSave({"step": step, "sha256": {"params": tree_sha256(pure),
-                                                         "opt_state": tree_sha256(opt_state)}}),
-    ))
+    sha = {"params": tree_sha256(pure)}
+    items = {"params": ocp.args.StandardSave(pure)}
+    if opt_state is not None:
+        sha["opt_state"] = tree_sha256(opt_state)
+        items["opt_state"] = ocp.args.StandardSave(opt_state)
+    meta = {"step": step, "sha256": sha, **({} if opt_state is not None else {"params_only": True})}
+    mngr.save(step, args=ocp.args.Composite(**items, meta=ocp.args.JsonSave(meta)))
     mngr.wait_until_finished()
     if is_main:
         sums.parent.mkdir(exist_ok=True)
@@ -191,7 +198,13 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_op
     Raises:
       CorruptCheckpointError: the checkpoint cannot be read, its checksums do not match, or it holds
         non-finite parameters.
+      ParamsOnlyError: `abstract_opt_state` is given and the checkpoint holds parameters only.
     """
+    if abstract_opt_state is not None and (mngr.directory / str(step) / "params").is_dir() \
+            and not (mngr.directory / str(step) / "opt_state").exists():
+        raise ParamsOnlyError(f"checkpoint {mngr.directory / str(step)} holds parameters only (imported with "
+                              "posenc.checkpoint.import_params): evaluate it or start a run from it with "
+                              "--config.init_from, but it cannot be resumed")
     param_shardings, opt_shardings = shardings if shardings is not None else (None, None)
     pure_shardings = None if param_shardings is None else nnx.to_pure_dict(param_shardings)
     items = {"params": ocp.args.StandardRestore(_abstract(nnx.to_pure_dict(abstract_params), pure_shardings)),
@@ -273,6 +286,59 @@ def restore_params(workdir: str | pathlib.Path, step: int | None = None):
     finally:
         mngr.close()
     return config, cfg, graphdef, params, step
+
+
+def export_params(workdir: str | pathlib.Path, path: str | pathlib.Path) -> str:
+    """Writes the newest good checkpoint's parameters of `workdir` to `path` (a compressed `.npz`, one array per
+    parameter named by its key path, written atomically); returns their SHA-256 (`tree_sha256`), the same
+    `import_params` gives back. For keeping a run's weights where its workdir is not kept (a repository).
+    """
+    _, _, _, params, _ = restore_params(workdir)
+    pure = nnx.to_pure_dict(params)
+    arrays = {jax.tree_util.keystr(k): _local(v) for k, v in jax.tree_util.tree_flatten_with_path(pure)[0]}
+    path = pathlib.Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        np.savez_compressed(f, **arrays)
+    tmp.replace(path)
+    return tree_sha256(params)
+
+
+def import_params(path: str | pathlib.Path, workdir: str | pathlib.Path, config: ml_collections.ConfigDict,
+                  step: int) -> str:
+    """Makes `workdir` a run directory of `config` whose checkpoint `step` holds the parameters of `path`
+    (`export_params`) and no optimiser state: it evaluates, and `init_from` starts a run from it, but it
+    cannot be resumed (`ParamsOnlyError`). Returns the parameters' SHA-256.
+
+    Raises:
+      ValueError: `workdir` already has checkpoints, or the file's parameters are not `config`'s model's
+        (a missing, extra or reshaped parameter, named).
+    """
+    workdir = pathlib.Path(workdir)
+    _, abstract = abstract_model(validate(config))
+    with np.load(path) as f:
+        arrays = dict(f)
+    flat, treedef = jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(abstract))
+    names = [jax.tree_util.keystr(k) for k, _ in flat]
+    if set(names) != set(arrays):
+        raise ValueError(f"{path}: its parameters are not this model's (missing {sorted(set(names) - set(arrays))}, "
+                         f"extra {sorted(set(arrays) - set(names))})")
+    for name, (_, leaf) in zip(names, flat):
+        if arrays[name].shape != leaf.shape or arrays[name].dtype != leaf.dtype:
+            raise ValueError(f"{path}: parameter {name} is {arrays[name].dtype}{list(arrays[name].shape)}, this "
+                             f"model's is {leaf.dtype}{list(leaf.shape)}")
+    params = jax.tree.map(lambda x: x, abstract)
+    nnx.replace_by_pure_dict(params, jax.tree_util.tree_unflatten(treedef, [arrays[n] for n in names]))
+    workdir.mkdir(parents=True, exist_ok=True)
+    mngr = manager(workdir)
+    try:
+        if mngr.all_steps():
+            raise ValueError(f"workdir={str(workdir)!r} already has checkpoints {mngr.all_steps()}: import into a new one")
+        save_config(workdir, config)
+        save(mngr, step, params, None)
+    finally:
+        mngr.close()
+    return tree_sha256(params)
 
 
 class WorkdirLock:

