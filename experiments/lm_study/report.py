@@ -140,14 +140,21 @@ def status(st: Study) -> str:
             cost.setdefault(j.kind, []).append(sum(st.r[j.name]["timing"].values()) / 60)
     known = [(k, n - done[k]) for k, n in kinds.items() if n > done[k] and k in cost]
     est = sum(np.mean(cost[k]) * m for k, m in known)
-    unknown = [names[k] for k, n in kinds.items() if n > done[k] and k not in cost]
+    # unmeasured kinds that train at the checks' batch: their training alone, at the checks' time per step
+    steps = {"main": st.s.steps, "ft": st.s.ft_steps}
+    scaled = {k: np.mean(cost["lr"]) / st.s.lr_steps * steps[k] * (kinds[k] - done[k])
+              for k in steps if "lr" in cost and k not in cost and kinds[k] > done[k]}
+    unknown = [names[k] for k, n in kinds.items() if n > done[k] and k not in cost and k not in scaled]
     lines = [f"**{sum(done.values())} of {len(st.planned)} planned jobs have results**: " +
              ", ".join(f"{names[k]} {done[k]}/{n}" for k, n in kinds.items()) + "."]
     if missing:
         lines.append(f"Next (rerun run.py to go on, in this order): {', '.join(f'`{m}`' for m in missing[:6])}.")
         lines.append(f"At the mean cost of the finished jobs of each kind, the missing ones need about "
-                     f"{est / 60:.1f} hours of one-core job time" + (f", plus the {', '.join(unknown)}, not measured "
-                                                                      "yet" if unknown else "") + ".")
+                     f"{est / 60:.1f} hours of one-core job time"
+                     + (f", plus about {sum(scaled.values()) / 60:.1f} hours to train the "
+                        f"{' and '.join(names[k] for k in scaled)} (the checks' time per step times their steps; "
+                        "their evaluations not measured yet)" if scaled else "")
+                     + (f", plus the {', '.join(unknown)}, not measured yet" if unknown else "") + ".")
     return "\n\n".join(lines)
 
 
