@@ -191,6 +191,14 @@ def _abstract(tree, shardings=None):
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
 
 
+def _meta(mngr: ocp.CheckpointManager, step: int) -> dict:
+    """Checkpoint `step`'s `meta` item, or {} where it cannot be read (`restore` then reports the corruption)."""
+    try:
+        return mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"] or {}
+    except Exception:  # noqa: BLE001 — unreadable: left to restore's checks
+        return {}
+
+
 def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_opt_state=None, shardings=None):
     """Restores and verifies (params as nnx.State, opt_state or None) at `step`, shaped like the targets and
     placed by `shardings = (params', opt_state's)` (default: the first local device), whatever mesh saved it.
@@ -200,11 +208,11 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_op
         non-finite parameters.
       ParamsOnlyError: `abstract_opt_state` is given and the checkpoint holds parameters only.
     """
-    if abstract_opt_state is not None and (mngr.directory / str(step) / "params").is_dir() \
-            and not (mngr.directory / str(step) / "opt_state").exists():
+    if abstract_opt_state is not None and _meta(mngr, step).get("params_only"):
         raise ParamsOnlyError(f"checkpoint {mngr.directory / str(step)} holds parameters only (imported with "
-                              "posenc.checkpoint.import_params): evaluate it or start a run from it with "
-                              "--config.init_from, but it cannot be resumed")
+                              "posenc.checkpoint.import_params): it cannot be resumed. Evaluate it, start a new run "
+                              "from it (--config.init_from=<this workdir> with another --workdir), or delete the "
+                              "workdir to train the run from scratch")
     param_shardings, opt_shardings = shardings if shardings is not None else (None, None)
     pure_shardings = None if param_shardings is None else nnx.to_pure_dict(param_shardings)
     items = {"params": ocp.args.StandardRestore(_abstract(nnx.to_pure_dict(abstract_params), pure_shardings)),
@@ -290,17 +298,35 @@ def restore_params(workdir: str | pathlib.Path, step: int | None = None):
 
 def export_params(workdir: str | pathlib.Path, path: str | pathlib.Path) -> str:
     """Writes the newest good checkpoint's parameters of `workdir` to `path` (a compressed `.npz`, one array per
-    parameter named by its key path, written atomically); returns their SHA-256 (`tree_sha256`), the same
-    `import_params` gives back. For keeping a run's weights where its workdir is not kept (a repository).
+    parameter named by its key path, written atomically and read back to check); returns their SHA-256
+    (`tree_sha256`), the same `import_params` gives back. For keeping a run's weights where its workdir is not
+    kept (a repository).
+
+    Raises:
+      ValueError: a parameter's dtype is not one NumPy stores (bfloat16), or the file read back differs.
     """
     _, _, _, params, _ = restore_params(workdir)
-    pure = nnx.to_pure_dict(params)
-    arrays = {jax.tree_util.keystr(k): _local(v) for k, v in jax.tree_util.tree_flatten_with_path(pure)[0]}
-    path = pathlib.Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        np.savez_compressed(f, **arrays)
-    tmp.replace(path)
+    arrays = {jax.tree_util.keystr(k): _local(v)
+              for k, v in jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(params))[0]}
+    for name, a in arrays.items():
+        if np.dtype(a.dtype.str) != a.dtype:
+            raise ValueError(f"export_params: parameter {name} is {a.dtype}, which .npz does not store; export "
+                             "float32 parameters")
+    if jax.process_index() == 0:
+        path = pathlib.Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                np.savez_compressed(f, **arrays)
+            with np.load(tmp) as f:
+                back = dict(f)
+            if back.keys() != arrays.keys() or any(
+                    back[n].dtype != a.dtype or back[n].shape != a.shape or back[n].tobytes() != a.tobytes()
+                    for n, a in arrays.items()):
+                raise ValueError(f"export_params: {tmp} does not read back as the parameters written to it")
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
     return tree_sha256(params)
 
 

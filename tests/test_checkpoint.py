@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 import pytest
 
@@ -158,3 +159,25 @@ def test_importing_another_models_parameters_names_the_difference(trained_run, t
     learned = tiny_config("posenc=learned,tiny")
     with pytest.raises(ValueError, match="not this model's .*missing"):
         checkpoint.import_params(tmp_path / "rope.npz", tmp_path / "learned", learned, step=8)
+
+
+def test_a_checkpoint_missing_its_optimiser_state_is_corrupt_not_params_only(copy_run, tiny_config):
+    """Only a checkpoint written parameters-only (meta `params_only`) refuses to resume; a full one that lost
+    its opt_state files is corrupt, and training falls back to the previous checkpoint."""
+    workdir = copy_run()
+    import shutil  # noqa: PLC0415
+
+    shutil.rmtree(workdir / "checkpoints" / "8" / "opt_state")
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/8.*older checkpoint 4 instead of 8"):
+        assert train.train_and_evaluate(tiny_config("tiny"), str(workdir))["step"] == 8
+
+
+def test_export_refuses_a_dtype_npz_cannot_store(trained_run, tmp_path, monkeypatch):
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    config, cfg, graphdef, params, step = checkpoint.restore_params(trained_run)
+    half = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+    monkeypatch.setattr(checkpoint, "restore_params", lambda workdir: (config, cfg, graphdef, half, step))
+    with pytest.raises(ValueError, match=r"parameter .* is bfloat16, which .npz does not store"):
+        checkpoint.export_params(trained_run, tmp_path / "half.npz")
+    assert not list(tmp_path.iterdir())

@@ -159,9 +159,12 @@ def test_study_jobs_end_to_end(tmp_path):
     assert [n for n, j in plan.items() if j.export] == ["iambic-rope-s0"]
     assert main["params_file"] == "iambic-rope-s0.params.npz" and "params_file" not in read["iambic-learned-s0"]
     shutil.rmtree(runs / "iambic-rope-s0")
+    (runs / "iambic-rope-s0").mkdir()  # and a retrain that stopped before its first checkpoint is replaced
+    (runs / "iambic-rope-s0" / "metrics.jsonl").write_text("")
     run.run_job(plan["iambic-rope-s0-ft-cont256"], runs, results, s)
     assert json.loads(next((runs / "iambic-rope-s0" / "checkpoints").glob("*/meta/metadata")).read_text())["params_only"]
     assert run.params_sha256(runs / "iambic-rope-s0") == main["params_sha256"]
+    assert not (runs / "iambic-rope-s0" / "metrics.jsonl").exists() and not list(runs.glob(".iambic-rope-s0.*"))
     exported = results / "iambic-rope-s0.params.npz"
     exported.rename(tmp_path / "aside.npz")
     shutil.rmtree(runs / "iambic-rope-s0")
@@ -178,6 +181,7 @@ def test_study_jobs_end_to_end(tmp_path):
     shutil.rmtree(runs / "iambic-rope-s0")
     with pytest.raises(RuntimeError, match="does not hold the parameters iambic-rope-s0.json was scored with"):
         run.run_job(plan["iambic-rope-s0-ft-noscale4x"], runs, results, s)
+    assert not (runs / "iambic-rope-s0").exists() and not list(runs.glob(".iambic-rope-s0.*"))  # nothing left
     assert not (results / "iambic-rope-s0-ft-noscale4x.json").exists()
 
 

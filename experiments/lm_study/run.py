@@ -45,10 +45,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 import shutil
 import sys
+import tempfile
 import time
 
 from absl import app, flags, logging
@@ -217,18 +217,15 @@ def trained_base(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Setting
                            "Settings or the learning-rate check changed): delete it and the results that depend on it "
                            "to redo them, or restore the old settings")
     exported = params_file(results, job.base)
-    imported = _latest_step(workdir) is None and exported.exists()
-    if imported:
-        _import_base(exported, workdir, config)
+    recorded = recorded_run["params_sha256"]
     while _latest_step(workdir) != config.train_steps:
         try:
-            train_and_evaluate(config, str(workdir))
-        except checkpoint.WorkdirBusyError:  # another worker retrains it for another job: wait for it
+            if exported.exists():
+                _import_base(exported, workdir, config, recorded)
+            else:
+                train_and_evaluate(config, str(workdir))
+        except checkpoint.WorkdirBusyError:  # another worker trains or imports it for another job: wait for it
             time.sleep(jobs.POLL_SECONDS)
-    recorded = recorded_run["params_sha256"]
-    if params_sha256(workdir) != recorded and imported:
-        raise RuntimeError(f"{exported} does not hold the parameters {job.base}.json was scored with (params_sha256 "
-                           f"{recorded}): restore it (git checkout), or move it away to train {job.base} again")
     if params_sha256(workdir) != recorded:
         raise RuntimeError(f"{workdir} was trained again (its checkpoint was not in --runs) and its parameters differ "
                            f"from those {job.base}.json was scored with (params_sha256 {recorded}). Retraining is "
@@ -242,19 +239,34 @@ def params_file(results: pathlib.Path, name: str) -> pathlib.Path:
     return results / f"{name}.params.npz"
 
 
-def _import_base(exported: pathlib.Path, workdir: pathlib.Path, config) -> None:
-    """Imports `exported` as `workdir`'s final checkpoint: into a private folder first, then renamed, so that two
-    workers importing at once leave one whole copy."""
-    private = workdir.with_name(f".{workdir.name}.import-{os.getpid()}")
-    if private.exists():
-        shutil.rmtree(private)
-    checkpoint.import_params(exported, private, config, config.train_steps)
+def _import_base(exported: pathlib.Path, workdir: pathlib.Path, config, recorded: str) -> None:
+    """Makes `workdir` the base run imported from `exported` (parameters only): imported into a private folder
+    and checked against `recorded` first, then renamed into place; an incomplete `workdir` (a retrain that
+    stopped) is removed first, under its lock, so that nothing trains in it meanwhile.
+
+    Raises:
+      RuntimeError: the file's parameters are not the recorded ones (nothing is left in --runs).
+      checkpoint.WorkdirBusyError: a process trains in `workdir`.
+    """
+    workdir.parent.mkdir(parents=True, exist_ok=True)
+    private = pathlib.Path(tempfile.mkdtemp(dir=workdir.parent, prefix=f".{workdir.name}.import-"))
     try:
-        private.rename(workdir)
-    except OSError:  # another worker's import (or a retrain) got there first
-        if not workdir.is_dir():
-            raise
-        shutil.rmtree(private)
+        if checkpoint.import_params(exported, private / "run", config, config.train_steps) != recorded:
+            raise RuntimeError(f"{exported} does not hold the parameters {workdir.name}.json was scored with "
+                               f"(params_sha256 {recorded}): restore it (git checkout), or move it away to train "
+                               f"{workdir.name} again")
+        if workdir.exists():
+            with checkpoint.WorkdirLock(workdir):
+                if _latest_step(workdir) == config.train_steps:
+                    return  # another worker imported it meanwhile
+                workdir.rename(private / "incomplete")
+        try:
+            (private / "run").rename(workdir)
+        except OSError:  # another worker's import got there first
+            if _latest_step(workdir) != config.train_steps:
+                raise
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _plain(tree) -> dict:
