@@ -61,6 +61,8 @@ def get_config(arg: str | None = None):
     config.task.min_len = config_dict.placeholder(int)  # shortest example (inputs); unset: train_len for passkey, else the task's minimum
     config.task.lm_ratio = 0.0  # fraction of each batch's rows that are LM text windows
     config.task.prompt_weight = 0.0  # loss weight of the non-answer bytes of a task row (0: the answer only)
+    # stop at the first evaluation (eval_every) whose validation exact match reaches this (unset: never)
+    config.task.stop_accuracy = config_dict.placeholder(float)
 
     config.positions = config_dict.ConfigDict()
     config.positions.randomize = "randomize" in variants  # sorted random subset of [0, max_position)

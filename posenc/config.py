@@ -168,5 +168,15 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
         raise ValueError(f"config.grad_clip must be > 0, got {config.grad_clip!r}")
     if "eval" in config:
         parse_lengths(config.eval.lengths, "config.eval.lengths")
-    TaskSpec.from_config(config)  # task.* and positions.*
+    spec = TaskSpec.from_config(config)  # task.* and positions.*
+    stop = stop_accuracy(config)
+    if stop is not None and (spec is None or spec.name == "lm" or isinstance(stop, bool) or not 0 < stop <= 1):
+        raise ValueError(f"config.task.stop_accuracy must be unset or in (0, 1], for a task with answers "
+                         f"(passkey, recall, copy, reverse), got {stop!r} for task "
+                         f"{spec.name if spec is not None else None!r}")
     return model_config(config)
+
+
+def stop_accuracy(config: ml_collections.ConfigDict) -> float | None:
+    """`config.task.stop_accuracy`: the validation exact match at which training stops early (None: never)."""
+    return config.task.get("stop_accuracy") if "task" in config else None

@@ -15,6 +15,9 @@ A non-finite loss, gradient norm or updated parameter, or a non-finite validatio
 stops the run before anything is written, names the last good checkpoint, and records the divergence in
 `run.json`; the rerun that resumes from it may lower the learning rate (`RECOVERY_FIELDS`), and `run.json`
 keeps that change in its history.
+
+A task run with `task.stop_accuracy` stops at the first evaluation whose validation exact match reaches it:
+that step is checkpointed and recorded in `run.json` (`stopped`), and a rerun finds the run complete.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from jax.sharding import NamedSharding
 from tqdm.auto import tqdm
 
 from posenc import checkpoint, data, sharding, tasks
-from posenc.config import RECOVERY_FIELDS, RESUMABLE_FIELDS, run_changes, schedule_steps, validate
+from posenc.config import RECOVERY_FIELDS, RESUMABLE_FIELDS, run_changes, schedule_steps, stop_accuracy, validate
 from posenc.evaluate import LN2, MAX_NLL
 from posenc.learned import interpolate_table
 from posenc.model import ModelConfig
@@ -376,6 +379,12 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
         info.setdefault("history", []).append({"resumed_at": start, "after_divergence": info.pop("diverged"),
                                                "changed": {k: list(v) for k, v in recovery.items()}})
     info["corpus"] = {"path": config.data.path, "sha256": corpus.sha256}
+    stop = stop_accuracy(config)
+    end = config.train_steps
+    if info.get("stopped", {}).get("step") == start:
+        end = start  # stopped early at its criterion: complete
+    else:
+        info.pop("stopped", None)  # resumed before the stop (an older checkpoint): it is reached again
     if is_main:
         write_run_info(workdir_path, info)
         checkpoint.save_config(workdir_path, config)  # the latest command's config (eval reads it)
@@ -409,9 +418,10 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
     tokens_per_step = config.batch_size * config.train_len
     timed_tokens, timed_seconds = 0, 0.0
     last: dict[str, float] = {}
-    if start >= config.train_steps:
-        tqdm.write(f"{workdir_path} is complete (step {start} of train_steps={config.train_steps})")
-    bar = tqdm(range(start, config.train_steps), initial=start, total=config.train_steps, desc=workdir_path.name,
+    if start >= end:
+        tqdm.write(f"{workdir_path} is complete (step {start} of train_steps={config.train_steps}"
+                   + (", stopped at task.stop_accuracy" if end < config.train_steps else "") + ")")
+    bar = tqdm(range(start, end), initial=start, total=config.train_steps, desc=workdir_path.name,
                disable=None, dynamic_ncols=True)
     try:
         with open(metrics_path if is_main else os.devnull, "a") as metrics_file:
@@ -444,6 +454,9 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
                     row.update({"val_loss": val["nll"], "val_bpb": val["bpb"], "val_ppl": val["ppl"]})
                     if spec is not None and spec.name != "lm":  # teacher-forced exact match of the answers
                         row["val_accuracy"] = val["accuracy"]
+                        if stop is not None and val["accuracy"] >= stop:
+                            save_now = True
+                            info["stopped"] = {"step": done, "val_accuracy": val["accuracy"], "stop_accuracy": stop}
                 elif save_now:  # a checkpoint is good only if it evaluates to finite numbers
                     n = config.batch_size
                     first = {k: v[:n] for k, v in val_batch.items()}
@@ -460,6 +473,12 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
                     checkpoint.save(mngr, done, params, opt_state)
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps or 0:.0f}")
                 last = row
+                if "stopped" in info:
+                    if is_main:
+                        write_run_info(workdir_path, info)
+                    tqdm.write(f"stopped at step {done}: validation exact match {row['val_accuracy']:.3f} >= "
+                               f"task.stop_accuracy={stop}")
+                    break
     finally:
         bar.close()
         writer.close()

@@ -13,7 +13,7 @@ import optax
 import pytest
 from flax import nnx
 
-from posenc import data, decode, tasks, train
+from posenc import checkpoint, data, decode, tasks, train
 from posenc.model import ModelConfig, Transformer
 from posenc.rope_scaling import RopeScaling
 from posenc.task_eval import wilson_interval
@@ -276,6 +276,34 @@ def test_randomized_positions_train_with_a_table_of_max_position(cache_dir, tmp_
     assert status == {32: "ok", 1024: "undefined"}
 
 
+def test_stop_accuracy_stops_at_the_first_evaluation_that_reaches_it_and_the_rerun_is_complete(cache_dir, tmp_path,
+                                                                                                monkeypatch):
+    """Validation exact match 0.2, 0.6, 0.9, 0.95 at steps 2, 4, 6, 8 (the evaluation's accuracy replaced, its
+    losses real): with stop_accuracy 0.85 the run stops at step 6, checkpointed and recorded; a rerun is complete,
+    and one with another threshold is another run."""
+    real, seen = train.evaluate_windows, iter([0.2, 0.6, 0.9, 0.95])
+
+    def fake(*args, **kwargs):
+        out = real(*args, **kwargs)
+        return {**out, "accuracy": next(seen)} if "accuracy" in out else out
+
+    monkeypatch.setattr(train, "evaluate_windows", fake)
+    config = _tasks_config(cache_dir, "task=copy,posenc=rope,tiny")
+    config.eval_every, config.checkpoint_every, config.task.stop_accuracy = 2, 100, 0.85
+    workdir = tmp_path / "stop"
+    last = train.train_and_evaluate(config, str(workdir))
+    assert last["step"] == 6 and last["val_accuracy"] == 0.9
+    assert checkpoint.manager(workdir, read_only=True).all_steps() == [6]  # saved where it stopped
+    assert json.loads((workdir / "run.json").read_text())["stopped"] == {"step": 6, "val_accuracy": 0.9,
+                                                                         "stop_accuracy": 0.85}
+    lines = (workdir / "metrics.jsonl").read_text()
+    assert [json.loads(r)["step"] for r in lines.splitlines()][-1] == 6
+    assert train.train_and_evaluate(config, str(workdir)) == {} and (workdir / "metrics.jsonl").read_text() == lines
+    config.task.stop_accuracy = 0.99
+    with pytest.raises(train.RunMismatchError, match="task.stop_accuracy"):
+        train.train_and_evaluate(config, str(workdir))
+
+
 def test_task_config_errors_name_the_field(cache_dir, tmp_path):
     with pytest.raises(ValueError, match="task must be one of"):
         _tasks_config(cache_dir, "task=sort")
@@ -286,6 +314,14 @@ def test_task_config_errors_name_the_field(cache_dir, tmp_path):
     config.task.min_len = 1
     with pytest.raises(ValueError, match=r"task.min_len must be in \[2, train_len=32\]"):
         train.train_and_evaluate(config, str(tmp_path / "y"))
+    config = _tasks_config(cache_dir, "task=copy,tiny")
+    config.task.stop_accuracy = 1.5
+    with pytest.raises(ValueError, match=r"task.stop_accuracy must be unset or in \(0, 1\].*got 1.5"):
+        train.train_and_evaluate(config, str(tmp_path / "z"))
+    config = _tasks_config(cache_dir, "task=lm,tiny")
+    config.task.stop_accuracy = 0.9
+    with pytest.raises(ValueError, match=r"task.stop_accuracy .* got 0.9 for task 'lm'"):
+        train.train_and_evaluate(config, str(tmp_path / "w"))
 
 
 def test_a_hugging_face_checkpoint_is_tested_on_passkey_in_its_own_tokens():
