@@ -189,8 +189,7 @@ def test_study_jobs_end_to_end(tmp_path):
     exported = results / "iambic-rope-s0.params.npz"
     exported.rename(tmp_path / "aside.npz")
     shutil.rmtree(runs / "iambic-rope-s0")
-    (results / "iambic-rope-s0-ft-cont256.json").unlink()
-    run.run_job(plan["iambic-rope-s0-ft-cont256"], runs, results, s)
+    run.trained_base(plan["iambic-rope-s0-ft-cont256"], runs, results, s)
     assert (runs / "iambic-rope-s0" / "metrics.jsonl").exists()  # trained, not imported
     assert run.params_sha256(runs / "iambic-rope-s0") == main["params_sha256"]
     tampered = dict(main, params_sha256="0" * 64)
