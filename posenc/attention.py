@@ -47,6 +47,26 @@ def _acc(dtype):
     return jnp.promote_types(dtype, jnp.float32)
 
 
+def swap_last_copy(x):
+    """`x.swapaxes(-1, -2)`, written out as a row-major copy when `x` is 16-bit (bfloat16).
+
+    XLA:CPU's libraries multiply bfloat16 only with the contracted axis of the left operand last and in
+    memory order; a transposed operand (a contraction over the tokens, as in the weight gradient xᵀ·dy, or
+    over the queries, as in attention's dK = dSᵀ·Q) makes XLA upcast both operands to float32 and multiply
+    without AMX. A plain transpose is folded into the product or becomes a layout of it; the transpose
+    through a trailing unit axis behind an `optimization_barrier` stays an explicit copy. float32 products
+    are left to XLA (measured no faster with the copy)."""
+    if jnp.dtype(x.dtype).itemsize != 2:
+        return x.swapaxes(-1, -2)
+    return jax.lax.optimization_barrier(x[..., None].swapaxes(-3, -2))[..., 0]
+
+
+def _einsum(eq, a, b):
+    """`jnp.einsum` accumulated in float32 (float64 for float64) and rounded to the operands' dtype: XLA:CPU
+    runs bfloat16 products natively only with a float32 result (`posenc.model.dense`)."""
+    return jnp.einsum(eq, a, b, preferred_element_type=_acc(a.dtype)).astype(jnp.result_type(a, b))
+
+
 def _probs(q, k, bias):
     scores = jnp.einsum("bnqh,bnkh->bnqk", q, k, preferred_element_type=_acc(q.dtype)) + bias
     return jax.nn.softmax(scores, axis=-1)
@@ -56,12 +76,12 @@ def _probs(q, k, bias):
 def _softmax_attend(q, k, v, bias):
     """softmax(q kᵀ + bias) v, head-major: q `[B, N, Tq, H]` (already scaled), k/v `[B, N, Tk, H]`, bias
     `[B|1, N|1, Tq, Tk]` (float32; the mask as −3.4e38) → `[B, N, Tq, H]`. The bias's gradient is dS."""
-    return jnp.einsum("bnqk,bnkh->bnqh", _probs(q, k, bias).astype(v.dtype), v)
+    return _einsum("bnqk,bnkh->bnqh", _probs(q, k, bias).astype(v.dtype), v)
 
 
 def _softmax_attend_fwd(q, k, v, bias):
     p = _probs(q, k, bias)
-    out = jnp.einsum("bnqk,bnkh->bnqh", p.astype(v.dtype), v)
+    out = _einsum("bnqk,bnkh->bnqh", p.astype(v.dtype), v)
     return out, (q, k, v, p, out, jnp.zeros((0,) + bias.shape, bias.dtype))
 
 
@@ -77,9 +97,9 @@ def _softmax_attend_bwd(residuals, d_out):
     dp = jnp.einsum("bnqh,bnkh->bnqk", d_out, v, preferred_element_type=acc)
     row = jnp.sum(d_out.astype(acc) * out.astype(acc), axis=-1, keepdims=True)
     ds = p * (dp - row)
-    dq = jnp.einsum("bnqk,bnkh->bnqh", ds.astype(k.dtype), k).astype(q.dtype)
-    dk = jnp.einsum("bnqk,bnqh->bnkh", ds.astype(q.dtype), q).astype(k.dtype)
-    dv = jnp.einsum("bnqk,bnqh->bnkh", p.astype(d_out.dtype), d_out).astype(v.dtype)
+    dq = _einsum("bnqk,bnkh->bnqh", ds.astype(k.dtype), k).astype(q.dtype)
+    dk = _einsum("bnkq,bnqh->bnkh", swap_last_copy(ds.astype(q.dtype)), q).astype(k.dtype)
+    dv = _einsum("bnkq,bnqh->bnkh", swap_last_copy(p.astype(d_out.dtype)), d_out).astype(v.dtype)
     return dq, dk, dv, _sum_to(ds, bias_like.shape[1:]).astype(bias_like.dtype)
 
 
@@ -120,7 +140,7 @@ def _two_branch_attend(q, k, qf, kf, v, bias_near, bias_far, use_near):
     s_near = jnp.einsum("bnqh,bnkh->bnqk", q, k, preferred_element_type=acc) + bias_near
     s_far = jnp.einsum("bnqh,bnkh->bnqk", qf, kf, preferred_element_type=acc) + bias_far
     p = jax.nn.softmax(jnp.where(use_near, s_near, s_far), axis=-1)
-    return jnp.einsum("bnqk,bnkh->bnqh", p.astype(v.dtype), v)
+    return _einsum("bnqk,bnkh->bnqh", p.astype(v.dtype), v)
 
 
 def _head_major(q, k, v):
@@ -198,12 +218,19 @@ def block_causal_attention(q, k, v, q_pos, k_pos, *, bias_fn=None, block: int = 
     t = q.shape[1]
     if block <= 0 or t % block or t <= block or k.shape[1] != t:
         return attention(q, k, v, q_pos, k_pos, bias_fn=bias_fn, window=window)
-    q, k, v = _head_major(q, k, v)
+    dtype = q.dtype
+    # Sliced in float32 and rounded per block, so that the blocks' gradients are summed in float32 (XLA:CPU
+    # emulates bfloat16 additions with a rounding after each). 16-bit blocks pass an optimization_barrier
+    # with a trailing unit axis: otherwise the last block (all of k and v) keeps the head-major transpose as
+    # a layout, and XLA:CPU upcasts its products to float32 (`swap_last_copy`).
+    q, k, v = _head_major(*(a.astype(_acc(dtype)) for a in (q, k, v)))
     outs = []
     for i in range(t // block):
         lo, hi = i * block, (i + 1) * block
-        outs.append(_attend(q[:, :, lo:hi], k[:, :, :hi], v[:, :, :hi], q_pos[:, lo:hi], k_pos[:, :hi], bias_fn,
-                            window))
+        qkv = q[:, :, lo:hi].astype(dtype), k[:, :, :hi].astype(dtype), v[:, :, :hi].astype(dtype)
+        if jnp.dtype(dtype).itemsize == 2:
+            qkv = tuple(a[..., 0] for a in jax.lax.optimization_barrier(tuple(a[..., None] for a in qkv)))
+        outs.append(_attend(*qkv, q_pos[:, lo:hi], k_pos[:, :hi], bias_fn, window))
     return jnp.concatenate(outs, axis=2).swapaxes(1, 2)
 
 

@@ -26,7 +26,8 @@ import numpy as np
 from flax import nnx
 
 from posenc import training_free
-from posenc.attention import IMPLEMENTATIONS, Far, attention, block_causal_attention, fused_attention, implementation
+from posenc.attention import (IMPLEMENTATIONS, Far, attention, block_causal_attention, fused_attention, implementation,
+                              swap_last_copy)
 from posenc.encodings import get_encoding
 from posenc.learned import LEARNED_BEYOND
 from posenc.rope_scaling import RopeScaling
@@ -57,8 +58,9 @@ class ModelConfig:
     attn_block: int = 0  # block-causal attention block for default positions (skips future blocks); 0 = off
     attn_key_block: int = 512  # with attn_chunk: keys in tiles of this size, online softmax, invisible tiles skipped; 0 = all at once
     attn_impl: str = "auto"  # posenc.attention.IMPLEMENTATIONS: auto = the fused cuDNN kernel on a GPU where it applies
-    # Activations and matmuls; parameters are `param_dtype`. bfloat16 is mixed precision: products and
-    # activations in bf16, scores' accumulation, softmax, norms, RoPE angles and the loss in float32.
+    # Products' operands; parameters are `param_dtype`. bfloat16 is mixed precision: every product takes bf16
+    # operands and accumulates in float32; the activations between products (residual stream, norms, RoPE,
+    # softmax, MLP activation) and the loss stay float32 (`dense`: XLA:CPU's bf16 elementwise is emulated).
     dtype: str = "float32"
     encoding_options: tuple = ()  # sorted (option, value) pairs of `model.<posenc>` (see Encoding.options)
     # Architecture options of the Hugging Face families (posenc/hf.py); the byte LM keeps the defaults.
@@ -150,20 +152,32 @@ def dense(x, kernel):
     dot wants, and that strided write was the largest single cost of a training step. With the barrier dy
     stays in its natural layout and the product contracts over the tokens directly (measured, with the
     profile that showed it: experiments/benchmarks, `scripts/benchmark_train.py --without=dense_vjp`).
+    Mixed precision: bfloat16 operands give a float32 result (the product accumulates in float32 and is not
+    rounded), and the gradient arriving in float32 is rounded to bfloat16 for the two backward products. XLA:CPU
+    runs a bfloat16 product natively (AMX where the CPU has it) only with a float32 result; asked for a bfloat16
+    result it upcasts both operands and multiplies in float32. Its elementwise bfloat16 arithmetic is emulated
+    in float32 with a rounding after every operation, so the activations between products stay float32.
     Values are those of `jnp.dot`'s rule (tested against a float64 oracle).
     """
-    return jnp.dot(x, kernel)
+    return _dot(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
+
+
+def _dot(a, b, dimension_numbers):
+    """`lax.dot_general` of operands of one dtype, accumulated and returned in float32 (float64 for float64)."""
+    return jax.lax.dot_general(a, b, dimension_numbers, preferred_element_type=jnp.promote_types(a.dtype, jnp.float32))
 
 
 def _dense_fwd(x, kernel):
-    return jnp.dot(x, kernel), (x, kernel)
+    return dense.fun(x, kernel), (x, kernel)
 
 
 def _dense_bwd(residuals, dy):
     x, kernel = residuals
+    dy = dy.astype(x.dtype)
     dy_tokens = jax.lax.optimization_barrier(dy.reshape(-1, dy.shape[-1]))
-    dkernel = jax.lax.dot_general(x.reshape(-1, x.shape[-1]), dy_tokens, (((0,), (0,)), ((), ())))
-    return jnp.dot(dy, kernel.T).astype(x.dtype), dkernel.astype(kernel.dtype)
+    dkernel = _dot(swap_last_copy(x.reshape(-1, x.shape[-1])), dy_tokens, (((1,), (0,)), ((), ())))
+    dx = _dot(dy, kernel, (((dy.ndim - 1,), (1,)), ((), ())))
+    return dx.astype(x.dtype), dkernel.astype(kernel.dtype)
 
 
 dense.defvjp(_dense_fwd, _dense_bwd)
@@ -250,9 +264,11 @@ class Attention(nnx.Module):
             return Far(rotate(q, fq, role="q"), rotate(keys, fk, role="k"), fq, fk,
                        functools.partial(training_free.far_visible, method))
 
+        dtype = jnp.dtype(cfg.dtype)  # products' operands: q, k, v are rotated in float32, then rounded
         if cache is None:
-            k_rot = rotate(k, positions, role="k")
-            q_rot = rotate(q, positions, role="q")
+            k_rot = rotate(k, positions, role="k").astype(dtype)
+            q_rot = rotate(q, positions, role="q").astype(dtype)
+            v = v.astype(dtype)
             impl = implementation(cfg.attn_impl, aligned=aligned, has_bias=enc.has_bias, plain=mode == "plain",
                                   dtype=q_rot.dtype, head_dim=cfg.head_dim)
             if impl != "posenc":
@@ -294,11 +310,11 @@ class Attention(nnx.Module):
             if method is not None and method.reindex:  # sinks, re-indexed inside the cache: bounded positions
                 shift = jnp.maximum(0, jnp.max(positions) - (method.fixed + method.window))
             far = far_branch(keys, positions, jnp.maximum(k_pos, 0))
-            keys = rotate(keys, jnp.maximum(k_pos, 0) - shift, role="k")
-            q_rot = rotate(q, positions - shift, role="q")
+            keys = rotate(keys, jnp.maximum(k_pos, 0) - shift, role="k").astype(dtype)
+            q_rot = rotate(q, positions - shift, role="q").astype(dtype)
         else:
             far = far_branch(keys, positions, k_pos)
-            q_rot = rotate(q, positions, role="q")
+            q_rot = rotate(q, positions, role="q").astype(dtype)
         y = attention(q_rot, keys, values, q_pos, k_pos, bias_fn=bias_fn, chunk_size=cfg.attn_chunk, window=window,
                       near_fn=near_fn, far=far, key_block=key_block)
         return self.out(y.reshape(b, t, n * cfg.head_dim)), (k_cache, v_cache, pos_cache)

@@ -200,13 +200,17 @@ def test_gradients_equal_float64_autodiff(mode, alibi):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
 
 
-def test_bfloat16_gradients_keep_dtype_and_track_float64():
+@pytest.mark.parametrize("mode", ["plain", "block"])
+def test_bfloat16_gradients_keep_dtype_and_track_float64(mode):
     """bf16 inputs: outputs and gradients stay bf16 (scores and probabilities accumulate in float32) and
-    agree with the float64 oracle to bf16 precision."""
+    agree with the float64 oracle to bf16 precision, also block-causal (blocks' gradients summed in float32)."""
+    from posenc.attention import block_causal_attention
+
     q, k, v, g = (RNG.normal(size=(2, 32, 4, 8)) for _ in range(4))
     pos = np.arange(32)[None]
     args = [jnp.asarray(a, jnp.bfloat16) for a in (q, k, v)]
-    ours = jax.grad(lambda *a: jnp.sum(attention(*a, pos, pos).astype(jnp.float32) * g), argnums=(0, 1, 2))(*args)
+    fn = attention if mode == "plain" else functools.partial(block_causal_attention, block=8)
+    ours = jax.grad(lambda *a: jnp.sum(fn(*a, pos, pos).astype(jnp.float32) * g), argnums=(0, 1, 2))(*args)
     with jax.enable_x64(True):
         exact = [np.asarray(a, np.float64) for a in args]  # the same bf16-rounded inputs
         oracle = jax.grad(lambda *a: jnp.sum(_plain_attention_64(*a, jnp.asarray(pos), jnp.asarray(pos)) * g),
@@ -296,3 +300,17 @@ def test_key_tiles_give_a_query_that_sees_no_key_zero_not_nan():
     q, k, v = qkv(t=12)
     out = attention(q[:, :4], k, v, jnp.arange(4)[None], jnp.arange(100, 112)[None], chunk_size=2, key_block=4)
     assert np.isfinite(np.asarray(out)).all() and np.abs(np.asarray(out)).max() == 0.0
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("shape", [(6, 5), (2, 3, 6, 5)])
+def test_swap_last_copy_is_swapaxes_with_its_gradient(dtype, shape):
+    from posenc.attention import swap_last_copy
+
+    x = jnp.asarray(RNG.normal(size=shape), dtype)
+    g = jnp.asarray(RNG.normal(size=shape[:-2] + shape[-2:][::-1]), jnp.float32)
+    out = jax.jit(swap_last_copy)(x)
+    assert out.dtype == dtype and out.shape == x.swapaxes(-1, -2).shape
+    np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(x.swapaxes(-1, -2), np.float32))
+    grad = jax.grad(lambda a: jnp.sum(swap_last_copy(a).astype(jnp.float32) * g))(x)
+    np.testing.assert_array_equal(np.asarray(grad, np.float32), np.asarray(g.swapaxes(-1, -2).astype(dtype), np.float32))

@@ -157,6 +157,35 @@ def test_model_gradients_match_plain_dot():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
+def _compiled_dot_operands(hlo: str) -> list[tuple[str, ...]]:
+    """The operand types of every `dot` in an optimised HLO module's text (fusion parameters included)."""
+    import re
+
+    types = {m.group(1): m.group(2) for m in re.finditer(r"%([\w.\-]+) = (\w+)\[", hlo)}
+    types.update((m.group(1), m.group(2)) for m in re.finditer(r"%?([\w.\-]+): (\w+)\[", hlo))
+    return [tuple(types[name] for name in m.groups())
+            for m in re.finditer(r" dot\(%([\w.\-]+), %([\w.\-]+)\)", hlo)]
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's choice of bf16 kernels is what is checked")
+def test_bfloat16_training_step_compiles_to_bf16_products_on_cpu():
+    """XLA:CPU multiplies bf16 natively (AMX) only with a float32 result and the contraction of the left
+    operand last; otherwise it upcasts both operands to float32. Every product of a bf16 training step —
+    forward, weight gradients (xᵀ·dy) and attention's backward (dSᵀ·Q) included — keeps bf16 operands."""
+    import optax
+
+    cfg = ModelConfig(d_model=32, num_layers=1, num_heads=2, mlp_dim=64, dtype="bfloat16", attn_block=16)
+    graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+    x = jnp.asarray(np.random.RandomState(0).randint(0, 256, (2, 64)))
+
+    def loss(p):
+        return optax.softmax_cross_entropy_with_integer_labels(nnx.merge(graphdef, p)(x), x).mean()
+
+    operands = _compiled_dot_operands(jax.jit(jax.grad(loss)).lower(params).compile().as_text())
+    assert len(operands) > 10
+    assert [o for o in operands if o != ("bf16", "bf16")] == [("f32", "f32")]  # RoPE's exact 2×2 identity
+
+
 def test_dense_dot_general_rejects_other_products():
     with pytest.raises(NotImplementedError, match="plain"):
         posenc.model.dense_dot_general(jnp.ones((2, 3)), jnp.ones((2, 4)), (((0,), (0,)), ((), ())))
