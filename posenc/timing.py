@@ -33,6 +33,28 @@ def cpu_model() -> str:
                 "unknown")
 
 
+def cpu_slug(model: str | None = None) -> str:
+    """A folder name for a CPU kind: its model name lowercased, "(R)"/"(TM)" dropped, the rest joined by "-"
+    ("Intel(R) Xeon(R) Processor" → "intel-xeon-processor", "AMD EPYC 9R14" → "amd-epyc-9r14")."""
+    import re
+
+    name = re.sub(r"\((r|tm)\)", "", (cpu_model() if model is None else model).lower())
+    return "-".join(re.findall(r"[a-z0-9]+", name)) or "unknown"
+
+
+def code_version() -> str:
+    """The checkout's commit (short hash), with "+changes" when tracked files differ from it; "unknown" outside
+    git. Benchmark results record it, so that a figure can be told apart from one measured before a change."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+changes" if dirty else "")
+
+
 def cpu_bf16_flags() -> list[str]:
     """The CPU's bf16 instruction sets (`avx512_bf16`, `amx_bf16`) from /proc/cpuinfo; [] if none (or unknown)."""
     try:

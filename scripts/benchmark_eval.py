@@ -26,7 +26,7 @@ from posenc import attention, evaluate
 from posenc.config import parse_lengths
 from posenc.model import ModelConfig, Transformer
 from posenc.rope_scaling import RopeScaling
-from posenc.timing import cpu_model, emit
+from posenc.timing import code_version, cpu_model, emit
 from posenc.evaluate import ATTN_CHUNK
 
 _LENGTHS = flags.DEFINE_list("lengths", ["4096", "16384", "32768"], "Window lengths.")
@@ -125,7 +125,7 @@ def main(argv):
         print(f"L={length}: posenc {rows[-1]['jax_tokens_per_s']:.0f} tokens/s, PyTorch SDPA "
               f"{rows[-1]['torch_tokens_per_s']:.0f} tokens/s, ratio {ratio:.2f} (NLLs agree to {agree:.1e})")
     result = {"rows": rows, "attn_chunk": _CHUNK.value, "attn_key_block": _KEY_BLOCK.value, "head_groups": groups, "round_tokens": _ROUND_TOKENS.value, "d_model": _D_MODEL.value, "rounds": _ROUNDS.value,
-              "cpu": cpu_model(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+              "cpu": cpu_model(), "commit": code_version(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
               "jax": jax.__version__}
     emit(result, _OUT.value)
 

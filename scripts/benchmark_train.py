@@ -39,7 +39,7 @@ import numpy as np
 from absl import app, flags
 
 from posenc import checkpoint, data
-from posenc.timing import cpu_bf16_flags, cpu_model
+from posenc.timing import code_version, cpu_bf16_flags, cpu_model
 from posenc.config import validate
 from posenc.model import count_params
 from posenc.train import load_config_file, make_optimizer, make_train_step
@@ -228,7 +228,7 @@ def main(argv):
               "model_gflops_per_s": tps * flops_per_token / 1e9, "flops_per_token": flops_per_token,
               "params": n_params, "rounds_tokens_per_s": jax_tps, "steps": _STEPS.value,
               "batch_size": config.batch_size, "train_len": config.train_len, "attn_block": m.attn_block,
-              "without": _WITHOUT.value, "dtype": _DTYPE.value, "cpu": cpu_model(), "cpu_bf16": cpu_bf16_flags(), "backend": jax.default_backend(),
+              "without": _WITHOUT.value, "dtype": _DTYPE.value, "cpu": cpu_model(), "commit": code_version(), "cpu_bf16": cpu_bf16_flags(), "backend": jax.default_backend(),
               "devices": len(jax.devices()), "jax": jax.__version__}
     print(f"JAX: {tps:.0f} tokens/s (rounds: {', '.join(f'{r:.0f}' for r in jax_tps)}), "
           f"{result['model_gflops_per_s']:.1f} GFLOP/s of model FLOPs; {_DTYPE.value} matmul peak {peak / 1e9:.1f} GFLOP/s; "

@@ -24,16 +24,7 @@ run baseline --without=dense_vjp,attention_vjp --attn_block=0
 # bf16 against PyTorch autocast (PyTorch's CPU bf16 can be very slow without AVX512-BF16/AMX: few steps)
 .venv/bin/python scripts/benchmark_train.py --torch --rounds=2 --steps=1 --dtype=bfloat16 2>/dev/null | tee "$out/bf16.log" | tail -n 1 > "$out/bf16.json"
 # posenc float32 against posenc bf16, alternating
-for i in 1 2; do for dtype in float32 bfloat16; do
-  .venv/bin/python scripts/benchmark_train.py --rounds=3 --steps=5 --dtype=$dtype 2>/dev/null | tail -n 1 >> "$out/dtype_ab.jsonl"
-done; done
-.venv/bin/python - "$out" <<'PY'
-import json, sys, pathlib, statistics
-rows = [json.loads(l) for l in pathlib.Path(sys.argv[1], "dtype_ab.jsonl").read_text().splitlines()]
-ab = {d: statistics.median(r["tokens_per_s"] for r in rows if r["dtype"] == d) for d in ("float32", "bfloat16")}
-pathlib.Path(sys.argv[1], "dtype_ab.json").write_text(json.dumps({**ab, "cpu": rows[0]["cpu"], "runs": rows}) + "\n")
-PY
-rm "$out/dtype_ab.jsonl"
+.venv/bin/python experiments/benchmarks/dtype_ab.py "$out/dtype_ab.json" 2>/dev/null
 .venv/bin/python scripts/benchmark_eval.py --rounds=7 --out="$out/eval_throughput.json" 2>/dev/null | tee "$out/eval_throughput.log"
 .venv/bin/python scripts/benchmark_eval.py --rounds=3 --head_groups=1 --out="$out/eval_throughput_one_head_group.json" 2>/dev/null | tee "$out/eval_throughput_one_head_group.log"
 echo "{\"wall_seconds\": $(($(date +%s) - start))}" > "$out/timing.json"
