@@ -80,3 +80,11 @@ def test_benchmark_eval_agrees_with_pytorch_and_prints_ratios():
     result = json.loads(out.strip().splitlines()[-1])
     assert [r["length"] for r in result["rows"]] == [64, 128]
     assert all(r["max_abs_nll_diff"] < 1e-3 and r["ratio"] > 0 for r in result["rows"])  # the same model
+
+
+def test_benchmark_matmul_compares_the_same_products_with_pytorch():
+    pytest.importorskip("torch", reason="benchmark_matmul.py times PyTorch's products; CI installs no torch")
+    out = run("scripts/benchmark_matmul.py", "--divide=16", "--rounds=1", "--repeats=1")
+    rows = json.loads(out.strip().splitlines()[-1])["rows"]
+    assert {r["form"] for r in rows} == {"nn", "nt", "tn"} and {r["dtype"] for r in rows} == {"float32", "bfloat16"}
+    assert all(r["ratio"] > 0 and r["max_rel_diff"] < (1e-5 if r["dtype"] == "float32" else 1e-2) for r in rows)

@@ -205,8 +205,8 @@ through the evaluation's jitted forward (query chunks of {methods['attn_chunk']}
 """ if methods else "Not measured yet: `python scripts/benchmark_methods.py --out=experiments/benchmarks/training_free_eval.json`.\n")
 
 text += "\n## bf16 mixed precision (`scripts/benchmark_train.py --torch --dtype=bfloat16`, `bf16.log`)\n\n" + (
-    f"""posenc with `model.dtype=bfloat16` (float32 parameters and AdamW state, bf16 products and activations,
-float32 softmax, norms and loss) against PyTorch eager under `torch.autocast("cpu", dtype=torch.bfloat16)`, the
+    f"""posenc with `model.dtype=bfloat16` (float32 parameters and AdamW state, products on bf16 operands with
+float32 results, float32 activations, softmax, norms and loss: `posenc/model.py`, `dense`) against PyTorch eager under `torch.autocast("cpu", dtype=torch.bfloat16)`, the
 reference model, {len(bf16['rounds_tokens_per_s'])} alternating rounds, on a {bf16['cpu']}:
 
 | | tokens/s | MFU (against the bf16 matmul peak, {bf16['matmul_peak_gflops']:.0f} GFLOP/s) |
@@ -253,6 +253,61 @@ masked, the softmax over whole rows; `eval_throughput_without_key_tiles.json`, a
                 if bench for r in bench["rows"]) + "\n\n" + eval_verdict(evalbench)
     if evalbench else "Not measured yet.\n")
 
+
+
+def by_cpu_kind() -> str:
+    """Issue 16's comparisons on each CPU kind measured: the folders of run_cpu_kind.sh, and the top-level files
+    of run.sh for a kind that has no folder yet."""
+    kinds = {}
+    for folder in sorted((HERE / "cpu").glob("*/")):
+        def load(name, folder=folder):
+            return optional(str((folder / name).relative_to(HERE)))
+        kinds[f"cpu/{folder.name}/"] = {"f32": load("train_float32.json"), "bf16": load("train_bfloat16.json"),
+                                        "ab": load("dtype_ab.json"), "eval": load("eval_throughput.json"),
+                                        "gemm": load("matmul.json")}
+    measured = {(r or {}).get("cpu") for k in kinds.values() for r in (k["f32"], k["bf16"])}
+    top_cpu = cur.get("cpu") or cpu.split(",")[0]  # the oldest files predate the "cpu" field: cpu.txt names it
+    if top_cpu not in measured:
+        kinds["(top level, run.sh)"] = {"f32": cur, "bf16": bf16, "ab": optional("dtype_ab.json"), "eval": evalbench,
+                                        "gemm": None, "cpu": top_cpu}
+    rows = ["| CPU | results | commit | float32 posenc / PyTorch eager tokens/s | ratio | bf16 posenc / PyTorch autocast "
+            "tokens/s | ratio | posenc bf16 / float32 | evaluation ratio (L: ratio) |", "|---|---|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for where, k in kinds.items():
+        f32, b16, ab, ev = k["f32"], k["bf16"], k["ab"], k["eval"]
+        cpu_name = k.get("cpu") or next((r["cpu"] for r in (f32, b16, ev) if r and "cpu" in r), "?")
+        commits = sorted({r.get("commit", "not recorded") for r in (f32, b16, ev) if r})
+        rows.append(f"| {cpu_name} | `{where}` | {', '.join(commits)} | "
+                    + (f"{f32['tokens_per_s']:.0f} / {f32['torch_tokens_per_s']:.0f} | {f32['jax_over_torch']:.2f} | " if f32 else "— | — | ")
+                    + (f"{b16['tokens_per_s']:.0f} / {b16['torch_tokens_per_s']:.0f} | {b16['jax_over_torch']:.2f} | " if b16 else "— | — | ")
+                    + (f"{ab['bfloat16'] / ab['float32']:.2f} | " if ab else "— | ")
+                    + (", ".join(f"{r['length']}: {r['ratio']:.2f}" for r in ev["rows"]) if ev else "—") + " |")
+        met = [name for name, r in (("float32", f32), ("bf16", b16)) if r and r["jax_over_torch"] >= 1.0]
+        unmet = [name for name, r in (("float32", f32), ("bf16", b16)) if r and r["jax_over_torch"] < 1.0]
+        stale = "not recorded" in commits
+        verdicts.append(f"- {cpu_name}: ≥ 1.0× PyTorch {'met for ' + ' and '.join(met) if met else 'met for neither'}"
+                        + (f"; **not met** for {' and '.join(unmet)}" if unmet else "") + "."
+                        + (" Results without a recorded commit predate commit e4c1a7b, which changed the bf16 path "
+                           "(products with float32 results, float32 activations): rerun `run_cpu_kind.sh` on this kind."
+                           if stale else ""))
+        gemm = k["gemm"]
+        if gemm:
+            table = ["| dtype | product | shape | JAX GFLOP/s | PyTorch GFLOP/s | JAX / PyTorch |", "|---|---|---|---|---|---|"]
+            table += [f"| {r['dtype']} | {r['product']} | [{r['m']}×{r['k']}]·[{r['k']}×{r['n']}] | {r['jax_gflops']:.0f} | "
+                      f"{r['torch_gflops']:.0f} | {r['ratio']:.2f} |" for r in gemm["rows"]]
+            f32_rows = [r["ratio"] for r in gemm["rows"] if r["dtype"] == "float32" and r["product"] != "2048²"]
+            verdicts.append(f"\n  The model's products on their own (`scripts/benchmark_matmul.py`, `{where}matmul.json`, "
+                            f"best of {gemm['rounds']} alternating rounds; float32 JAX / PyTorch "
+                            f"{min(f32_rows):.2f}–{max(f32_rows):.2f} over the layer's products):\n\n  "
+                            + "\n  ".join(table) + "\n")
+    return ("\n## By CPU kind (`bash experiments/benchmarks/run_cpu_kind.sh`, issue 16)\n\n"
+            "Reference model, 5 alternating rounds each; \"evaluation ratio\" is posenc's evaluation forward "
+            "against PyTorch SDPA (the section below); `commit` is the code measured (\"+changes\": with "
+            "uncommitted changes). Raw output: the `*.log` and `*.json` files of each folder, `lscpu.txt`.\n\n"
+            + "\n".join(rows) + "\n\n" + "\n".join(verdicts) + "\n")
+
+
+text += by_cpu_kind()
 text += "\n## GPU (`scripts/benchmark_gpu.py`, `gpu.json`)\n\n" + (
     f"""On {gpu['device']}: """ + "; ".join(f"{r['model']} ({r['params'] / 1e6:.0f}M) {r['tokens_per_s']:.0f} tokens/s, "
                                            f"MFU {r['mfu']:.1%} (attention: {r['attention']})" for r in gpu["rows"])

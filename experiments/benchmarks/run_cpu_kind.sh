@@ -16,4 +16,5 @@ for dtype in float32 bfloat16; do
 done
 .venv/bin/python experiments/benchmarks/dtype_ab.py "$out/dtype_ab.json" 2>/dev/null
 .venv/bin/python scripts/benchmark_eval.py --rounds=5 --out="$out/eval_throughput.json" 2>/dev/null | tee "$out/eval_throughput.log"
+.venv/bin/python scripts/benchmark_matmul.py --out="$out/matmul.json" 2>/dev/null | tee "$out/matmul.log"
 .venv/bin/python experiments/benchmarks/report.py > /dev/null
