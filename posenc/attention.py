@@ -48,7 +48,7 @@ def _acc(dtype):
 
 
 def swap_last_copy(x):
-    """`x.swapaxes(-1, -2)`, written out as a row-major copy when `x` is 16-bit (bfloat16).
+    """`x.swapaxes(-1, -2)`, written out as a row-major copy when `x` is 16-bit (bfloat16, float16).
 
     XLA:CPU's libraries multiply bfloat16 only with the contracted axis of the left operand last and in
     memory order; a transposed operand (a contraction over the tokens, as in the weight gradient xᵀ·dy, or
@@ -223,7 +223,7 @@ def block_causal_attention(q, k, v, q_pos, k_pos, *, bias_fn=None, block: int = 
     # emulates bfloat16 additions with a rounding after each). 16-bit blocks pass an optimization_barrier
     # with a trailing unit axis: otherwise the last block (all of k and v) keeps the head-major transpose as
     # a layout, and XLA:CPU upcasts its products to float32 (`swap_last_copy`).
-    q, k, v = _head_major(*(a.astype(_acc(dtype)) for a in (q, k, v)))
+    q, k, v = (a.astype(_acc(dtype)) for a in _head_major(q, k, v))  # scaled in dtype, as `attention`
     outs = []
     for i in range(t // block):
         lo, hi = i * block, (i + 1) * block

@@ -157,7 +157,8 @@ def dense(x, kernel):
     runs a bfloat16 product natively (AMX where the CPU has it) only with a float32 result; asked for a bfloat16
     result it upcasts both operands and multiplies in float32. Its elementwise bfloat16 arithmetic is emulated
     in float32 with a rounding after every operation, so the activations between products stay float32.
-    Values are those of `jnp.dot`'s rule (tested against a float64 oracle).
+    For float32 and float64 operands the values are those of `jnp.dot`'s rule (tested against a float64
+    oracle); the kernel's gradient is returned in the kernel's dtype (bf16 for bf16 operands, as custom_vjp needs).
     """
     return _dot(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
 
@@ -256,15 +257,15 @@ class Attention(nnx.Module):
             training_free.near if mode == "branches" else training_free.visible, method)
         rotate = functools.partial(enc.rotate, ctx=ctx, layer=layer)
         key_block = 0 if enc.bias_needs_all_keys else cfg.attn_key_block
+        dtype = jnp.dtype(cfg.dtype)  # products' operands: q, k, v are rotated in float32, then rounded
 
         def far_branch(keys, q_pos, k_pos):
             if mode != "branches":
                 return None
             fq, fk = training_free.far_positions(method, q_pos, k_pos)
-            return Far(rotate(q, fq, role="q"), rotate(keys, fk, role="k"), fq, fk,
+            return Far(rotate(q, fq, role="q").astype(dtype), rotate(keys, fk, role="k").astype(dtype), fq, fk,
                        functools.partial(training_free.far_visible, method))
 
-        dtype = jnp.dtype(cfg.dtype)  # products' operands: q, k, v are rotated in float32, then rounded
         if cache is None:
             k_rot = rotate(k, positions, role="k").astype(dtype)
             q_rot = rotate(q, positions, role="q").astype(dtype)
@@ -400,10 +401,11 @@ class Transformer(nnx.Module):
         if method is not None and method.max_position is not None:  # sinks: embedded positions stay ≤ S + R
             seq_len = min(seq_len, method.max_position + 1)
         ctx = enc.context(positions, seq_len, rope)
-        x = self.embed(tokens).astype(dtype)
+        act = jnp.promote_types(dtype, jnp.float32)  # activations: float32 also under bf16 (see `dense`)
+        x = self.embed(tokens).astype(act)
         absolute = enc.absolute(training_free.embed_positions(method, positions), ctx)
         if absolute is not None:
-            x = x + absolute.astype(dtype)
+            x = x + absolute.astype(act)
         new_k, new_v, new_pos = [], [], []
         for i, block in enumerate(self.blocks):
             layer_cache = None if cache is None else (cache.k[i], cache.v[i], cache.pos[i], cache.rotate_at_use)
@@ -413,7 +415,11 @@ class Transformer(nnx.Module):
                 new_v.append(updated[1])
                 new_pos.append(updated[2])
         x = self.final_norm(x).astype(dtype)  # norms compute in float32 (float32 scale); products in dtype
-        logits = (self.embed.attend(x) if cfg.tie_embeddings else self.head(x)).astype(jnp.float32)
+        if cfg.tie_embeddings:  # x · embeddingᵀ through `dense`: a float32 result also for bf16 operands
+            logits = dense(x, self.embed.embedding[...].astype(dtype).T)
+        else:
+            logits = self.head(x)
+        logits = logits.astype(jnp.float32)
         if cache is None:
             return logits
         return logits, KVCache(tuple(new_k), tuple(new_v), tuple(new_pos), cache.rotate_at_use)

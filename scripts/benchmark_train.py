@@ -53,7 +53,8 @@ _LEN = flags.DEFINE_integer("train_len", 512, "Sequence length.")
 _BLOCK = flags.DEFINE_integer("attn_block", None, "model.attn_block (block-causal attention); default: the config's.")
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Training precision (bfloat16: mixed).")
 _WITHOUT = flags.DEFINE_list("without", [], "Ablations, to measure what each optimisation is worth: dense_vjp "
-                             "(nnx.Linear's plain product and autodiff), attention_vjp (autodiff through the softmax).")
+                             "(nnx.Linear's plain product and autodiff; under bf16 also bf16 results, which XLA:CPU "
+                             "upcasts), attention_vjp (autodiff through the softmax).")
 ABLATIONS = ("dense_vjp", "attention_vjp")
 
 

@@ -168,13 +168,15 @@ def _compiled_dot_operands(hlo: str) -> list[tuple[str, ...]]:
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's choice of bf16 kernels is what is checked")
-def test_bfloat16_training_step_compiles_to_bf16_products_on_cpu():
+@pytest.mark.parametrize("tie", [False, True])
+def test_bfloat16_training_step_compiles_to_bf16_products_on_cpu(tie):
     """XLA:CPU multiplies bf16 natively (AMX) only with a float32 result and the contraction of the left
     operand last; otherwise it upcasts both operands to float32. Every product of a bf16 training step —
     forward, weight gradients (xᵀ·dy) and attention's backward (dSᵀ·Q) included — keeps bf16 operands."""
     import optax
 
-    cfg = ModelConfig(d_model=32, num_layers=1, num_heads=2, mlp_dim=64, dtype="bfloat16", attn_block=16)
+    cfg = ModelConfig(d_model=32, num_layers=1, num_heads=2, mlp_dim=64, dtype="bfloat16", attn_block=16,
+                      tie_embeddings=tie)
     graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
     x = jnp.asarray(np.random.RandomState(0).randint(0, 256, (2, 64)))
 
