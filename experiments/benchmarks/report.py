@@ -227,7 +227,7 @@ posenc float32 against posenc bf16, alternating `scripts/benchmark_train.py` run
 """)
 quality = optional("bf16_quality.json")
 text += ("" if not quality else f"""
-Quality (`bash experiments/benchmarks/bf16_quality.sh`, `bf16_quality.json`): the default 400-step run ends at
+Quality (`bash experiments/benchmarks/bf16_quality.sh`, `bf16_quality.json`, {quality['cpu']}): the default 400-step run ends at
 {quality['float32']['val_bpb']:.4f} validation bits per byte in float32 and {quality['bfloat16']['val_bpb']:.4f} in bf16
 (difference {quality['bpb_difference']:+.4f}; the bound is ±{quality['bound']}: {'within' if quality['within_bound'] else 'NOT within'}).
 """)
