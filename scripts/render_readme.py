@@ -91,7 +91,22 @@ def benchmarks() -> str:
             f"{evals} of PyTorch SDPA ({ev['cpu']}); decoding with the KV cache {dec[256]['speedup']:.0f}× faster than "
             f"recomputation at a context of 256 and {dec[2048]['speedup']:.0f}× at 2048; `apply_rope` at "
             f"{rope['rope_half_vs_elementwise']:.2f} (half layout) and {rope['rope_interleaved_vs_elementwise']:.2f} "
-            "(interleaved) of a jitted elementwise pass over the same bytes.")
+            "(interleaved) of a jitted elementwise pass over the same bytes." + cpu_kinds())
+
+
+def cpu_kinds() -> str:
+    """One sentence per CPU kind measured by experiments/benchmarks/run_cpu_kind.sh (cpu/<kind>/)."""
+    out = []
+    for folder in sorted((ROOT / "experiments/benchmarks/cpu").glob("*/")):
+        rel = folder.relative_to(ROOT)
+        f32, b16 = _json(f"{rel}/train_float32.json"), _json(f"{rel}/train_bfloat16.json")
+        ab, ev = _json(f"{rel}/dtype_ab.json"), _json(f"{rel}/eval_throughput.json")
+        evals = ", ".join(f"{r['ratio']:.2f}× at {r['length']}" for r in ev["rows"])
+        out.append(f" On an {f32['cpu']} (`{rel}`, commit {f32['commit']}): float32 training at "
+                   f"{f32['jax_over_torch']:.2f}× PyTorch eager, bf16 at {b16['jax_over_torch']:.2f}× PyTorch under "
+                   f"bf16 autocast and {ab['bfloat16'] / ab['float32']:.2f}× posenc's own float32; the evaluation "
+                   f"forward at {evals}.")
+    return "".join(out)
 
 
 def memory() -> str:
