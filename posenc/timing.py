@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import platform
 import subprocess
@@ -66,7 +67,9 @@ def cpu_bf16_flags() -> list[str]:
 
 
 def emit(result: dict, out: str | None = None) -> None:
-    """A benchmark's result: written to `out` (JSON) if given, and printed as the last line."""
+    """A benchmark's result, with the XLA_FLAGS it ran under: written to `out` (JSON) if given, and printed as the
+    last line."""
+    result = {**result, "xla_flags": os.environ.get("XLA_FLAGS", "")}
     if out:
         pathlib.Path(out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))

@@ -29,6 +29,7 @@ import collections
 import glob
 import gzip
 import json
+import os
 import re
 import tempfile
 import time
@@ -229,7 +230,7 @@ def main(argv):
               "model_gflops_per_s": tps * flops_per_token / 1e9, "flops_per_token": flops_per_token,
               "params": n_params, "rounds_tokens_per_s": jax_tps, "steps": _STEPS.value,
               "batch_size": config.batch_size, "train_len": config.train_len, "attn_block": m.attn_block,
-              "without": _WITHOUT.value, "dtype": _DTYPE.value, "cpu": cpu_model(), "commit": code_version(), "cpu_bf16": cpu_bf16_flags(), "backend": jax.default_backend(),
+              "without": _WITHOUT.value, "dtype": _DTYPE.value, "cpu": cpu_model(), "xla_flags": os.environ.get("XLA_FLAGS", ""), "commit": code_version(), "cpu_bf16": cpu_bf16_flags(), "backend": jax.default_backend(),
               "devices": len(jax.devices()), "jax": jax.__version__}
     print(f"JAX: {tps:.0f} tokens/s (rounds: {', '.join(f'{r:.0f}' for r in jax_tps)}), "
           f"{result['model_gflops_per_s']:.1f} GFLOP/s of model FLOPs; {_DTYPE.value} matmul peak {peak / 1e9:.1f} GFLOP/s; "

@@ -1,7 +1,9 @@
-"""Benchmark bookkeeping: the CPU kind's folder name and the code version a result records."""
+"""Benchmark bookkeeping: the CPU kind's folder name, and the code version and XLA flags a result records."""
 
+import json
 import subprocess
 
+from posenc import timing
 from posenc.timing import code_version, cpu_slug
 
 
@@ -25,3 +27,14 @@ def test_code_version_is_the_commit_marked_when_tracked_files_changed(tmp_path, 
     assert code_version() == commit
     (tmp_path / "f.txt").write_text("b")
     assert code_version() == commit + "+changes"
+
+
+def test_emit_records_the_xla_flags_it_ran_under(tmp_path, monkeypatch, capsys):
+    """A benchmark's JSON names the XLA_FLAGS in effect (an A/B of flags must not read as the default)."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_onednn=true")
+    timing.emit({"tokens_per_s": 1.0}, str(tmp_path / "r.json"))
+    assert json.loads((tmp_path / "r.json").read_text())["xla_flags"] == "--xla_cpu_use_onednn=true"
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["xla_flags"] == "--xla_cpu_use_onednn=true"
+    monkeypatch.delenv("XLA_FLAGS")
+    timing.emit({"tokens_per_s": 1.0})
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["xla_flags"] == ""

@@ -255,6 +255,28 @@ masked, the softmax over whole rows; `eval_throughput_without_key_tiles.json`, a
 
 
 
+def xla_flags_ab(folder: pathlib.Path) -> str | None:
+    """The oneDNN-against-default A/B of xla_flags_ab.sh on one CPU kind (None where it has not run there)."""
+    ab = folder / "xla_flags"
+    if not ab.is_dir():
+        return None
+    runs = {v: {what: [json.loads(f.read_text()) for f in sorted(ab.glob(f"{v}_{what}_*.json"))]
+                for what in ("train_float32", "train_bfloat16", "eval_throughput")} for v in ("default", "onednn")}
+    flags = {r.get("xla_flags", "") for r in runs["onednn"]["train_float32"]}
+    train = {(v, d): ", ".join(f"{r['jax_over_torch']:.2f}" for r in runs[v][f"train_{d}"]) or "—"
+             for v in runs for d in ("float32", "bfloat16")}
+    lengths = [row["length"] for row in runs["default"]["eval_throughput"][0]["rows"]] if runs["default"]["eval_throughput"] else []
+    evals = "; ".join(f"{n}: " + " / ".join(", ".join(f"{row['ratio']:.2f}" for r in runs[v]["eval_throughput"]
+                                                       for row in r["rows"] if row["length"] == n) for v in runs)
+                      for n in lengths)
+    return (f"\n  XLA:CPU's dot library (`xla_flags_ab.sh`, `{ab.relative_to(HERE)}/`: the default (YNNPACK) and oneDNN "
+            f"(`XLA_FLAGS=\"{' '.join(sorted(flags))}\"`) alternated in one sitting, 3 rounds a run), "
+            f"JAX / PyTorch: float32 training default {train['default', 'float32']} against oneDNN "
+            f"{train['onednn', 'float32']}; bf16 training {train['default', 'bfloat16']} against "
+            f"{train['onednn', 'bfloat16']}; "
+            f"evaluation (default / oneDNN) {evals}.\n")
+
+
 def by_cpu_kind() -> str:
     """Issue 16's comparisons on each CPU kind measured: the folders of run_cpu_kind.sh, and the top-level files
     of run.sh for a kind that has no folder yet."""
@@ -264,12 +286,12 @@ def by_cpu_kind() -> str:
             return optional(str((folder / name).relative_to(HERE)))
         kinds[f"cpu/{folder.name}/"] = {"f32": load("train_float32.json"), "bf16": load("train_bfloat16.json"),
                                         "ab": load("dtype_ab.json"), "eval": load("eval_throughput.json"),
-                                        "gemm": load("matmul.json")}
+                                        "gemm": load("matmul.json"), "flags": xla_flags_ab(folder)}
     measured = {(r or {}).get("cpu") for k in kinds.values() for r in (k["f32"], k["bf16"])}
     top_cpu = cur.get("cpu") or cpu.split(",")[0]  # the oldest files predate the "cpu" field: cpu.txt names it
     if top_cpu not in measured:
         kinds["(top level, run.sh)"] = {"f32": cur, "bf16": bf16, "ab": optional("dtype_ab.json"), "eval": evalbench,
-                                        "gemm": None, "cpu": top_cpu}
+                                        "gemm": None, "cpu": top_cpu, "flags": None}
     rows = ["| CPU | results | commit | float32 posenc / PyTorch eager tokens/s | ratio | bf16 posenc / PyTorch autocast "
             "tokens/s | ratio | posenc bf16 / float32 | evaluation ratio (L: ratio) |", "|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
@@ -300,6 +322,8 @@ def by_cpu_kind() -> str:
                             f"best of {gemm['rounds']} alternating rounds; float32 JAX / PyTorch "
                             f"{min(f32_rows):.2f}–{max(f32_rows):.2f} over the layer's products):\n\n  "
                             + "\n  ".join(table) + "\n")
+        if k["flags"]:
+            verdicts.append(k["flags"])
     return ("\n## By CPU kind (`bash experiments/benchmarks/run_cpu_kind.sh`, issue 16)\n\n"
             "Reference model, 5 alternating rounds each; \"evaluation ratio\" is posenc's evaluation forward "
             "against PyTorch SDPA (the section below); `commit` is the code measured (\"+changes\": with "
