@@ -121,7 +121,7 @@ def _prefill(graphdef, params, tokens, schedule, n_hat, method=None, *, prompt_l
                  cache=cache, method=method)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "seq_len"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "seq_len"), donate_argnames=("cache",))
 def _step(graphdef, params, cache, token, position, schedule, n_hat, method=None, *, seq_len):
     """One token `[B, 1]` at `position` (traced) → (logits [B, V], cache)."""
     model = nnx.merge(graphdef, params)
