@@ -269,12 +269,29 @@ def xla_flags_ab(folder: pathlib.Path) -> str | None:
     evals = "; ".join(f"{n}: " + " / ".join(", ".join(f"{row['ratio']:.2f}" for r in runs[v]["eval_throughput"]
                                                        for row in r["rows"] if row["length"] == n) for v in runs)
                       for n in lengths)
+    def ratios(v, what):
+        return [r["jax_over_torch"] for r in runs[v][what]] if what.startswith("train") else [
+            row["ratio"] for r in runs[v][what] for row in r["rows"]]
+
+    def compare(what):
+        a, b = ratios("default", what), ratios("onednn", what)
+        if not a or not b:
+            return f"{what}: not measured"
+        if len(a) < 2 or len(b) < 2:
+            return f"{what}: too few runs for a spread (no verdict)"
+        if min(b) > max(a):
+            return f"{what}: oneDNN faster in every run"
+        if max(b) < min(a):
+            return f"{what}: oneDNN slower in every run"
+        return f"{what}: the ranges overlap (no difference beyond the run-to-run spread)"
+
+    verdict = "; ".join(compare(w) for w in ("train_float32", "train_bfloat16", "eval_throughput"))
     return (f"\n  XLA:CPU's dot library (`xla_flags_ab.sh`, `{ab.relative_to(HERE)}/`: the default (YNNPACK) and oneDNN "
             f"(`XLA_FLAGS=\"{' '.join(sorted(flags))}\"`) alternated in one sitting, 3 rounds a run), "
             f"JAX / PyTorch: float32 training default {train['default', 'float32']} against oneDNN "
             f"{train['onednn', 'float32']}; bf16 training {train['default', 'bfloat16']} against "
             f"{train['onednn', 'bfloat16']}; "
-            f"evaluation (default / oneDNN) {evals}.\n")
+            f"evaluation (default / oneDNN) {evals}. Verdict, run by run: {verdict}.\n")
 
 
 def by_cpu_kind() -> str:
