@@ -114,6 +114,12 @@ class Encoding(nnx.Module):
         override, for encodings that take a RoPE scaling."""
         return None
 
+    def tabulate(self, ctx, low: int, high: int) -> Any:
+        """`ctx` for a decoding step whose cached keys are rotated at use (`KVCache.rotate_at_use`): the
+        place to compute once, for the integer positions low … high−1, what every layer's `rotate` of the
+        cache would otherwise recompute (RoPE's sin/cos table). Default: `ctx` unchanged."""
+        return ctx
+
     def absolute(self, positions, ctx):
         return None
 

@@ -58,6 +58,9 @@ class LocalGlobalRope(Rope):
         inv, af, _, lo = rope_inputs(self.cfg.rotary_dim, self.local_base, None, seq_len)
         return super().context(positions, seq_len, rope), super().context(positions, seq_len, (inv, af, 0, lo))
 
+    def tabulate(self, ctx, low: int, high: int):
+        return tuple(super(LocalGlobalRope, self).tabulate(c, low, high) for c in ctx)
+
     def rotate(self, x, positions, ctx, layer: int, role: str):
         global_ctx, local_ctx = ctx
         return super().rotate(x, positions, local_ctx if self.is_local(self.cfg, layer) else global_ctx, layer, role)

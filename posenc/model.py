@@ -401,6 +401,10 @@ class Transformer(nnx.Module):
         if method is not None and method.max_position is not None:  # sinks: embedded positions stay ≤ S + R
             seq_len = min(seq_len, method.max_position + 1)
         ctx = enc.context(positions, seq_len, rope)
+        if cache is not None and cache.rotate_at_use:  # every layer rotates its cache: one table per step
+            # positions rotated: 0 … seq_len−1, shifted down by up to seq_len−1 when sinks re-index the cache
+            reindex = method is not None and method.reindex
+            ctx = enc.tabulate(ctx, 1 - seq_len if reindex else 0, seq_len)
         act = jnp.promote_types(dtype, jnp.float32)  # activations: float32 also under bf16 (see `dense`)
         x = self.embed(tokens).astype(act)
         absolute = enc.absolute(training_free.embed_positions(method, positions), ctx)

@@ -16,6 +16,7 @@ Only the first 2r features rotate (partial rotary, GPT-NeoX `rotary_pct`); the r
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -129,17 +130,34 @@ def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor
             f"apply_rope: positions {positions.shape} do not broadcast against x's leading dims {x.shape[:-2]}"
         ) from None
 
+    cos, sin = rope_cos_sin(positions, inv_freq, attention_factor=attention_factor,
+                            original_inv_freq=original_inv_freq, unscaled_positions=unscaled_positions,
+                            inv_freq_lo=inv_freq_lo)
+    return rotate_pairs(x, cos, sin, layout)
+
+
+def rope_cos_sin(positions, inv_freq, *, attention_factor=1.0, original_inv_freq=None, unscaled_positions=0,
+                 inv_freq_lo=None):
+    """`(cos, sin)` of the angles `positions · inv_freq`, each `[..., T, r]`, times `attention_factor` (the
+    arguments of `apply_rope`), materialized as tables (`_materialize`)."""
     ft = rope_angles_dtype(inv_freq)
-    if inv_freq_lo is not None and jnp.shape(inv_freq_lo) != inv_freq.shape:
-        raise ValueError(f"apply_rope: inv_freq_lo {jnp.shape(inv_freq_lo)} must match inv_freq {inv_freq.shape}")
+    if inv_freq_lo is not None and jnp.shape(inv_freq_lo) != jnp.shape(inv_freq):
+        raise ValueError(f"apply_rope: inv_freq_lo {jnp.shape(inv_freq_lo)} must match inv_freq {jnp.shape(inv_freq)}")
     angles = rope_angles(positions, inv_freq, inv_freq_lo)  # [..., T, r]
     if original_inv_freq is not None:
         original = jnp.asarray(original_inv_freq, ft)
-        if original.shape != inv_freq.shape:
-            raise ValueError(f"apply_rope: original_inv_freq {original.shape} must match inv_freq {inv_freq.shape}")
-        pos = positions.astype(ft)[..., None]
+        if original.shape != jnp.shape(inv_freq):
+            raise ValueError(f"apply_rope: original_inv_freq {original.shape} must match inv_freq {jnp.shape(inv_freq)}")
+        pos = jnp.asarray(positions).astype(ft)[..., None]
         angles = jnp.where(pos < unscaled_positions, rope_angles(positions, original), angles)
-    cos, sin = _materialize(jnp.cos(angles) * attention_factor, jnp.sin(angles) * attention_factor)
+    return _materialize(jnp.cos(angles) * attention_factor, jnp.sin(angles) * attention_factor)
+
+
+def rotate_pairs(x, cos, sin, layout: str = "half"):
+    """Rotates the first 2r features of `x` `[..., T, N, H]` pair by pair by the angles whose cosines and
+    sines are `cos`, `sin` `[..., T, r]` (broadcast over heads); the rest pass through. Computed in float32
+    or better (the dtype of `cos`), cast back to `x.dtype`."""
+    r, head_dim, ft = cos.shape[-1], x.shape[-1], jnp.promote_types(cos.dtype, jnp.float32)
     cos, sin = cos[..., None, :], sin[..., None, :]  # [..., T, 1, r]: broadcast over heads
     # One fused elementwise pass: split the rotary features into their pairs with a reshape (free), rotate,
     # and stack the halves back. Measured on CPU (scripts/benchmark_rope.py), `stack` fuses into a single
@@ -157,6 +175,31 @@ def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor
     if 2 * r == head_dim:
         return rot
     return jnp.concatenate([rot, x[..., 2 * r:]], axis=-1)  # partial rotary: the tail passes through
+
+
+class RopeTable(NamedTuple):
+    """`cos`, `sin` `[P, r]` of positions `low` … `low` + P − 1 (`rope_cos_sin`): one step's rotations for all
+    layers and batch rows, gathered by `apply_rope_table`."""
+    cos: jax.Array
+    sin: jax.Array
+    low: int = 0
+
+
+def rope_table(low: int, high: int, inv_freq, **kwargs) -> RopeTable:
+    """The `RopeTable` of positions low … high−1 (`kwargs`: those of `rope_cos_sin`)."""
+    return RopeTable(*rope_cos_sin(jnp.arange(low, high, dtype=jnp.int32), inv_freq, **kwargs), low)
+
+
+def apply_rope_table(x, positions, table: RopeTable, layout: str = "half"):
+    """`apply_rope` with the rotations looked up in `table` at integer `positions` `[..., T]` instead of
+    computed: with keys rotated at use in a KV cache, every layer and batch row rotates its `[B, S]` cached
+    keys at the same positions, so one `[P, r]` table per step replaces a `[B, S, r]` sin/cos per layer. A
+    position outside the table gathers NaN (never a clamped neighbour)."""
+    positions = jnp.asarray(positions)
+    if not jnp.issubdtype(positions.dtype, jnp.integer):
+        raise ValueError(f"apply_rope_table: positions must be integers, got {positions.dtype}")
+    take = functools.partial(jnp.take, indices=positions - table.low, axis=0, mode="fill", fill_value=jnp.nan)
+    return rotate_pairs(x, take(table.cos), take(table.sin), layout)
 
 
 def relative_decay_bound(distances, rotary_dim: int, base: float = 10000.0) -> np.ndarray:
@@ -186,6 +229,7 @@ class RopeContext(NamedTuple):
     n_hat: jax.Array | int  # LongRoPE: positions below it use original_inv_freq
     original_inv_freq: jax.Array | None  # the unscaled θ, only when n̂ may be non-zero
     inv_freq_lo: jax.Array | None = None  # the float64 digits of inv_freq (`inv_freq_residual`), or None
+    table: RopeTable | None = None  # rotations tabulated once per step (`Rope.tabulate`), or None
 
 
 class Rope(Encoding):
@@ -237,7 +281,18 @@ class Rope(Encoding):
         lo = None if lo is None else jnp.asarray(lo, jnp.float32)
         return RopeContext(jnp.asarray(inv_freq, jnp.float32), attention_factor, n_hat, original, lo)
 
+    def tabulate(self, ctx: RopeContext, low: int, high: int) -> RopeContext:
+        """`ctx` with the rotations of positions low … high−1 tabulated once (`RopeTable`), which `rotate`
+        then gathers at integer positions; per-layer frequencies are left computed per layer."""
+        if ctx.inv_freq.ndim == 2:
+            return ctx
+        return ctx._replace(table=rope_table(low, high, ctx.inv_freq, attention_factor=ctx.attention_factor,
+                                             original_inv_freq=ctx.original_inv_freq, unscaled_positions=ctx.n_hat,
+                                             inv_freq_lo=ctx.inv_freq_lo))
+
     def rotate(self, x, positions, ctx: RopeContext, layer: int, role: str):
+        if ctx.table is not None and jnp.issubdtype(jnp.asarray(positions).dtype, jnp.integer):
+            return apply_rope_table(x, positions, ctx.table, self.cfg.rope_layout)
         per_layer = ctx.inv_freq.ndim == 2
         inv = ctx.inv_freq[layer] if per_layer else ctx.inv_freq
         lo = ctx.inv_freq_lo[layer] if per_layer and ctx.inv_freq_lo is not None else ctx.inv_freq_lo

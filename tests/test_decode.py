@@ -132,3 +132,21 @@ def test_bad_sampling_and_cache_requests_are_clear_errors():
         decode.generate(graphdef, params, prompt, 2, cache_size=0)
     with pytest.raises(MemoryError, match=r"cache_size=1000000000: the KV cache needs 476.84 GiB.*the device has .*lower --cache_size"):
         decode.generate(graphdef, params, prompt, 2, cache_size=10**9)
+
+
+
+def test_rotate_at_use_step_computes_its_sines_once_for_all_layers():
+    """A decoding step whose cache holds unrotated keys tabulates RoPE's sin/cos once (`Rope.tabulate`): the
+    traced step's sine count does not grow with the layers, the batch or the cache."""
+    scaling = posenc.RopeScaling("dynamic_ntk", 2.0, original_max_len=16)
+
+    def sines(num_layers, batch, size):
+        graphdef, params = model_parts(num_layers=num_layers)
+        model = nnx.merge(graphdef, params)
+        schedule = decode.rope_schedule(model.cfg, scaling, 64)
+        cache = model.init_cache(batch, size, rotate_at_use=True)
+        step = decode._step.lower(graphdef, params, cache, jnp.zeros((batch, 1), jnp.int32), jnp.int32(7), schedule,
+                                  jnp.int32(0), seq_len=64)
+        return step.as_text().count("stablehlo.sine")
+
+    assert sines(1, 1, 16) == sines(4, 4, 64) >= 1

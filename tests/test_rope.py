@@ -214,3 +214,26 @@ def test_angles_stay_exact_at_a_million_positions():
     reduced = np.asarray(rope_angles(jnp.asarray(pos[:, None]), inv32, lo))[:, 0]
     diff = np.angle(np.exp(1j * (reduced.astype(np.float64) - angles64)))
     assert np.abs(diff).max() < 1e-3
+
+
+@pytest.mark.parametrize("layout", posenc.LAYOUTS)
+def test_table_lookup_equals_computed_rotation(layout):
+    """`apply_rope_table` (one sin/cos table per decoding step, gathered per key) rotates as `apply_rope`,
+    for per-row positions, negative ones (sinks' re-indexed cache), LongRoPE's n̂ and partial rotary; a
+    position outside the table is NaN, never a clamped neighbour."""
+    from posenc.rope import apply_rope_table, rope_table  # noqa: PLC0415
+
+    theta = posenc.rope_frequencies(8)[0]
+    scaled = theta / np.linspace(1, 4, 4)
+    x = jnp.asarray(RNG.normal(size=(2, 6, 3, 12)), jnp.float32)
+    positions = jnp.asarray([[0, 5, 17, 3, -4, -17], [9, 9, 1, 0, 12, 2]], jnp.int32)  # [B, S]: per row
+    kw = dict(attention_factor=0.7, original_inv_freq=theta, unscaled_positions=4)
+    table = rope_table(-17, 18, scaled, **kw)
+    got = apply_rope_table(x, positions, table, layout)
+    want = posenc.apply_rope(x, positions, scaled, layout=layout, **kw)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    np.testing.assert_array_equal(got[..., 8:], x[..., 8:])  # the pass-through tail
+    outside = apply_rope_table(x, positions.at[0, 0].set(18), table, layout)
+    assert np.isnan(outside[0, 0, :, :8]).all() and np.isfinite(outside[0, 1:]).all()
+    with pytest.raises(ValueError, match="positions must be integers"):
+        apply_rope_table(x, positions.astype(jnp.float32), table, layout)
