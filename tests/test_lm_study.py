@@ -182,7 +182,7 @@ def test_study_jobs_end_to_end(tmp_path):
     shutil.rmtree(runs / "iambic-rope-s0")
     (runs / "iambic-rope-s0").mkdir()  # and a retrain that stopped before its first checkpoint is replaced
     (runs / "iambic-rope-s0" / "metrics.jsonl").write_text("")
-    run.run_job(plan["iambic-rope-s0-ft-cont256"], runs, results, s)
+    run.trained_base(plan["iambic-rope-s0-ft-cont256"], runs, results, s)
     assert json.loads(next((runs / "iambic-rope-s0" / "checkpoints").glob("*/meta/metadata")).read_text())["params_only"]
     assert run.params_sha256(runs / "iambic-rope-s0") == main["params_sha256"]
     assert not (runs / "iambic-rope-s0" / "metrics.jsonl").exists() and not list(runs.glob(".iambic-rope-s0.*"))

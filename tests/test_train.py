@@ -57,7 +57,7 @@ def run_script(args, env=None, **kw):
 
 
 def test_killed_run_resumes_to_the_same_losses(tiny_config, tmp_path, cache_dir):
-    steps, every = 120, 20
+    steps, every = 60, 15
     args = ["--config=configs/default.py:tiny", f"--config.train_steps={steps}", f"--config.checkpoint_every={every}",
             "--config.eval_every=100", f"--config.data.cache_dir={cache_dir}"]
     killed = tmp_path / "killed"
@@ -233,7 +233,7 @@ def test_a_rerun_ignores_other_encodings_options_and_a_stray_scaling_is_an_error
                                  str(workdir / "other"))
 
 
-def test_two_processes_give_the_same_losses_as_one(tmp_path, cache_dir):
+def test_two_processes_give_the_same_losses_as_one(tmp_path, cache_dir, trained_run):
     """--jax_distributed with the README's variables: two processes on 127.0.0.1 (one CPU device each, a
     2-device mesh, parameters split across the processes by FSDP) train the tiny config to the losses of one
     process, and their checkpoint loads on one device (its checksums do not depend on the mesh)."""
@@ -254,10 +254,7 @@ def test_two_processes_give_the_same_losses_as_one(tmp_path, cache_dir):
         for p in procs:
             p.kill()
     assert all(p.returncode == 0 for p in procs), [o[-1500:] for o in outputs]
-    one = run_script(["--config=configs/default.py:tiny", f"--config.data.cache_dir={cache_dir}",
-                      f"--workdir={tmp_path / 'one'}"])
-    assert one.returncode == 0, one.stderr[-2000:]
-    a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
+    a, b = losses(trained_run), losses(tmp_path / "two")  # trained_run: the tiny config on one device
     assert sorted(a) == sorted(b) == list(range(1, 9))
     np.testing.assert_allclose([a[s] for s in sorted(a)], [b[s] for s in sorted(b)], rtol=2e-5)
     assert checkpoint.restore_params(tmp_path / "two")[4] == 8
@@ -267,7 +264,8 @@ def test_two_processes_give_the_same_losses_as_one(tmp_path, cache_dir):
         in missing.stderr
 
 
-def test_fsdp_gives_one_devices_losses_and_checkpoints_move_between_meshes(tiny_config, tmp_path, cache_dir):
+def test_fsdp_gives_one_devices_losses_and_checkpoints_move_between_meshes(tiny_config, tmp_path, cache_dir,
+                                                                            trained_run):
     """4 simulated devices: FSDP over all 4 ends with one device's losses; a run stopped half-way on a
     (2 data x 2 fsdp) mesh — data parallelism, its batch split over 2 devices — resumes on one device to the
     same losses."""
@@ -278,8 +276,7 @@ def test_fsdp_gives_one_devices_losses_and_checkpoints_move_between_meshes(tiny_
                        f"--workdir={tmp_path / 'moved'}"], env=env)
     assert fsdp.returncode == 0 and half.returncode == 0, (fsdp.stderr[-2000:], half.stderr[-2000:])
     train.train_and_evaluate(tiny_config("tiny", schedule_steps=8), str(tmp_path / "moved"))  # 1 device here
-    train.train_and_evaluate(tiny_config("tiny"), str(tmp_path / "one"))
-    one, sharded, moved = (losses(tmp_path / n) for n in ("one", "fsdp", "moved"))
+    one, sharded, moved = (losses(w) for w in (trained_run, tmp_path / "fsdp", tmp_path / "moved"))
     assert sorted(one) == sorted(sharded) == sorted(moved) == list(range(1, 9))
     np.testing.assert_allclose([sharded[s] for s in one], [one[s] for s in one], rtol=1e-5)
     np.testing.assert_allclose([moved[s] for s in one], [one[s] for s in one], rtol=1e-5)
