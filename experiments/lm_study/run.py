@@ -440,9 +440,17 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
                                                                   progress=False, ngram_floor=False))
                           for m in (m.format(train_len=lengths[0]) for m in s.methods)})
             tracking = [sc for sc in s.scalings if sc in LENGTH_TRACKING]
-            parts["prefix-dynamic"] = lambda: ev.evaluate(w, lengths, ["none", *tracking], prefix_dynamic=True,
-                                                          num_bytes=s.prefix_windows * longest, progress=False)
-            result["eval"] = _evaluate_parts(job.name, results, parts, sha)
+            # per-prefix scoring is ~1 h of one 2-thread job per scaling on a Xeon: one part per scaling, so that
+            # a sitting keeps each one it finishes
+            prefix = {"none": lambda: ev.evaluate(w, lengths, ["none"], num_bytes=s.prefix_windows * longest,
+                                                  progress=False)}
+            prefix.update({sc: (lambda sc=sc: ev.evaluate(w, lengths, [sc], prefix_dynamic=True, ngram_floor=False,
+                                                          num_bytes=s.prefix_windows * longest, progress=False))
+                           for sc in tracking})
+            parts.update({f"prefix-dynamic:{k}": v for k, v in prefix.items()})
+            done = _evaluate_parts(job.name, results, parts, sha)
+            result["eval"] = {k: v for k, v in done.items() if not k.startswith("prefix-dynamic:")}
+            result["eval"]["prefix-dynamic"] = _merge({k: done[f"prefix-dynamic:{k}"] for k in prefix})
         elif job.kind == "longrope":
             folder = runs / f"{job.name}-search"
             stamp(folder, sha)
