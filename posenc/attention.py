@@ -143,14 +143,17 @@ def _two_branch_attend(q, k, qf, kf, v, bias_near, bias_far, use_near):
     return _einsum("bnqk,bnkh->bnqh", p.astype(v.dtype), v)
 
 
-def _head_major(q, k, v):
+def _head_major(q, k, v, kv_head_major: bool = False):
     """q scaled by 1/√H, and k, v with their heads repeated to q's (grouped-query attention: query head n
-    uses key/value head n // (N / N_kv), as `repeat_kv` in Hugging Face), all `[B, N, T, H]`."""
+    uses key/value head n // (N / N_kv), as `repeat_kv` in Hugging Face), all `[B, N, T, H]`. With
+    `kv_head_major`, k and v come as `[B, N_kv, T, H]` already (a KV cache's layout: no copy per step)."""
     scale = q.shape[-1] ** -0.5
-    rep = q.shape[2] // k.shape[2]
+    if not kv_head_major:
+        k, v = k.swapaxes(1, 2), v.swapaxes(1, 2)
+    rep = q.shape[2] // k.shape[1]
     if rep > 1:
-        k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
-    return (q * jnp.asarray(scale, q.dtype)).swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2)
+        k, v = jnp.repeat(k, rep, axis=1), jnp.repeat(v, rep, axis=1)
+    return (q * jnp.asarray(scale, q.dtype)).swapaxes(1, 2), k, v
 
 
 def _attend(q, k, v, q_pos, k_pos, bias_fn, window=None, near_fn=None, far=None):
@@ -330,11 +333,13 @@ def _group_bias(bias_fn, heads: slice, num_heads: int):
 
 
 def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, window: int | None = None,
-              near_fn=None, far: Far | None = None, key_block: int = 0, groups: int | None = None):
+              near_fn=None, far: Far | None = None, key_block: int = 0, groups: int | None = None,
+              kv_head_major: bool = False):
     """softmax(q kᵀ / sqrt(H) + bias, masked causally by position) v.
 
     Args:
-      q: `[B, Tq, N, H]`; k, v: `[B, Tk, N, H]`.
+      q: `[B, Tq, N, H]`; k, v: `[B, Tk, N, H]`, or `[B, N, Tk, H]` with `kv_head_major` (also `far.k`: the
+        layout of a KV cache, which the keys then need not be transposed out of at every decoding step).
       q_pos: `[B|1, Tq]`, k_pos: `[B|1, Tk]` integer positions; keys at position < 0 are never attended.
       bias_fn: `bias_fn(q_pos [B|1, Tq'], k_pos [B|1, Tk'], q [B, N, Tq', H], k [B, N, Tk', H], visible
         [B|1, 1, Tq', Tk']) -> [B|1, N|1, Tq', Tk']`, a logit bias (ALiBi's −m·(i − j), T5's buckets, CoPE's
@@ -364,9 +369,9 @@ def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, windo
     tq = q.shape[1]
     if groups is not None and (groups < 1 or q.shape[2] % groups):
         raise ValueError(f"attention: groups={groups} must be a positive divisor of the {q.shape[2]} heads")
-    q, k, v = _head_major(q, k, v)
+    q, k, v = _head_major(q, k, v, kv_head_major)
     if far is not None:
-        fq, fk, _ = _head_major(far.q, far.k, far.k)
+        fq, fk, _ = _head_major(far.q, far.k, far.k, kv_head_major)
         far = far._replace(q=fq, k=fk, q_pos=jnp.broadcast_to(far.q_pos, (q.shape[0], tq)))
     if chunk_size <= 0 or chunk_size >= tq:
         return _attend(q, k, v, q_pos, k_pos, bias_fn, window, near_fn, far).swapaxes(1, 2)

@@ -227,7 +227,7 @@ class Attention(nnx.Module):
         `enc` (its `rotate` of q and k, its `bias`, its `window` for this layer) with the pass's `ctx`, and
         through a training-free method (`method`, a `training_free.MethodArgs`, or None).
 
-        With `cache = (k [B, S, N, H], v [B, S, N, H], k_pos [B, S], rotate_at_use)` (decoding; empty slots
+        With `cache = (k [B, N, S, H], v [B, N, S, H], k_pos [B, S], rotate_at_use)` (decoding; empty slots
         have position −1), the queries attend to the cached keys and the new ones, the new keys and values
         are written into the cache, and `(y, (k, v, k_pos))` is returned. A layer without a window keeps
         every position (slot = the number of earlier tokens: the position itself for positions 0, 1, …, and any
@@ -259,15 +259,18 @@ class Attention(nnx.Module):
         key_block = 0 if enc.bias_needs_all_keys else cfg.attn_key_block
         dtype = jnp.dtype(cfg.dtype)  # products' operands: q, k, v are rotated in float32, then rounded
 
-        def far_branch(keys, q_pos, k_pos):
+        def rotate_keys(keys, k_pos):  # keys [B, T, N, H] at positions [B|1, T]
+            return rotate(keys, k_pos, role="k")
+
+        def far_branch(keys, q_pos, k_pos, rotate_keys=rotate_keys):
             if mode != "branches":
                 return None
             fq, fk = training_free.far_positions(method, q_pos, k_pos)
-            return Far(rotate(q, fq, role="q").astype(dtype), rotate(keys, fk, role="k").astype(dtype), fq, fk,
+            return Far(rotate(q, fq, role="q").astype(dtype), rotate_keys(keys, fk).astype(dtype), fq, fk,
                        functools.partial(training_free.far_visible, method))
 
         if cache is None:
-            k_rot = rotate(k, positions, role="k").astype(dtype)
+            k_rot = rotate_keys(k, positions).astype(dtype)
             q_rot = rotate(q, positions, role="q").astype(dtype)
             v = v.astype(dtype)
             impl = implementation(cfg.attn_impl, aligned=aligned, has_bias=enc.has_bias, plain=mode == "plain",
@@ -285,39 +288,44 @@ class Attention(nnx.Module):
         if mode == "branches" and enc.position_kind == "rotary" and not rotate_at_use:
             raise ValueError(f"method {method.method!r} needs a KV cache of unrotated keys (rotate_at_use=True): each "
                              "key is rotated at its near and at its far position")
-        k_new = (k if rotate_at_use else rotate(k, positions, role="k")).astype(k_cache.dtype)
-        v_new, pos_new = v.astype(v_cache.dtype), jnp.broadcast_to(positions, (pos_cache.shape[0], t))
+        k_new = (k if rotate_at_use else rotate(k, positions, role="k")).astype(k_cache.dtype).swapaxes(1, 2)
+        v_new, pos_new = v.astype(v_cache.dtype).swapaxes(1, 2), jnp.broadcast_to(positions, (pos_cache.shape[0], t))
         bounded = method is not None and method.method in training_free.BOUNDED
         if window is None and not bounded:
             offset = jnp.sum(pos_cache[0] >= 0)  # the next free slot: slots fill in order (slot = position for 0, 1, …)
-            k_cache = jax.lax.dynamic_update_slice(k_cache, k_new, (0, offset, 0, 0))
-            v_cache = jax.lax.dynamic_update_slice(v_cache, v_new, (0, offset, 0, 0))
+            k_cache = jax.lax.dynamic_update_slice(k_cache, k_new, (0, 0, offset, 0))
+            v_cache = jax.lax.dynamic_update_slice(v_cache, v_new, (0, 0, offset, 0))
             pos_cache = jax.lax.dynamic_update_slice(pos_cache, pos_new, (0, offset))
             keys, values, k_pos = k_cache, v_cache, pos_cache
         else:
-            keys = jnp.concatenate([k_cache, k_new], axis=1)
-            values = jnp.concatenate([v_cache, v_new], axis=1)
+            keys = jnp.concatenate([k_cache, k_new], axis=2)
+            values = jnp.concatenate([v_cache, v_new], axis=2)
             k_pos = jnp.concatenate([pos_cache, pos_new], axis=1)
-            size = k_cache.shape[1]
+            size = k_cache.shape[2]
             fixed = method.fixed if bounded else 0
             p = pos_new[0]
             slots = jnp.where(p < fixed, p, fixed + (p - fixed) % (size - fixed))
             slots = jnp.where((p < fixed) | (p > p[-1] - (size - fixed)), slots, size)  # size: dropped
-            k_cache = k_cache.at[:, slots].set(k_new, mode="drop")
-            v_cache = v_cache.at[:, slots].set(v_new, mode="drop")
+            k_cache = k_cache.at[:, :, slots].set(k_new, mode="drop")
+            v_cache = v_cache.at[:, :, slots].set(v_new, mode="drop")
             pos_cache = pos_cache.at[:, slots].set(pos_new, mode="drop")
+
+        def rotate_cached(keys, k_pos):  # head-major keys [B, N, S, H] as [B, N, S, 1, H], positions [B, 1, S]
+            return rotate(keys[:, :, :, None], jnp.broadcast_to(k_pos, pos_cache.shape[:1] + k_pos.shape[1:])[:, None],
+                          role="k")[:, :, :, 0]
+
         q_pos, shift = positions, 0
         if rotate_at_use:
             if method is not None and method.reindex:  # sinks, re-indexed inside the cache: bounded positions
                 shift = jnp.maximum(0, jnp.max(positions) - (method.fixed + method.window))
-            far = far_branch(keys, positions, jnp.maximum(k_pos, 0))
-            keys = rotate(keys, jnp.maximum(k_pos, 0) - shift, role="k").astype(dtype)
+            far = far_branch(keys, positions, jnp.maximum(k_pos, 0), rotate_cached)
+            keys = rotate_cached(keys, jnp.maximum(k_pos, 0) - shift).astype(dtype)
             q_rot = rotate(q, positions - shift, role="q").astype(dtype)
         else:
-            far = far_branch(keys, positions, k_pos)
+            far = far_branch(keys, positions, k_pos, rotate_cached)
             q_rot = rotate(q, positions, role="q").astype(dtype)
         y = attention(q_rot, keys, values, q_pos, k_pos, bias_fn=bias_fn, chunk_size=cfg.attn_chunk, window=window,
-                      near_fn=near_fn, far=far, key_block=key_block)
+                      near_fn=near_fn, far=far, key_block=key_block, kv_head_major=True)
         return self.out(y.reshape(b, t, n * cfg.head_dim)), (k_cache, v_cache, pos_cache)
 
 
@@ -433,14 +441,15 @@ class Transformer(nnx.Module):
         windowed layer; empty slots have position −1."""
         cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
         sizes = [cfg.layer_window(i) or max_len for i in range(cfg.num_layers)]
-        shape = lambda s: (batch_size, s, cfg.kv_heads, cfg.head_dim)  # noqa: E731
+        shape = lambda s: (batch_size, cfg.kv_heads, s, cfg.head_dim)  # noqa: E731  (head-major: attention's layout)
         return KVCache(tuple(jnp.zeros(shape(s), dtype) for s in sizes), tuple(jnp.zeros(shape(s), dtype) for s in sizes),
                        tuple(jnp.full((batch_size, s), -1, jnp.int32) for s in sizes), rotate_at_use)
 
 
 @jax.tree_util.register_pytree_node_class
 class KVCache(NamedTuple):
-    """Per-layer keys and values `[B, S_l, N, H]` and their positions `[B, S_l]` (−1 = empty; S_l the
+    """Per-layer keys and values `[B, N_kv, S_l, H]` (head-major, the layout attention multiplies in, so that
+    a decoding step does not transpose the whole cache) and their positions `[B, S_l]` (−1 = empty; S_l the
     layer's window for a windowed layer), and whether keys are stored unrotated and rotated at use (static:
     part of the tree structure, not a leaf)."""
 

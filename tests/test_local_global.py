@@ -67,6 +67,6 @@ def test_a_scaling_moves_only_the_global_layers():
 def test_cache_of_local_layers_is_bounded_by_the_window():
     model = make(encoding_options=(("pattern", "LLG"), ("window", 6)))
     cache = model.init_cache(2, 1000)
-    assert [k.shape[1] for k in cache.k] == [6, 6, 1000] and [p.shape[1] for p in cache.pos] == [6, 6, 1000]
+    assert [k.shape[2] for k in cache.k] == [6, 6, 1000] and [p.shape[1] for p in cache.pos] == [6, 6, 1000]
     with pytest.raises(ValueError, match="pattern must be a non-empty string of L"):
         ModelConfig(posenc="local_global", encoding_options=(("pattern", "LX"),))
