@@ -267,7 +267,7 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
 
 
 def cache_bytes(cfg: ModelConfig, batch_size: int, cache_size: int) -> int:
-    """Bytes of a KV cache: keys and values of every layer, `[B, S, N, H]` each (S = the layer's window for a
+    """Bytes of a KV cache: keys and values of every layer, `[B, N, S, H]` each (S = the layer's window for a
     windowed layer)."""
     slots = sum(cfg.layer_window(i) or cache_size for i in range(cfg.num_layers))
     return 2 * batch_size * slots * cfg.kv_heads * cfg.head_dim * jnp.dtype(cfg.dtype).itemsize
