@@ -134,7 +134,6 @@ def test_bad_sampling_and_cache_requests_are_clear_errors():
         decode.generate(graphdef, params, prompt, 2, cache_size=10**9)
 
 
-
 def test_rotate_at_use_step_computes_its_sines_once_for_all_layers():
     """A decoding step whose cache holds unrotated keys tabulates RoPE's sin/cos once (`Rope.tabulate`): the
     traced step's sine count does not grow with the layers, the batch or the cache."""

@@ -440,8 +440,8 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
                                                                   progress=False, ngram_floor=False))
                           for m in (m.format(train_len=lengths[0]) for m in s.methods)})
             tracking = [sc for sc in s.scalings if sc in LENGTH_TRACKING]
-            # per-prefix scoring is ~1 h of one 2-thread job per scaling on a Xeon: one part per scaling, so that
-            # a sitting keeps each one it finishes
+            # per-prefix scoring (one cached decoding step per position) is the job's longest part: one part per
+            # scaling, so that a sitting keeps each one it finishes
             prefix = {"none": lambda: ev.evaluate(w, lengths, ["none"], num_bytes=s.prefix_windows * longest,
                                                   progress=False)}
             prefix.update({sc: (lambda sc=sc: ev.evaluate(w, lengths, [sc], prefix_dynamic=True, ngram_floor=False,
