@@ -16,11 +16,13 @@ Scalings (RoPE runs only; applied at inference time, without retraining; factor 
 with L0 = the run's `original_max_len` if it was trained with a scaling, else its `train_len`):
   `none` (plain RoPE), `run` (the run's own configured scaling: the default for a run fine-tuned with one),
   `linear` (PI), `ntk`, `dynamic_ntk`, `yarn`, `dynamic_linear`, `dynamic_yarn`, `llama3`, and `longrope`
-  (the run's LongRoPE factors, from its config). A fixed `factor` replaces L / L0. `dynamic_linear` and
-  `dynamic_yarn` need no factor (s = max(1, L / L0) by definition). `dynamic_ntk` is Hugging Face's formula,
-  whose `factor` is a slope: with the default factor s = L / L0 its base grows by (s² − s + 1)^(d/(d−2)) at
-  length L, more than NTK's s^(d/(d−2)); `factor=1` gives the pure length-tracking variant, which equals `ntk`
-  at factor L / L0 under the non-overlapping protocol (every window has length L).
+  (the run's LongRoPE factors, from its config). A fixed `factor` replaces L / L0. The dynamic scalings track
+  the length by definition (s = max(1, T / L0) at sequence length T; YaRN paper §3.3): `dynamic_linear` and
+  `dynamic_yarn` take no factor, and `dynamic_ntk` gets factor 1 in Hugging Face's formula, whose `factor` is
+  a slope (b' = b · (factor·T/L0 − (factor − 1))^(d/(d−2))). So under the non-overlapping protocol (every
+  window has length L) each equals its static kind at s = L / L0, and only per-prefix scoring (decoding)
+  tells them apart. A fixed `factor` for `dynamic_ntk` is that slope: at factor s its base grows by
+  (s² − s + 1)^(d/(d−2)) at T = s·L0, more than NTK's s^(d/(d−2)).
 
 Training-free methods (`posenc.training_free`: `self_extend`, `rerope`, `leaky_rerope`, `lm_infinite`,
 `sinks`, and `logn` with any of them) are rows too, next to the scalings: every (scaling, method) pair that
@@ -182,7 +184,9 @@ def scaling_for(run: Run, name: str, length: int, factor: float | None = None,
             raise ValueError(f"scaling 'longrope' needs LongRoPE factors: --longrope=FILE or run {run.name!r}'s "
                              "model.rope.scaling.factors_file (from scripts/search_longrope.py)")
         return own
-    if name.startswith("dynamic_") and name != "dynamic_ntk":
+    if name == "dynamic_ntk":  # the length-tracking variant unless a slope is given (the module docstring)
+        return RopeScaling(name, float(factor) if factor is not None else 1.0, original_max_len=base)
+    if name.startswith("dynamic_"):
         return RopeScaling(name.removeprefix("dynamic_"), 1.0, original_max_len=base, dynamic=True)
     return RopeScaling(name, s, original_max_len=base)
 

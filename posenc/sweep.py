@@ -243,12 +243,13 @@ def eval_method(point: dict[str, Any], base_method: str = "none") -> Method:
 
 
 def eval_scaling(run, point: dict[str, Any], base_kind: str, length: int) -> RopeScaling:
-    """The RopeScaling of an eval-sweep point at `length` (factor L / L0 unless the point sets one)."""
+    """The RopeScaling of an eval-sweep point at `length`: factor L / L0 unless the point sets one (`dynamic_ntk`:
+    slope 1, the length-tracking variant, as `posenc.evaluate.scaling_for`)."""
     point = split_point(point)[0]
     kwargs = {"kind": base_kind, "original_max_len": run.base_len}
     kwargs.update(point)
     if "factor" not in point and not kwargs.get("dynamic"):
-        kwargs["factor"] = max(1.0, length / kwargs["original_max_len"])
+        kwargs["factor"] = 1.0 if kwargs["kind"] == "dynamic_ntk" else max(1.0, length / kwargs["original_max_len"])
     for key in ("factor", "attention_factor", "beta_fast", "beta_slow"):
         if key in kwargs and kwargs[key] is not None:
             kwargs[key] = float(kwargs[key])

@@ -16,7 +16,7 @@ The spaces, with s = target length / training length (the sampled parameters; th
 |---|---|---|---|
 | `linear` (PI) | factor | [1, 2s], log-uniform | s |
 | `ntk` | factor (α of b' = b·α^(d/(d−2))) | [1, 4s], log-uniform | s |
-| `dynamic_ntk` | factor of Hugging Face's slope formula | [1, 4s], log-uniform | s |
+| `dynamic_ntk` | factor of Hugging Face's slope formula | [1, 4s], log-uniform | 1 (length-tracking) |
 | `yarn` | beta_fast; beta_slow; attention_factor | [8, 128], [1/8, 4] log-uniform; [0.8, 1.6] | 32; 1; 0.1 ln s + 1 |
 | `dynamic_yarn` | the same, s = max(1, T / L) | as `yarn` | as `yarn` |
 | `dynamic_linear` | none: s = max(1, T / L) | — | — |
@@ -74,6 +74,8 @@ def default_point(rule: str, s: float) -> dict[str, Any]:
     check_rule(rule)
     if rule in LENGTH_TRACKING:
         return {"dynamic": True}
+    if rule == "dynamic_ntk":  # s = max(1, T / L) (YaRN paper §3.3): slope 1 in Hugging Face's formula
+        return {"factor": 1.0}
     if rule == "yarn":
         return {"beta_fast": 32.0, "beta_slow": 1.0}  # attention factor: the rule's 0.1 ln s + 1
     return {"factor": float(s)}

