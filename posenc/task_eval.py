@@ -156,7 +156,8 @@ class TaskEvaluator:
         lo_ci, hi_ci = wilson_interval(k, n)
         return {"accuracy": k / n, "correct": k, "n": n, "ci_low": lo_ci, "ci_high": hi_ci,
                 "tf_accuracy": float(tf_right.mean()), "answer_logprob": float(logprob.mean()),
-                "method_params": json.dumps(resolved.set_fields()) if resolved is not None else "{}"}
+                "method_params": json.dumps(resolved.set_fields()) if resolved is not None else "{}",
+                "factor": sc.factor if sc.kind != "none" else 1.0}
 
     def _cfg(self, length: int):
         return dataclasses.replace(self.trun.run.cfg, attn_chunk=self.ev.attn_chunk if length > self.ev.attn_chunk else 0)
@@ -225,7 +226,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
         reason = ev.undefined_reason(length, s, m)
         if reason:
             row.update(status="undefined", reason=reason, accuracy=None, n=examples, correct=None, ci_low=None,
-                       ci_high=None, tf_accuracy=None, answer_logprob=None)
+                       ci_high=None, tf_accuracy=None, answer_logprob=None, factor=None)
         else:
             row.update(status="ok", reason="", **ev.score(length, examples, d, s, m))
         rows.append(row)
@@ -238,7 +239,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
 
 COLUMNS = ("run", "posenc", "task", "filler", "randomized_positions", "scaling", "method", "length", "depth",
            "status", "accuracy", "correct", "n", "ci_low", "ci_high", "tf_accuracy", "answer_logprob", "train_len",
-           "step", "method_params", "seed", "reason")
+           "step", "factor", "method_params", "seed", "reason")
 
 
 def _series(r: dict[str, Any]) -> str:

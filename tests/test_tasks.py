@@ -248,6 +248,7 @@ def test_task_training_resumes_and_eval_tasks_writes_outputs(cache_dir, tmp_path
     assert by_len[128]["status"] == "ok" and by_len[128]["n"] == 3
     assert by_len[128]["ci_low"] <= by_len[128]["accuracy"] <= by_len[128]["ci_high"]
     assert by_len[256]["status"] == "undefined" and "learned" in by_len[256]["reason"]
+    assert by_len[128]["factor"] == 1.0 and by_len[256]["factor"] is None  # the scaling's factor, recorded
     assert (out / "results.csv").exists() and (out / "accuracy_vs_length.png").exists()
     assert list(out.glob("heatmap_*.png")) and "| pk · none |" in proc.stdout
     from posenc.evaluate import load_run  # noqa: PLC0415
