@@ -349,7 +349,7 @@ def _evaluate_parts(name: str, results: pathlib.Path, parts: dict, sha: str) -> 
         if key not in done:
             done[key] = thunk()
             jobs.write_atomic(partial_path, json.dumps({**done, "params_sha256": sha}))
-    return done
+    return {key: done[key] for key in parts}  # in the order of `parts`, whichever sitting ran each
 
 
 def _merge(parts: dict) -> dict:
