@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -61,7 +62,14 @@ def load_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict:
 
 
 def abstract_model(cfg: ModelConfig):
-    """(graphdef, abstract params) without allocating or computing anything."""
+    """(graphdef, abstract params) without allocating or computing anything. The model is traced once per
+    config in a process; each call gets its own container of the abstract leaves."""
+    graphdef, abstract = _abstract_model(cfg)
+    return graphdef, jax.tree.map(lambda leaf: leaf, abstract)
+
+
+@functools.lru_cache(maxsize=16)
+def _abstract_model(cfg: ModelConfig):
     return nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
 
 

@@ -243,8 +243,11 @@ def default_methods(config) -> list[Method]:
     return [Method.parse(t) for t in text.split(";") if t.strip()] or [Method()]
 
 
+@functools.lru_cache(maxsize=16)
 def _nll_fn(graphdef, cfg: ModelConfig):
-    """Jitted per-position NLL `[B, L]` with RoPE frequencies and a method's parameters as traced inputs."""
+    """Jitted per-position NLL `[B, L]` with RoPE frequencies and a method's parameters as traced inputs. One
+    function per (graphdef, cfg), both hashable and compared by value: evaluations of equal models in one
+    process (every part of a study's job, every run of one config) share its traces and compilations."""
 
     def fn(params, x, y, inv_freq, attention_factor, n_hat, inv_freq_lo, method):
         rope = (inv_freq, attention_factor, n_hat, inv_freq_lo) if cfg.encoding.takes_rope_scaling else None
@@ -267,6 +270,19 @@ def _rope_args(cfg: ModelConfig, scaling: RopeScaling, length: int):
 # scores exist at once. 512 (with key tiles of 512) was the fastest of 128 … 1024 at 4096 on the 2-core machine
 # of experiments/benchmarks (scripts/benchmark_eval.py --attn_chunk).
 ATTN_CHUNK = 512
+
+
+def _batches(x: np.ndarray, y: np.ndarray, batch: int):
+    """(x, y, n) slices of `batch` rows; a shorter last one is padded to the next power of two (at most `batch`)
+    with copies of its last row, of which the first n are real: a handful of compiled shapes per length
+    whatever the number of windows."""
+    for i in range(0, len(x), batch):
+        xb, yb = x[i:i + batch], y[i:i + batch]
+        n = len(xb)
+        pad = min(batch, 1 << (n - 1).bit_length()) - n
+        if pad:
+            xb, yb = (np.concatenate([a, np.repeat(a[-1:], pad, axis=0)]) for a in (xb, yb))
+        yield xb, yb, n
 
 
 class Evaluator:
@@ -316,8 +332,8 @@ class Evaluator:
         args = None if method is None or method == Method() else method.args(cfg.encoding)
         fn = self._fn(length)
         batch = max(1, self.tokens_per_batch // length)
-        out = [np.asarray(fn(self.run.params, x[i:i + batch], y[i:i + batch], inv, af, n_hat, lo, args))
-               for i in range(0, len(x), batch)]
+        out = [np.asarray(fn(self.run.params, xb, yb, inv, af, n_hat, lo, args))[:n]
+               for xb, yb, n in _batches(x, y, batch)]
         nll = np.concatenate(out).astype(np.float64)
         return self._checked(nll, length, scaling)
 

@@ -53,6 +53,19 @@ def test_checkpoints_carry_checksums_of_values_and_files(trained_run):
     assert sorted(p.name for p in (trained_run / "checksums").iterdir()) == ["4.json", "8.json"]  # pruned with them
 
 
+def test_abstract_model_is_traced_once_per_config_and_each_call_gets_its_own_container(tiny_config):
+    from posenc.config import model_config  # noqa: PLC0415
+
+    cfg = model_config(tiny_config("tiny"))
+    checkpoint._abstract_model.cache_clear()
+    g1, a1 = checkpoint.abstract_model(cfg)
+    g2, a2 = checkpoint.abstract_model(cfg)
+    assert checkpoint._abstract_model.cache_info().misses == 1 and g1 == g2
+    assert a1 is not a2 and jax.tree.leaves(a1) == jax.tree.leaves(a2)
+    a1["embed"] = None  # one caller filling its template leaves the next one's whole
+    assert "embed" in a2 and checkpoint.abstract_model(cfg)[1]["embed"] is not None
+
+
 @pytest.mark.parametrize("damage", [flip_bytes, garbage])
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(damage, copy_run, tiny_config):
     workdir = copy_run()

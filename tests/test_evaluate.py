@@ -84,6 +84,16 @@ def test_named_dynamic_ntk_tracks_the_length():
     np.testing.assert_allclose(slope, plain * alpha ** (-np.arange(d // 2) * 2.0 / d), rtol=1e-13)
 
 
+def test_batches_pad_the_last_one_to_a_power_of_two_and_keep_every_window_once():
+    x = np.arange(11 * 3).reshape(11, 3)
+    got = list(ev._batches(x, x + 100, batch=4))
+    assert [(len(xb), n) for xb, _, n in got] == [(4, 4), (4, 4), (4, 3)]
+    np.testing.assert_array_equal(np.concatenate([xb[:n] for xb, _, n in got]), x)
+    np.testing.assert_array_equal(np.concatenate([yb[:n] for _, yb, n in got]), x + 100)
+    assert [(len(xb), n) for xb, _, n in ev._batches(x[:5], x[:5], batch=64)] == [(8, 5)]
+    assert [(len(xb), n) for xb, _, n in ev._batches(x[:4], x[:4], batch=3)] == [(3, 3), (1, 1)]
+
+
 def test_chunked_evaluation_equals_full(runs):
     run = ev.load_run(runs["alibi"])
     x = np.random.default_rng(0).integers(0, 256, size=(2, 96)).astype(np.int32)
