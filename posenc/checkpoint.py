@@ -75,8 +75,13 @@ def _abstract_model(cfg: ModelConfig):
 
 def init_params(cfg: ModelConfig, seed: int):
     """Initial parameters, with the whole initialisation compiled as one program (eager NNX init would
-    compile dozens of tiny ones)."""
-    return jax.jit(lambda: nnx.state(Transformer(cfg, rngs=nnx.Rngs(seed))))()
+    compile dozens of tiny ones), traced once per config in a process (the seed is an argument)."""
+    return _init_fn(cfg)(seed)
+
+
+@functools.lru_cache(maxsize=16)
+def _init_fn(cfg: ModelConfig):
+    return jax.jit(lambda seed: nnx.state(Transformer(cfg, rngs=nnx.Rngs(jax.random.key(seed)))))
 
 
 class CorruptCheckpointError(ValueError):

@@ -23,6 +23,7 @@ that step is checkpointed and recorded in `run.json` (`stopped`), and a rerun fi
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pathlib
@@ -159,9 +160,11 @@ def shard_batch(batch: np.ndarray, sharding: NamedSharding) -> jax.Array:
     return jax.make_array_from_process_local_data(sharding, batch[i * rows:(i + 1) * rows], batch.shape)
 
 
+@functools.lru_cache(maxsize=16)
 def make_eval_step(graphdef, seq_len=None):
     """`eval_step(params, batch) -> {nll, count, exact}`: summed weighted NLL, its weight, and the number of
-    rows whose every weighted target is the argmax (a task's teacher-forced exact match)."""
+    rows whose every weighted target is the argmax (a task's teacher-forced exact match). One per (graphdef,
+    seq_len) in a process, so that runs of one model share its traces."""
 
     def fn(params, batch):
         x, y = batch["inputs"], batch["targets"]
@@ -318,7 +321,7 @@ def _restore_or_init(workdir: pathlib.Path, mngr, cfg, config, tx, abstract_para
     params = checkpoint.init_params(cfg, config.seed)
     if config.init_from:
         params = _init_from(config.init_from, cfg, params)
-    return 0, params, tx.init(params), mngr
+    return 0, params, jax.jit(tx.init)(params), mngr  # one program, not one per parameter's zeros
 
 
 def fsdp_size(config: ml_collections.ConfigDict) -> int:
@@ -364,6 +367,7 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
     batch_sharding = sharding.batch_sharding(mesh)
 
     tx, schedule = make_optimizer(config)
+    schedule = jax.jit(schedule)  # one program for the logged learning rate, not one per eager jnp op
     graphdef, abstract_params = checkpoint.abstract_model(cfg)
     mngr = checkpoint.manager(workdir_path, keep=config.keep_checkpoints)
     info = read_run_info(workdir_path)
