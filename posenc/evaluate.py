@@ -286,7 +286,8 @@ def _batches(x: np.ndarray, y: np.ndarray, batch: int):
 
 
 class Evaluator:
-    """Caches one compiled forward per (run, length) and scores windows under any scaling."""
+    """One compiled forward per (model config, length), shared by the runs of that config in the process;
+    scores windows under any scaling."""
 
     def __init__(self, run: Run, attn_chunk: int = ATTN_CHUNK, tokens_per_batch: int = 16384,
                  learned_beyond: str | None = None):
@@ -604,7 +605,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         run (a ValueError if one applies to none of the runs). None: each run's own `default_scalings`.
       num_bytes: test bytes scored at every length (default: the largest multiple of max(lengths) the split
         holds, capped at 16 windows of the longest length).
-      factor: a fixed scale instead of L / L0 (> 0).
+      factor: a fixed scale instead of L / L0 (> 0); for `dynamic_ntk`, Hugging Face's slope instead of 1.
       stride: sliding-window stride (default train_len / 2).
       split: 'test' (default) or 'validation'.
       learned_beyond: override the learned table's behaviour past max_len ('error' reports it undefined).

@@ -121,6 +121,8 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
 
     # (a) passkey
     pk = {n: r for n, r in results.items() if n.startswith("passkey-") and "-ft" not in n}
+    for stale in set(figures.glob("heatmap_*.png")) - {figures / f"heatmap_{n}.png" for n in pk}:
+        stale.unlink()  # a heatmap is drawn from a committed result only
     lengths = list(PASSKEY_LENGTHS)
     lines += ["## (a) Passkey retrieval (trained at 256 bytes)", ""]
     if pk:
@@ -150,8 +152,6 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
         lines.append("")
         if failed:
             lines += [f"In-range accuracy below {100 * IN_RANGE:.0f}% (extrapolation not interpreted): " + ", ".join(failed), ""]
-        for stale in set(figures.glob("heatmap_*.png")) - {figures / f"heatmap_{n}.png" for n in pk}:
-            stale.unlink()  # a heatmap is drawn from a committed result only
         for name, res in pk.items():
             sel = [r for r in res["rows"] if r["scaling"] == "none" and r["method"] == "none"]
             plot_heatmap(sel, f"{name} · none", figures / f"heatmap_{name}.png", unit="bytes")
