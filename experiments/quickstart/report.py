@@ -11,6 +11,9 @@ lengths = result["lengths"]
 first, last, second = lengths[0], lengths[-1], lengths[1]
 worse_pi = all(bpb[("linear", n)] > bpb[("none", n)] for n in lengths[1:])
 best_long = min((bpb[(s, last)], s) for s in {s for s, _ in bpb})
+# dynamic NTK by the factor its rows recorded: Hugging Face's slope 1 (length-tracking) or L / first (over-scaled)
+slope = {r["factor"] for r in result["rows"] if r["scaling"] == "dynamic_ntk" and r["length"] == last}
+dynamic_ntk = "dynamic NTK" if slope == {1.0} else f"dynamic NTK (Hugging Face's slope {', '.join(f'{s:g}' for s in slope)} at {last})"
 text = f"""# Quickstart: the README's main job, as run here
 
 Regenerate (from the repository root, after the Quickstart's install):
@@ -36,7 +39,7 @@ evaluation {info['eval_seconds']} s.
 
 Reading it: plain RoPE degrades past {first} ({bpb[('none', first)]:.2f} → {bpb[('none', last)]:.2f} bits per byte at
 {last // first}×); Position Interpolation without fine-tuning is {"worse than doing nothing at every length past " + str(first) if worse_pi else "not uniformly worse than doing nothing"};
-at {second} NTK-aware, dynamic NTK and YaRN are within {max(bpb[(s, second)] for s in ('ntk', 'dynamic_ntk', 'yarn')) - bpb[('none', first)]:.2f}
+at {second} NTK-aware, {dynamic_ntk} and YaRN are within {max(bpb[(s, second)] for s in ('ntk', 'dynamic_ntk', 'yarn')) - bpb[('none', first)]:.2f}
 bits per byte of the in-range loss, and at {last} the best is {best_long[1]} ({best_long[0]:.2f}). `results.md` has the numbers.
 """
 (HERE / "README.md").write_text(text)
