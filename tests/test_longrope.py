@@ -186,3 +186,18 @@ def test_factors_file_errors_name_the_field_and_file(tmp_path):
     truncated.write_text('{"factor": 2.0}')
     with pytest.raises(ValueError, match="has no 'short_factor', 'long_factor'"):
         model_config(config)
+
+
+def test_longrope_experiment_labels_dynamic_ntk_rows_by_their_recorded_slope():
+    """experiments/longrope's cached rows were scored when `dynamic_ntk` meant Hugging Face's slope L / 256: its
+    table names them by the factor each row recorded, and plain `dynamic_ntk` only at slope 1."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "longrope" / "run.py"
+    spec = importlib.util.spec_from_file_location("longrope_experiment", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.row_label("dynamic_ntk", {"factor": 4.0}) == "dynamic_ntk (Hugging Face's slope 4)"
+    assert module.row_label("dynamic_ntk", {"factor": 1.0}) == "dynamic_ntk"
+    assert module.row_label("yarn", {"factor": 4.0}) == "yarn"

@@ -94,6 +94,14 @@ def main(argv):
     write_report(rows, timing)
 
 
+def row_label(scaling: str, row: dict) -> str:
+    """A row's scaling as the table names it: `dynamic_ntk` with the slope its row recorded where that is not 1
+    (these rows were scored when the named scaling meant Hugging Face's slope L / 256, NTK at s² − s + 1)."""
+    if scaling == "dynamic_ntk" and row.get("factor", 1.0) != 1.0:
+        return f"dynamic_ntk (Hugging Face's slope {row['factor']:g})"
+    return scaling
+
+
 def write_report(search_rows, timing):
     results_dir = HERE / "results"
     lines = []
@@ -106,7 +114,7 @@ def write_report(search_rows, timing):
                   "|---|---|---|---|"]
         for s in ("none", "linear", "ntk", "dynamic_ntk", "yarn", "longrope_shared", "longrope_per_layer"):
             v = val.get(s)
-            lines.append(f"| {s} | {test[(s, 256)]['bpb']:.3f} | {test[(s, target)]['bpb']:.3f} | "
+            lines.append(f"| {row_label(s, test[(s, target)])} | {test[(s, 256)]['bpb']:.3f} | {test[(s, target)]['bpb']:.3f} | "
                          f"{'' if v is None else format(v['bpb'], '.3f')} |")
         tuned = {rule: json.loads(path.read_text()) for rule in RULES
                  if (path := results_dir / f"tuned_{rule}_{target}.json").exists()}
@@ -131,7 +139,8 @@ def write_report(search_rows, timing):
         v_shared, v_layer = val["longrope_shared"]["bpb"], val["longrope_per_layer"]["bpb"]
         best_hand = min((test[(s, target)]["bpb"], s) for s in ("linear", "ntk", "dynamic_ntk", "yarn"))
         lines.append(f"Per-layer vs shared: {v_layer - v_shared:+.4f} bpb on the search (validation) split, "
-                     f"{t_layer - t_shared:+.4f} on test. Best LongRoPE vs best untuned hand-set rule ({best_hand[1]}, "
+                     f"{t_layer - t_shared:+.4f} on test. Best LongRoPE vs best untuned hand-set rule "
+                     f"({row_label(best_hand[1], test[(best_hand[1], target)])}, "
                      f"{best_hand[0]:.3f}): {min(t_shared, t_layer) - best_hand[0]:+.4f} bpb on test (each side's best "
                      "picked on test: optimistic for both).")
         lines.append("")
