@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import dataclasses
 import itertools
 import json
 import math
@@ -154,9 +155,11 @@ def select(points: list[dict[str, Any]], names: Sequence[str] | None = None, sha
 def _bpb_rows(evaluator: Evaluator, stream: np.ndarray, lengths: Sequence[int], num_bytes: int,
               make_scaling: Callable[[int], RopeScaling], method: Method | None = None,
               counts: np.ndarray | None = None) -> dict[str, float | None]:
-    """Bits per byte at each length (`counts`: UTF-8 bytes per token of a Hugging Face run's stream)."""
-    out: dict[str, float | None] = {}
+    """Bits per byte at each length (`counts`: UTF-8 bytes per token of a Hugging Face run's stream), and the
+    RoPE scaling each length was scored with (`scaling_L<n>`, `scaling_fields`)."""
+    out: dict[str, Any] = {}
     for length in lengths:
+        out[f"scaling_L{length}"] = scaling_fields(make_scaling(length))
         if evaluator.undefined_reason(length, evaluator.resolve(method, length)):
             out[f"bpb_L{length}"] = None
             continue
@@ -167,18 +170,28 @@ def _bpb_rows(evaluator: Evaluator, stream: np.ndarray, lengths: Sequence[int], 
     return out
 
 
-def missing_lengths(record: dict[str, Any] | None, key: dict[str, Any], lengths: Sequence[int]) -> list[int]:
+def scaling_fields(scaling: RopeScaling) -> dict[str, Any]:
+    """A RopeScaling as the JSON a record keeps (tuples as lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(scaling)))
+
+
+def missing_lengths(record: dict[str, Any] | None, key: dict[str, Any], lengths: Sequence[int],
+                    scaling_at: Callable[[int], RopeScaling] | None = None) -> list[int]:
     """The lengths a point still needs: none if `record` is done for the same `key` (what it was computed
     from: config or run and step, scaling, split, bytes) at every length; the missing ones if only lengths
-    were added; all of them otherwise (another key, a failed or unfinished record)."""
+    were added; all of them otherwise (another key, a failed or unfinished record). With `scaling_at`, a length
+    whose recorded scaling (`scaling_L<n>`) is not the one it resolves to now (a named scaling whose meaning
+    changed, or a record that kept none) is missing too."""
     if not record or record.get("status") != "done" or record.get("key") != key:
         return list(lengths)
-    return [n for n in lengths if f"bpb_L{n}" not in record]
+    return [n for n in lengths if f"bpb_L{n}" not in record
+            or (scaling_at is not None and record.get(f"scaling_L{n}") != scaling_fields(scaling_at(n)))]
 
 
-def _record(old: dict[str, Any] | None, key: dict[str, Any], lengths: Sequence[int], base: dict[str, Any]):
+def _record(old: dict[str, Any] | None, key: dict[str, Any], lengths: Sequence[int], base: dict[str, Any],
+            scaling_at: Callable[[int], RopeScaling] | None = None):
     """The record to extend (the old one when only lengths are missing) or a fresh one."""
-    todo = missing_lengths(old, key, lengths)
+    todo = missing_lengths(old, key, lengths, scaling_at)
     if old and old.get("status") == "done" and old.get("key") == key:
         return dict(old), todo
     return {**base, "key": key, "status": "running"}, todo
@@ -286,7 +299,8 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
         point_key = json.loads(json.dumps({**key, "point": point}))  # the exact values, not the rounded name
         record, todo = _record(_read(path), point_key, lengths, {
             "name": name, "point": point, "mode": "eval", "run": workdir, "step": run.step, "scaling": scaling,
-            "split": split, "num_bytes": nb, "train_len": run.train_len})
+            "split": split, "num_bytes": nb, "train_len": run.train_len},
+            lambda n, point=point: eval_scaling(run, point, scaling, n))
         if not todo:
             records.append(record)
             continue

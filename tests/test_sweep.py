@@ -125,6 +125,19 @@ def test_eval_sweep_extends_lengths_and_recomputes_for_other_bytes(trained_run, 
     assert more["bpb_L32"] == first["bpb_L32"] and more["bpb_L64"] > 0
     other = sweep.run_eval_sweep(str(trained_run), root, points, lengths=[64], num_bytes=64 * 4, progress=False)[0]
     assert other["num_bytes"] == 256 and "bpb_L32" not in other and other["bpb_L64"] != more["bpb_L64"]
+    # a length scored under another scaling than it resolves to now (a named scaling whose meaning changed), or
+    # with none recorded (an older record), is scored again
+    sweep.run_eval_sweep(str(trained_run), root, points, lengths=[32, 64], num_bytes=128, progress=False)
+    path = pathlib.Path(root) / "points" / f"{points[0][0]}.json"
+    stale = json.loads(path.read_text())
+    assert stale["scaling_L32"]["factor"] == 2.0
+    stale["scaling_L32"]["factor"], stale["bpb_L32"], stale["bpb_L64"] = 3.0, 99.0, 98.0
+    del stale["scaling_L64"]
+    path.write_text(json.dumps(stale))
+    again = sweep.run_eval_sweep(str(trained_run), root, points, lengths=[32, 64], num_bytes=128, progress=False)[0]
+    assert (again["bpb_L32"], again["bpb_L64"]) == (first["bpb_L32"], more["bpb_L64"])
+    assert again["scaling_L64"] == sweep.scaling_fields(sweep.eval_scaling(ev.load_run(str(trained_run)), {"factor": 2.0},
+                                                                           "yarn", 64))
 
 
 def sweep_script(*args):
