@@ -142,12 +142,12 @@ def rope_cos_sin(positions, inv_freq, *, attention_factor=1.0, original_inv_freq
     arguments of `apply_rope`), materialized as tables (`_materialize`)."""
     ft = rope_angles_dtype(inv_freq)
     if inv_freq_lo is not None and jnp.shape(inv_freq_lo) != jnp.shape(inv_freq):
-        raise ValueError(f"apply_rope: inv_freq_lo {jnp.shape(inv_freq_lo)} must match inv_freq {jnp.shape(inv_freq)}")
+        raise ValueError(f"rope_cos_sin (as apply_rope): inv_freq_lo {jnp.shape(inv_freq_lo)} must match inv_freq {jnp.shape(inv_freq)}")
     angles = rope_angles(positions, inv_freq, inv_freq_lo)  # [..., T, r]
     if original_inv_freq is not None:
         original = jnp.asarray(original_inv_freq, ft)
         if original.shape != jnp.shape(inv_freq):
-            raise ValueError(f"apply_rope: original_inv_freq {original.shape} must match inv_freq {jnp.shape(inv_freq)}")
+            raise ValueError(f"rope_cos_sin (as apply_rope): original_inv_freq {original.shape} must match inv_freq {jnp.shape(inv_freq)}")
         pos = jnp.asarray(positions).astype(ft)[..., None]
         angles = jnp.where(pos < unscaled_positions, rope_angles(positions, original), angles)
     return _materialize(jnp.cos(angles) * attention_factor, jnp.sin(angles) * attention_factor)

@@ -237,3 +237,15 @@ def test_table_lookup_equals_computed_rotation(layout):
     assert np.isnan(outside[0, 0, :, :8]).all() and np.isfinite(outside[0, 1:]).all()
     with pytest.raises(ValueError, match="positions must be integers"):
         apply_rope_table(x, positions.astype(jnp.float32), table, layout)
+
+
+def test_rope_cos_sin_names_a_mismatched_argument():
+    """rope_cos_sin (apply_rope's tables) refuses an inv_freq_lo or original_inv_freq of another shape than
+    inv_freq, naming the argument."""
+    from posenc.rope import rope_cos_sin
+
+    inv = np.ones(4, np.float32)
+    with pytest.raises(ValueError, match=r"rope_cos_sin .*inv_freq_lo \(3,\) must match inv_freq \(4,\)"):
+        rope_cos_sin(np.arange(8), inv, inv_freq_lo=np.ones(3, np.float32))
+    with pytest.raises(ValueError, match=r"rope_cos_sin .*original_inv_freq \(2,\) must match inv_freq \(4,\)"):
+        rope_cos_sin(np.arange(8), inv, original_inv_freq=np.ones(2, np.float32), unscaled_positions=4)
