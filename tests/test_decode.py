@@ -1,6 +1,7 @@
 """Cached decoding equals the full forward pass for every encoding, static and dynamic scalings included."""
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -149,3 +150,30 @@ def test_rotate_at_use_step_computes_its_sines_once_for_all_layers():
         return step.as_text().count("stablehlo.sine")
 
     assert sines(1, 1, 16) == sines(4, 4, 64) >= 1
+
+
+@pytest.mark.parametrize("rotate_at_use", [False, True])
+def test_a_decoding_step_never_transposes_the_cache(rotate_at_use):
+    """The KV cache is kept head-major `[B, N, S, H]`, attention's layout: a decoding step writes the new key
+    and value into it and attends over it without a transpose of anything of the cache's size (only the
+    step's own key, query and output are transposed)."""
+    graphdef, params = model_parts("rope")
+    model = nnx.merge(graphdef, params)
+    cache = model.init_cache(2, 64, rotate_at_use=rotate_at_use)
+    schedule = decode.rope_schedule(model.cfg, posenc.RopeScaling(), 64)
+
+    def step(params, cache, token):
+        return nnx.merge(graphdef, params)(token, jnp.array([[5]]), seq_len=64, rope=schedule.at(5, 0), cache=cache)
+
+    eqns = []
+
+    def walk(jaxpr):
+        for e in jaxpr.eqns:
+            eqns.append(e)
+            for sub in jax.extend.core.jaxprs_in_params(e.params):
+                walk(sub)
+
+    walk(jax.make_jaxpr(step)(params, cache, tokens(1)).jaxpr)
+    transposed = [tuple(e.invars[0].aval.shape) for e in eqns if e.primitive.name == "transpose"]
+    assert transposed and all(64 not in shape for shape in transposed), transposed
+    assert any(e.primitive.name == "dynamic_update_slice" for e in eqns)  # written in place, head-major
