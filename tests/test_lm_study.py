@@ -165,6 +165,15 @@ def test_study_jobs_end_to_end(tmp_path):
     assert "| RoPE − n-gram | " + " | ".join(f"{gain[a:b].mean():+.3f}" for a, b in report.bands_of(report.Study(
         report.load(results), list(plan.values()), s))) + " |" in text
 
+    assert "Not run yet (`bash experiments/lm_study/bf16_pilot.sh`)" in text
+    pilot = {"config": "c", "threads": 1, "float32": {"step": 8, "val_bpb": 2.5, "median_tokens_per_s": 1000.0},
+             "bfloat16": {"step": 8, "val_bpb": 2.51, "median_tokens_per_s": 1500.0}, "bpb_difference": 0.01,
+             "bound": 0.02, "within_bound": True, "speedup": 1.5, "cpu": "X"}
+    (tmp_path / "pilot").mkdir()
+    (tmp_path / "pilot" / "bf16.json").write_text(json.dumps(pilot))
+    rendered = report.write_report(results, list(plan.values()), s, out=tmp_path)
+    assert "validation 2.500 bits per byte in float32 and 2.510 in bf16 (+0.010; within the 0.02 bound" in rendered
+    assert "bf16 is 1.50× float32 on this CPU. The study's runs so far: float32 (`model.dtype`)." in rendered
     # a second RoPE seed without its family or a learned partner: claims pair seeds, nothing breaks
     fake = dict(main, job={**main["job"], "seed": 1, "name": "iambic-rope-s1"})
     (results / "iambic-rope-s1.json").write_text(json.dumps(fake))

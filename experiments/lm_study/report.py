@@ -209,6 +209,23 @@ def lr_section(st: Study) -> str:
     return _table(["encoding"] + [f"lr {lr:g}" + (" (edge)" if lr in edge else "") for lr in lrs] + ["chosen"], rows)
 
 
+def pilot_section(folder: pathlib.Path, st: Study) -> str:
+    """The bf16 pilot (bf16_pilot.sh: RoPE's 3e-3 check trained in float32 and in bf16 at once, one core each)."""
+    path = folder / "bf16.json"
+    if not path.exists():
+        return "Not run yet (`bash experiments/lm_study/bf16_pilot.sh`)."
+    r = json.loads(path.read_text())
+    f32, bf16 = r["float32"], r["bfloat16"]
+    return (f"`{r['config']}`, step {f32['step']}, {r['cpu']}, {r['threads']} XLA thread each (`pilot/bf16.json`): "
+            f"validation {f32['val_bpb']:.3f} bits per byte in float32 and {bf16['val_bpb']:.3f} in bf16 "
+            f"({r['bpb_difference']:+.3f}; {'within' if r['within_bound'] else 'outside'} the {r['bound']} bound of "
+            f"the benchmarks' quality check; one seed), at {f32['median_tokens_per_s']:,.0f} and "
+            f"{bf16['median_tokens_per_s']:,.0f} tokens/s (median over logged steps): bf16 is "
+            f"{r['speedup']:.2f}× float32 on this CPU. The study's runs so far: "
+            + (", ".join(sorted({x["config"]["model"]["dtype"] for x in st.r.values() if "config" in x})) or "none")
+            + " (`model.dtype`).")
+
+
 def corpus_section(st: Study, corpus: str, fig_dir: pathlib.Path) -> tuple[str, dict]:
     encs = st.encodings(corpus)
     if not encs:
@@ -728,6 +745,10 @@ grid step past that end ("edge"; "not needed" where the best is inside the grid)
 edge check is not bracketed, and its row says so.
 
 {lr_section(st)}
+
+## bf16 pilot
+
+{pilot_section(results.parent / "pilot", st)}
 
 {(chr(10) * 2).join(sections)}
 
