@@ -106,15 +106,21 @@ def _softmax_attend_bwd(residuals, d_out):
 _softmax_attend.defvjp(_softmax_attend_fwd, _softmax_attend_bwd)
 
 
-def _bias(q_pos, k_pos, bias_fn, q, k, window=None, keep=None, bias_pos=None):
-    """The causal mask from positions (0 or −3.4e38; with `window`, keys at distance ≥ window are masked
-    too; with `keep` `[B|1, 1, Tq, Tk]` bool, only those pairs stay visible), plus `bias_fn(q_pos, k_pos,
-    q, k, visible)` (at `bias_pos = (q_pos', k_pos')` if given): `[B|1, N|1, Tq, Tk]`."""
+def _visible(q_pos, k_pos, window=None, keep=None):
+    """The pairs attention may score, `[B|1, 1, Tq, Tk]` bool: causal by position, keys at position ≥ 0, at
+    distance < `window` if given, and only the `keep` pairs if given."""
     visible = (k_pos[:, None, None, :] <= q_pos[:, None, :, None]) & (k_pos[:, None, None, :] >= 0)
     if window is not None:
         visible &= q_pos[:, None, :, None] - k_pos[:, None, None, :] < window
     if keep is not None:
         visible &= keep
+    return visible
+
+
+def _bias(q_pos, k_pos, bias_fn, q, k, window=None, keep=None, bias_pos=None):
+    """The causal mask from positions (0 or −3.4e38 outside `_visible(q_pos, k_pos, window, keep)`), plus
+    `bias_fn(q_pos, k_pos, q, k, visible)` (at `bias_pos = (q_pos', k_pos')` if given): `[B|1, N|1, Tq, Tk]`."""
+    visible = _visible(q_pos, k_pos, window, keep)
     bias = jnp.where(visible, 0.0, _MASKED).astype(jnp.float32)  # float64 scores promote it
     if bias_fn is not None:
         bias = bias + bias_fn(*(bias_pos or (q_pos, k_pos)), q, k, visible)
@@ -133,12 +139,19 @@ class Far(NamedTuple):
     visible: Callable
 
 
-def _two_branch_attend(q, k, qf, kf, v, bias_near, bias_far, use_near):
-    """softmax(where(use_near, q kᵀ + bias_near, qf kfᵀ + bias_far)) v: the merge of Self-Extend's and
+def _far_scores(qf, kf, bias_far, far_visible, acc):
+    """qf kfᵀ + bias_far where the far branch may score (`far_visible`), masked elsewhere. The far positions
+    of the pairs it never scores may lie outside a rotation table (LM-Infinite's query at L in range), whose
+    NaN must not reach the softmax through a masked score."""
+    s_far = jnp.einsum("bnqh,bnkh->bnqk", qf, kf, preferred_element_type=acc) + bias_far
+    return jnp.where(far_visible, s_far, jnp.asarray(_MASKED, s_far.dtype))
+
+
+def _two_branch_attend(q, k, v, bias_near, s_far, use_near):
+    """softmax(where(use_near, q kᵀ + bias_near, s_far)) v (`_far_scores`): the merge of Self-Extend's and
     ReRoPE's references (one softmax over the merged scores). Inference only: plain autodiff."""
     acc = _acc(q.dtype)
     s_near = jnp.einsum("bnqh,bnkh->bnqk", q, k, preferred_element_type=acc) + bias_near
-    s_far = jnp.einsum("bnqh,bnkh->bnqk", qf, kf, preferred_element_type=acc) + bias_far
     p = jax.nn.softmax(jnp.where(use_near, s_near, s_far), axis=-1)
     return _einsum("bnqk,bnkh->bnqh", p.astype(v.dtype), v)
 
@@ -165,7 +178,8 @@ def _attend(q, k, v, q_pos, k_pos, bias_fn, window=None, near_fn=None, far=None)
         return _softmax_attend(q, k, v, bias)
     far_keep = ~keep & far.visible(q_pos, k_pos)
     bias_far = _bias(q_pos, k_pos, bias_fn, far.q, far.k, window, far_keep, bias_pos=(far.q_pos, far.k_pos))
-    return _two_branch_attend(q, k, far.q, far.k, v, bias, bias_far, keep)
+    s_far = _far_scores(far.q, far.k, bias_far, _visible(q_pos, k_pos, window, far_keep), _acc(q.dtype))
+    return _two_branch_attend(q, k, v, bias, s_far, keep)
 
 
 IMPLEMENTATIONS = ("auto", "posenc", "xla", "cudnn")
@@ -289,9 +303,8 @@ def _tiled_attend(q, q_pos, keys, pos_tiles, block, bias_fn, window=None, near_f
             if far is not None:
                 fkt = jax.lax.dynamic_slice_in_dim(fk_all, j * block, block, axis=2)
                 far_keep = ~keep & far.visible(q_pos, kp)
-                s_far = jnp.einsum("bnqh,bnkh->bnqk", far.q, fkt, preferred_element_type=acc) + _bias(
-                    q_pos, kp, bias_fn, far.q, fkt, window, far_keep, bias_pos=(far.q_pos, fkp))
-                s = jnp.where(keep, s, s_far)
+                bias_far = _bias(q_pos, kp, bias_fn, far.q, fkt, window, far_keep, bias_pos=(far.q_pos, fkp))
+                s = jnp.where(keep, s, _far_scores(far.q, fkt, bias_far, _visible(q_pos, kp, window, far_keep), acc))
             m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
             p = jnp.exp(s - m_new)
             scale = jnp.exp(m - m_new)

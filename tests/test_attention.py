@@ -314,3 +314,30 @@ def test_swap_last_copy_is_swapaxes_with_its_gradient(dtype, shape):
     np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(x.swapaxes(-1, -2), np.float32))
     grad = jax.grad(lambda a: jnp.sum(swap_last_copy(a).astype(jnp.float32) * g))(x)
     np.testing.assert_array_equal(np.asarray(grad, np.float32), np.asarray(g.swapaxes(-1, -2).astype(dtype), np.float32))
+
+
+@pytest.mark.parametrize("kw", [{}, {"chunk_size": 8, "key_block": 8}], ids=["whole", "tiled"])
+def test_a_far_branch_never_leaks_nan_from_pairs_it_may_not_score(kw):
+    """The far branch's inputs at pairs it never scores may be NaN (LM-Infinite's query rotated at L, outside
+    the rotation table when the window is the training length): with every key within the window and empty
+    cache slots (position −1, at distance L from the last query: neither near nor visible), the output is the
+    plain attention's, finite; the far scores it does use still count."""
+    rng = np.random.default_rng(0)
+    b, t, n, h, empty = 1, 24, 2, 8, 3
+    q, k, v = (jnp.asarray(rng.standard_normal((b, t + empty, n, h)), jnp.float32) for _ in range(3))
+    q = q[:, :t]
+    q_pos = jnp.arange(t)[None]
+    k_pos = jnp.concatenate([jnp.full((1, empty), -1), q_pos], axis=1)  # a cache's empty slots first
+    far = attention_mod.Far(q=jnp.full_like(q, jnp.nan), k=k, q_pos=q_pos, k_pos=jnp.maximum(k_pos, 0),
+                            visible=lambda i, j: jnp.broadcast_to(j[:, None, None, :] < 2,
+                                                                  (1, 1, i.shape[1], j.shape[1])))
+
+    def within(w):
+        return lambda i, j: i[:, None, :, None] - j[:, None, None, :] < w
+
+    plain = attention(q, k, v, q_pos, k_pos, **kw)
+    np.testing.assert_allclose(attention(q, k, v, q_pos, k_pos, near_fn=within(t), far=far, **kw), plain,
+                               rtol=1e-5, atol=1e-6)
+    # a window of 4: the far pairs (keys 0 and 1) are scored, and a NaN far query shows where it is used
+    out = np.asarray(attention(q, k, v, q_pos, k_pos, near_fn=within(4), far=far, **kw))
+    assert np.isfinite(out[:, :4]).all() and np.isnan(out[:, 4:]).all()  # query 4 is the first to see key 0 far
