@@ -221,7 +221,12 @@ def pilot_section(folder: pathlib.Path, st: Study) -> str:
             f"({r['bpb_difference']:+.3f}; {'within' if r['within_bound'] else 'outside'} the {r['bound']} bound of "
             f"the benchmarks' quality check; one seed), at {f32['median_tokens_per_s']:,.0f} and "
             f"{bf16['median_tokens_per_s']:,.0f} tokens/s (median over logged steps): bf16 is "
-            f"{r['speedup']:.2f}× float32 on this CPU. The study's runs so far: "
+            f"{r['speedup']:.2f}× float32 on this CPU. "
+            + "".join(f"The study's own check (`{name}`, float32, {x['cpu']}) ended at {x['val_bpb']:.3f} "
+                      f"({x['val_bpb'] - f32['val_bpb']:+.3f} from this pilot's float32): the same config in float32 "
+                      "on another CPU kind differs by that much. " for name, x in st.r.items()
+                      if name == "lr-rope-0.003" and x.get("val_bpb") is not None and x.get("cpu") != r["cpu"])
+            + "The study's runs so far: "
             + (", ".join(sorted({x["config"]["model"]["dtype"] for x in st.r.values() if "config" in x})) or "none")
             + " (`model.dtype`).")
 
