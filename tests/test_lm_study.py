@@ -173,7 +173,10 @@ def test_study_jobs_end_to_end(tmp_path):
     (tmp_path / "pilot" / "bf16.json").write_text(json.dumps(pilot))
     rendered = report.write_report(results, list(plan.values()), s, out=tmp_path)
     assert "validation 2.500 bits per byte in float32 and 2.510 in bf16 (+0.010; within the 0.02 bound" in rendered
-    assert "bf16 is 1.50× float32 on this CPU. The study's runs so far: float32 (`model.dtype`)." in rendered
+    check = read["lr-rope-0.003"]  # the study's own float32 check of the same config, on another CPU kind ("X")
+    assert (f"bf16 is 1.50× float32 on this CPU. The study's own check (`lr-rope-0.003`, float32, {check['cpu']}) "
+            f"ended at {check['val_bpb']:.3f} ({check['val_bpb'] - 2.5:+.3f} from this pilot's float32)") in rendered
+    assert "The study's runs so far: float32 (`model.dtype`)." in rendered
     # a second RoPE seed without its family or a learned partner: claims pair seeds, nothing breaks
     fake = dict(main, job={**main["job"], "seed": 1, "name": "iambic-rope-s1"})
     (results / "iambic-rope-s1.json").write_text(json.dumps(fake))
