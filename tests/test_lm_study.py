@@ -171,7 +171,7 @@ def test_study_jobs_end_to_end(tmp_path):
              "bound": 0.02, "within_bound": True, "speedup": 1.5, "cpu": "X"}
     (tmp_path / "pilot").mkdir()
     (tmp_path / "pilot" / "bf16.json").write_text(json.dumps(pilot))
-    rendered = report.write_report(results, list(plan.values()), s, out=tmp_path)
+    rendered = report.pilot_section(tmp_path / "pilot", report.Study(report.load(results), list(plan.values()), s))
     assert "validation 2.500 bits per byte in float32 and 2.510 in bf16 (+0.010; within the 0.02 bound" in rendered
     check = read["lr-rope-0.003"]  # the study's own float32 check of the same config, on another CPU kind ("X")
     assert (f"bf16 is 1.50× float32 on this CPU. The study's own check (`lr-rope-0.003`, float32, {check['cpu']}) "
