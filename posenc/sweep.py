@@ -159,10 +159,10 @@ def _bpb_rows(evaluator: Evaluator, stream: np.ndarray, lengths: Sequence[int], 
     RoPE scaling each length was scored with (`scaling_L<n>`, `scaling_fields`)."""
     out: dict[str, Any] = {}
     for length in lengths:
-        out[f"scaling_L{length}"] = scaling_fields(make_scaling(length))
         if evaluator.undefined_reason(length, evaluator.resolve(method, length)):
             out[f"bpb_L{length}"] = None
             continue
+        out[f"scaling_L{length}"] = scaling_fields(make_scaling(length))
         x, y = data.eval_windows(stream, length=length, num_bytes=num_bytes)
         nll = evaluator.nll(x, y, make_scaling(length), method)
         per_unit = nll.mean() if counts is None else nll.sum() / counts[1:num_bytes + 1].sum()
@@ -179,13 +179,15 @@ def missing_lengths(record: dict[str, Any] | None, key: dict[str, Any], lengths:
                     scaling_at: Callable[[int], RopeScaling] | None = None) -> list[int]:
     """The lengths a point still needs: none if `record` is done for the same `key` (what it was computed
     from: config or run and step, scaling, split, bytes) at every length; the missing ones if only lengths
-    were added; all of them otherwise (another key, a failed or unfinished record). With `scaling_at`, a length
-    whose recorded scaling (`scaling_L<n>`) is not the one it resolves to now (a named scaling whose meaning
-    changed, or a record that kept none) is missing too."""
+    were added; all of them otherwise (another key, a failed or unfinished record). With `scaling_at`, a scored
+    length whose recorded scaling (`scaling_L<n>`) is not the one it resolves to now (a named scaling whose
+    meaning changed, or a record that kept none) is missing too. (Train sweeps pass none: their run must exist
+    before a scaling resolves.)"""
     if not record or record.get("status") != "done" or record.get("key") != key:
         return list(lengths)
-    return [n for n in lengths if f"bpb_L{n}" not in record
-            or (scaling_at is not None and record.get(f"scaling_L{n}") != scaling_fields(scaling_at(n)))]
+    return [n for n in lengths if f"bpb_L{n}" not in record or (
+        scaling_at is not None and record[f"bpb_L{n}"] is not None
+        and record.get(f"scaling_L{n}") != scaling_fields(scaling_at(n)))]
 
 
 def _record(old: dict[str, Any] | None, key: dict[str, Any], lengths: Sequence[int], base: dict[str, Any],
@@ -297,14 +299,14 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
         path = pathlib.Path(root) / "points" / f"{name}.json"
         point_key = json.loads(json.dumps({**key, "point": point}))  # the exact values, not the rounded name
-        record, todo = _record(_read(path), point_key, lengths, {
-            "name": name, "point": point, "mode": "eval", "run": workdir, "step": run.step, "scaling": scaling,
-            "split": split, "num_bytes": nb, "train_len": run.train_len},
-            lambda n, point=point: eval_scaling(run, point, scaling, n))
-        if not todo:
-            records.append(record)
-            continue
-        try:
+        record = {"name": name, "point": point, "mode": "eval", "run": workdir, "step": run.step, "scaling": scaling,
+                  "split": split, "num_bytes": nb, "train_len": run.train_len, "status": "running"}
+        try:  # one failing point must not stop the sweep
+            record, todo = _record(_read(path), point_key, lengths, record,
+                                   lambda n, point=point: eval_scaling(run, point, scaling, n))
+            if not todo:
+                records.append(record)
+                continue
             record.update(_bpb_rows(ev, stream, todo, nb, lambda n: eval_scaling(run, point, scaling, n),
                                     eval_method(point, method), counts if hf_model else None), status="done")
         except Exception as e:  # noqa: BLE001

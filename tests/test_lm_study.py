@@ -157,9 +157,10 @@ def test_study_jobs_end_to_end(tmp_path):
     gap = next(line for line in text.splitlines() if "max /dynamic − none/" in line)  # (| is / in a table)
     assert "nan" not in gap.split("max /dynamic − none/")[1].split("|")[0]  # dynamic_ntk, scored per prefix
     assert "RoPE's loss keeps falling with position" in text and "| not measured yet |" in text  # no NoPE: no power
-    # the gain over the n-gram by band: the run's in-range curve minus the n-gram's on the same test windows
+    # the loss relative to the n-gram by band: the run's in-range curve minus the n-gram's on the same test
+    # windows (documents cut to multiples of L0, as the in-range evaluation cut them)
     l0 = s.lengths[0]
-    segs = ev.Scored.by_document(data.load_corpus(s.data_path).documents("test"), s.lengths[-1])
+    segs = ev.Scored.by_document(data.load_corpus(s.data_path).documents("test"), l0)
     gain = (np.asarray(main["eval"]["per_position"][f"iambic-rope-s0|none@{l0}"]) / math.log(2)
             - ev.ngram_curve(s.data_path, None, segs, l0))
     assert "| RoPE − n-gram | " + " | ".join(f"{gain[a:b].mean():+.3f}" for a, b in report.bands_of(report.Study(

