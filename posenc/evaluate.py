@@ -591,8 +591,8 @@ def ngram_curve(path: str, cache_dir: str | None, scored: Scored, length: int) -
     """The n-gram floor's mean bits at each position of `scored`'s non-overlapping windows of `length`: `[length]`.
 
     Past its context (a few bytes) the n-gram is blind to the position, so its curve is the difficulty of the
-    text found at each position of these windows. A model's curve on the same windows minus this one is its gain
-    over the n-gram at each position with that difficulty taken out: how much context the model uses.
+    text found at each position of these windows. A model's curve on the same windows minus this one is its loss
+    relative to the n-gram at each position, that difficulty taken out: how much context the model uses.
     """
     model, context, _ = ngram_baseline(path, cache_dir)
     x, y, _ = scored.windows(length)

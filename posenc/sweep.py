@@ -162,9 +162,10 @@ def _bpb_rows(evaluator: Evaluator, stream: np.ndarray, lengths: Sequence[int], 
         if evaluator.undefined_reason(length, evaluator.resolve(method, length)):
             out[f"bpb_L{length}"] = None
             continue
-        out[f"scaling_L{length}"] = scaling_fields(make_scaling(length))
+        scaling = make_scaling(length)
+        out[f"scaling_L{length}"] = scaling_fields(scaling)
         x, y = data.eval_windows(stream, length=length, num_bytes=num_bytes)
-        nll = evaluator.nll(x, y, make_scaling(length), method)
+        nll = evaluator.nll(x, y, scaling, method)
         per_unit = nll.mean() if counts is None else nll.sum() / counts[1:num_bytes + 1].sum()
         out[f"bpb_L{length}"] = float(per_unit) / LN2
     return out
