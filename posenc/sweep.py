@@ -182,8 +182,8 @@ def missing_lengths(record: dict[str, Any] | None, key: dict[str, Any], lengths:
     from: config or run and step, scaling, split, bytes) at every length; the missing ones if only lengths
     were added; all of them otherwise (another key, a failed or unfinished record). With `scaling_at`, a scored
     length whose recorded scaling (`scaling_L<n>`) is not the one it resolves to now (a named scaling whose
-    meaning changed, or a record that kept none) is missing too. (Train sweeps pass none: their run must exist
-    before a scaling resolves.)"""
+    meaning changed, or a record that kept none) is missing too (a train sweep checks it once the point's run
+    exists)."""
     if not record or record.get("status") != "done" or record.get("key") != key:
         return list(lengths)
     return [n for n in lengths if f"bpb_L{n}" not in record or (
@@ -225,10 +225,13 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
             key = {"config": json.loads(json.dumps(defining_fields(config))), "train_steps": config.train_steps,
                    "scaling": scaling, "split": "test", "num_bytes": nb}
             record, todo = _record(old, key, lengths, record)
+            workdir = str(pathlib.Path(root) / name)
+            if not todo and pathlib.Path(workdir).exists():  # each length's scaling as it resolves now
+                trained = load_run(workdir, name)
+                todo = missing_lengths(old, key, lengths, lambda n: scaling_for(trained, scaling, n))
             if not todo:
                 records.append(record)
                 continue
-            workdir = str(pathlib.Path(root) / name)
             train_fn(config, workdir)
             run = load_run(workdir, name)
             ev = Evaluator(run)

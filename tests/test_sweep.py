@@ -110,6 +110,14 @@ def test_train_sweep_reuses_a_point_only_for_its_config_and_extends_lengths(tiny
     # more lengths: the point is extended, its old number kept
     extended = sweep.run_train_sweep(base, str(tmp_path), points, lengths=[32, 64], num_bytes=128, progress=False)[0]
     assert extended["bpb_L32"] == first["bpb_L32"] and extended["bpb_L64"] > 0 and extended["status"] == "done"
+    # a length scored under another scaling than it resolves to now is scored again (the run is not retrained)
+    path = tmp_path / points[0][0] / "sweep_point.json"
+    stale = json.loads(path.read_text())
+    stale["scaling_L64"]["factor"], stale["bpb_L64"] = 3.0, 99.0
+    path.write_text(json.dumps(stale))
+    again = sweep.run_train_sweep(base, str(tmp_path), points, lengths=[32, 64], num_bytes=128, progress=False,
+                                  train_fn=lambda config, workdir: None)[0]
+    assert (again["bpb_L32"], again["bpb_L64"]) == (first["bpb_L32"], extended["bpb_L64"])
     # another base config: never the old numbers; the run directory refuses to become another run
     longer = tiny_config(train_steps=6)
     rerun = sweep.run_train_sweep(longer, str(tmp_path), points, lengths=[32, 64], num_bytes=128, progress=False)[0]
