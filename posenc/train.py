@@ -91,18 +91,33 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
     jax.distributed.initialize(**values)
 
 
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """AdamW (decay on matrices only) with linear warmup, cosine decay to lr·min_lr_ratio, and clipping."""
+def make_optimizer(config: ml_collections.ConfigDict):
+    """`(tx, schedule)`: AdamW (decay on matrices only) with linear warmup, cosine decay to lr·min_lr_ratio, and
+    clipping, and its learning-rate schedule. The same hyperparameters give the same objects within a process,
+    so that runs which share them share the train step's trace (`make_train_step`)."""
+    return _optimizer(config.learning_rate, config.warmup_steps,
+                      max(schedule_steps(config), config.warmup_steps + 1), config.min_lr_ratio, config.grad_clip,
+                      config.b1, config.b2, config.weight_decay)
+
+
+@functools.lru_cache(maxsize=16)
+def _optimizer(learning_rate, warmup_steps, decay_steps, min_lr_ratio, grad_clip, b1, b2, weight_decay):
     schedule = optax.warmup_cosine_decay_schedule(
-        init_value=0.0, peak_value=config.learning_rate, warmup_steps=config.warmup_steps,
-        decay_steps=max(schedule_steps(config), config.warmup_steps + 1),
-        end_value=config.learning_rate * config.min_lr_ratio,
+        init_value=0.0, peak_value=learning_rate, warmup_steps=warmup_steps, decay_steps=decay_steps,
+        end_value=learning_rate * min_lr_ratio,
     )
     decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)  # noqa: E731
     return optax.chain(
-        optax.clip_by_global_norm(config.grad_clip),
-        optax.adamw(schedule, b1=config.b1, b2=config.b2, weight_decay=config.weight_decay, mask=decay_mask),
+        optax.clip_by_global_norm(grad_clip),
+        optax.adamw(schedule, b1=b1, b2=b2, weight_decay=weight_decay, mask=decay_mask),
     ), schedule
+
+
+@functools.lru_cache(maxsize=32)
+def _jit(fn):
+    """One jitted wrapper per function in a process (an optimizer's `init` and schedule: one program each
+    instead of one per eager op, traced once per optimizer)."""
+    return jax.jit(fn)
 
 
 def _logits(graphdef, params, inputs, positions=None, seq_len=None):
@@ -128,8 +143,20 @@ def make_train_step(graphdef, tx, shardings=None, seq_len=None):
     metrics: `loss` (mean NLL before the update), `grad_norm`, and `finite`: whether the loss (and its
     perplexity, `MAX_NLL`), the gradient norm and every updated parameter are finite (a finite loss can still
     be followed by an update that overflows the weights). `shardings`: optional (params, opt_state) shardings
-    the updated state keeps (FSDP); None leaves the layout to XLA.
+    the updated state keeps (FSDP); None leaves the layout to XLA, and then one step is made per (graphdef, tx,
+    seq_len) in a process, so that runs of one model and optimizer share its trace.
     """
+    if shardings is None:
+        return _train_step(graphdef, tx, seq_len)
+    return _make_train_step(graphdef, tx, shardings, seq_len)
+
+
+@functools.lru_cache(maxsize=16)
+def _train_step(graphdef, tx, seq_len):
+    return _make_train_step(graphdef, tx, None, seq_len)
+
+
+def _make_train_step(graphdef, tx, shardings, seq_len):
     def loss_fn(params, inputs, targets, weights, positions):
         total, count = cross_entropy(graphdef, params, inputs, targets, weights, positions, seq_len)
         return total / jnp.maximum(count, 1)
@@ -321,7 +348,7 @@ def _restore_or_init(workdir: pathlib.Path, mngr, cfg, config, tx, abstract_para
     params = checkpoint.init_params(cfg, config.seed)
     if config.init_from:
         params = _init_from(config.init_from, cfg, params)
-    return 0, params, jax.jit(tx.init)(params), mngr  # one program, not one per parameter's zeros
+    return 0, params, _jit(tx.init)(params), mngr
 
 
 def fsdp_size(config: ml_collections.ConfigDict) -> int:
@@ -367,7 +394,7 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
     batch_sharding = sharding.batch_sharding(mesh)
 
     tx, schedule = make_optimizer(config)
-    schedule = jax.jit(schedule)  # one program for the logged learning rate, not one per eager jnp op
+    schedule = _jit(schedule)
     graphdef, abstract_params = checkpoint.abstract_model(cfg)
     mngr = checkpoint.manager(workdir_path, keep=config.keep_checkpoints)
     info = read_run_info(workdir_path)
