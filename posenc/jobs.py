@@ -18,6 +18,7 @@ look at, not a result to skip.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import signal
@@ -36,6 +37,41 @@ def write_atomic(path: pathlib.Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+SECONDS_KEY = "_seconds"  # in a parts file (`run_parts`): each part's own seconds
+
+
+def run_parts(path: pathlib.Path, parts: dict[str, Callable[[], dict]], stamp: tuple[str, str] | None = None
+              ) -> tuple[dict[str, dict], dict[str, float | None]]:
+    """Runs each of `parts` ({key: thunk returning a JSON-able result}) once, in order, keeping each finished
+    part in `path` (written atomically after every part), so that an interrupted job resumes with the parts it
+    has not finished. `stamp`: (field, value) the file records; a file recording another value (its parts were
+    computed from something else, e.g. parameters trained again) is started over.
+
+    Returns ({key: result} in the order of `parts`, {key: seconds}): each part's own computing time, from
+    whichever sitting ran it, so that their sum is the job's whole cost; None for a part kept in a file written
+    before parts were timed.
+    """
+    done = json.loads(path.read_text()) if path.exists() else {}
+    if stamp is not None and done.pop(stamp[0], stamp[1]) != stamp[1]:
+        done = {}
+    seconds = done.pop(SECONDS_KEY, {})
+    for key, thunk in parts.items():
+        if key not in done:
+            t0 = time.time()
+            done[key] = thunk()
+            seconds[key] = round(time.time() - t0, 1)
+            write_atomic(path, json.dumps({**done, SECONDS_KEY: seconds, **dict([stamp] if stamp else [])}))
+    return {key: done[key] for key in parts}, {key: seconds.get(key) for key in parts}
+
+
+def parts_timing(seconds: dict[str, float | None]) -> dict:
+    """`{"eval_s": the parts' summed seconds}`, plus `eval_untimed_parts` (their keys) when some part's time
+    was not recorded (`run_parts`): then eval_s is a lower bound."""
+    untimed = [k for k, v in seconds.items() if v is None]
+    out = {"eval_s": round(sum(v for v in seconds.values() if v is not None), 1)}
+    return {**out, "eval_untimed_parts": untimed} if untimed else out
 
 
 def process_start(pid: int) -> str | None:

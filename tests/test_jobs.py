@@ -197,3 +197,32 @@ def test_a_job_with_several_needs_starts_after_all_of_them(tmp_path):
     assert not (tmp_path / "pick.json").exists()
     assert jobs.work(plan, run, tmp_path, needs=lambda j: needs.get(j.name)) == ["b", "pick"]
     assert order == ["a", "b", "pick"]
+
+
+def test_parts_resume_sum_their_own_seconds_and_restart_under_another_stamp(tmp_path, monkeypatch):
+    """An interrupted job keeps its finished parts and their seconds; the next sitting runs only the rest, and
+    the timing sums every part's own seconds (not the last sitting's); another stamp starts over; a part kept by
+    a file without times makes eval_s a lower bound that names it."""
+    path, calls = tmp_path / "job.partial", []
+    clock = iter(range(0, 1000, 5))  # each time.time() call advances 5 s: each part takes 5 s
+    monkeypatch.setattr(jobs.time, "time", lambda: float(next(clock)))
+
+    def thunk(key, fail=False):
+        def run():
+            calls.append(key)
+            if fail:
+                raise RuntimeError("interrupted")
+            return {"rows": [key]}
+        return run
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        jobs.run_parts(path, {"a": thunk("a"), "b": thunk("b", fail=True)}, ("sha", "x"))
+    done, seconds = jobs.run_parts(path, {"a": thunk("a"), "b": thunk("b")}, ("sha", "x"))
+    assert calls == ["a", "b", "b"] and done == {"a": {"rows": ["a"]}, "b": {"rows": ["b"]}}
+    assert seconds == {"a": 5.0, "b": 5.0} and jobs.parts_timing(seconds) == {"eval_s": 10.0}
+    jobs.run_parts(path, {"a": thunk("a"), "b": thunk("b")}, ("sha", "y"))  # other parameters: both again
+    assert calls[3:] == ["a", "b"]
+    path.write_text('{"a": {"rows": ["old"]}, "sha": "y"}')  # a file from before parts were timed
+    done, seconds = jobs.run_parts(path, {"a": thunk("a"), "b": thunk("b")}, ("sha", "y"))
+    assert done["a"] == {"rows": ["old"]} and seconds == {"a": None, "b": 5.0}
+    assert jobs.parts_timing(seconds) == {"eval_s": 5.0, "eval_untimed_parts": ["a"]}

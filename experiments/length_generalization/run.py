@@ -164,36 +164,31 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     start = time.time()
     final = train_and_evaluate(config, str(runs / job.name))
     trained = time.time() - start
-    start = time.time()
     workdir = [str(runs / job.name)]
     partial_path = results / f"{job.name}.partial"  # parts evaluated so far (an interrupted job keeps them)
-    parts = json.loads(partial_path.read_text()) if partial_path.exists() else {}
 
-    def part(key, **kw):
-        if key not in parts:
-            parts[key] = evaluate_tasks(workdir, **kw)
-            jobs.write_atomic(partial_path, json.dumps(parts))
-        return parts[key]
+    def part(**kw):
+        return lambda: evaluate_tasks(workdir, **kw)
 
     if job.task == "passkey":  # the full depth grid for the plain model and the run's own scaling; coarser for the rest
         own = tuple(s for s in job.scalings if s in ("none", "run"))
-        result = dict(part("own", lengths=PASSKEY_LENGTHS, depths=DEPTHS, scalings=own, examples=_PASSKEY_EXAMPLES.value))
-        result["rows"] = list(result["rows"])
-        for s in (s for s in job.scalings if s not in own):
-            result["rows"] += part(f"scaling:{s}", lengths=PASSKEY_LENGTHS, depths=COARSE_DEPTHS, scalings=[s],
-                                   examples=_COARSE_EXAMPLES.value)["rows"]
-        for m in (m for m in job.methods if m != "none"):
-            result["rows"] += part(f"method:{m}", lengths=PASSKEY_LENGTHS, depths=COARSE_DEPTHS, scalings=["none"],
-                                   methods=[m], examples=_COARSE_EXAMPLES.value)["rows"]
+        parts = {"own": part(lengths=PASSKEY_LENGTHS, depths=DEPTHS, scalings=own, examples=_PASSKEY_EXAMPLES.value)}
+        parts.update({f"scaling:{s}": part(lengths=PASSKEY_LENGTHS, depths=COARSE_DEPTHS, scalings=[s],
+                                           examples=_COARSE_EXAMPLES.value) for s in job.scalings if s not in own})
+        parts.update({f"method:{m}": part(lengths=PASSKEY_LENGTHS, depths=COARSE_DEPTHS, scalings=["none"],
+                                          methods=[m], examples=_COARSE_EXAMPLES.value)
+                      for m in job.methods if m != "none"})
     else:
-        result = part("all", lengths=ALGO_LENGTHS, scalings=job.scalings, methods=job.methods,
-                      examples=_ALGO_EXAMPLES.value)
+        parts = {"all": part(lengths=ALGO_LENGTHS, scalings=job.scalings, methods=job.methods,
+                             examples=_ALGO_EXAMPLES.value)}
+    done, seconds = jobs.run_parts(partial_path, parts)
+    result = {**next(iter(done.values())), "rows": [row for p in done.values() for row in p["rows"]]}
     result["job"] = dataclasses.asdict(job)
     result["final_metrics"] = final
     attach_curve(result, runs / job.name)
     result["cpu"] = cpu_model()
     result["threads"] = jobs.threads()
-    result["timing"] = {"train_s": round(trained, 1), "eval_s": round(time.time() - start, 1)}
+    result["timing"] = {"train_s": round(trained, 1), **jobs.parts_timing(seconds)}
     jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
     partial_path.unlink(missing_ok=True)
 

@@ -338,18 +338,12 @@ def _final(workdir: pathlib.Path) -> dict:
     return next(row for row in reversed(_curve(workdir)) if "val_bpb" in row)
 
 
-def _evaluate_parts(name: str, results: pathlib.Path, parts: dict, sha: str) -> dict:
+def _evaluate_parts(name: str, results: pathlib.Path, parts: dict, sha: str) -> tuple[dict, dict]:
     """Runs each of `parts` ({key: thunk}) once, keeping finished ones in results/<name>.partial, which holds
-    the parameters' hash `sha`: parts of other parameters (a run trained again) are dropped."""
-    partial_path = results / f"{name}.partial"
-    done = json.loads(partial_path.read_text()) if partial_path.exists() else {}
-    if done.pop("params_sha256", sha) != sha:
-        done = {}
-    for key, thunk in parts.items():
-        if key not in done:
-            done[key] = thunk()
-            jobs.write_atomic(partial_path, json.dumps({**done, "params_sha256": sha}))
-    return {key: done[key] for key in parts}  # in the order of `parts`, whichever sitting ran each
+    the parameters' hash `sha`: parts of other parameters (a run trained again) are dropped. Returns the parts
+    (in the order of `parts`, whichever sitting ran each) and their timing (`jobs.parts_timing`)."""
+    done, seconds = jobs.run_parts(results / f"{name}.partial", parts, ("params_sha256", sha))
+    return done, jobs.parts_timing(seconds)
 
 
 def _merge(parts: dict) -> dict:
@@ -422,16 +416,16 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
         if cfg.encoding.max_positions(cfg) is not None:  # a table, interpolated past its length: reported apart
             parts["interpolate"] = lambda: _relabel(ev.evaluate(w, lengths, ["none"], documents=True, progress=False,
                                                                 learned_beyond="interpolate", ngram_floor=False))
-        t1 = time.time()
-        done = _evaluate_parts(job.name, results, parts, sha)
+        done, eval_timing = _evaluate_parts(job.name, results, parts, sha)
         result["eval"] = _merge({k: v for k, v in done.items() if k != "in_range"})
         result["eval"]["per_position"].update(done["in_range"]["per_position"])
-        result["timing"]["eval_s"] = round(time.time() - t1, 1)
+        result["timing"].update(eval_timing)
     else:
         result["base_params_sha256"] = sha = _plain_sha(results, job.base)
         workdir = trained_base(job, runs, results, s)
         w = [str(workdir)]
         t1 = time.time()
+        eval_timing = None  # the job's parts' own seconds, where it runs in parts; else this sitting's
         if job.kind == "scalings":
             longest = lengths[-1]
             parts = {f"scaling:{sc}": (lambda sc=sc: ev.evaluate(w, lengths, [sc], documents=True, progress=False,
@@ -448,7 +442,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
                                                           num_bytes=s.prefix_windows * longest, progress=False))
                            for sc in tracking})
             parts.update({f"prefix-dynamic:{k}": v for k, v in prefix.items()})
-            done = _evaluate_parts(job.name, results, parts, sha)
+            done, eval_timing = _evaluate_parts(job.name, results, parts, sha)
             result["eval"] = {k: v for k, v in done.items() if not k.startswith("prefix-dynamic:")}
             result["eval"]["prefix-dynamic"] = _merge({k: done[f"prefix-dynamic:{k}"] for k in prefix})
         elif job.kind == "longrope":
@@ -470,7 +464,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
                                                  test_num_bytes=_stream_bytes(workdir, s.target), progress=False,
                                                  budget_source=f"the LongRoPE search of {job.base}-longrope")
                                for rule in TUNED_RULES}
-        result["timing"] = {"eval_s": round(time.time() - t1, 1)}
+        result["timing"] = eval_timing or {"eval_s": round(time.time() - t1, 1)}
     jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
     (results / f"{job.name}.partial").unlink(missing_ok=True)
 
