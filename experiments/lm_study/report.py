@@ -153,9 +153,14 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
                      ["| " + " | ".join(r) + " |" for r in rows])
 
 
-def core_seconds(r: dict) -> float:
-    """A job's cost in core-seconds: its timed wall-clock seconds times the XLA threads it ran with."""
-    return sum(r.get("timing", {}).values()) * r.get("threads", 1)
+def core_seconds(r: dict) -> float | None:
+    """A job's cost in core-seconds: its timed wall-clock seconds (training and evaluation) times the XLA threads
+    it ran with; None when the timing covers only part of the job (a training resumed in a later sitting, or
+    evaluation parts kept without their times)."""
+    timing = r.get("timing", {})
+    if "train_from_step" in timing or "eval_untimed_parts" in timing:
+        return None
+    return (timing.get("train_s", 0.0) + timing.get("eval_s", 0.0)) * r.get("threads", 1)
 
 
 def status(st: Study) -> str:
@@ -166,7 +171,7 @@ def status(st: Study) -> str:
     missing = [j.name for j in st.planned if j.name not in st.r]
     cost = {}
     for j in st.planned:
-        if j.name in st.r and "timing" in st.r[j.name]:
+        if j.name in st.r and "timing" in st.r[j.name] and core_seconds(st.r[j.name]) is not None:
             cost.setdefault(j.kind, []).append(core_seconds(st.r[j.name]) / 60)
     known = [(k, n - done[k]) for k, n in kinds.items() if n > done[k] and k in cost]
     est = sum(np.mean(cost[k]) * m for k, m in known)
@@ -724,7 +729,11 @@ def write_report(results: pathlib.Path, planned: list, s, out: pathlib.Path | No
     out = out or results.parent
     st = Study(load(results), planned, s)
     cpus = sorted({r["cpu"] for r in st.r.values() if "cpu" in r})
-    hours = sum(core_seconds(r) for r in st.r.values()) / 3600
+    costs = [core_seconds(r) for r in st.r.values() if "timing" in r]
+    hours = sum(c for c in costs if c is not None) / 3600
+    partly = sum(c is None for c in costs)
+    partly = (f"; {partly} job(s) resumed in a later sitting were timed in part only and are not counted"
+              if partly else "")
     corpora = list(dict.fromkeys(j.corpus for j in planned if j.kind == "main"))
     sections, summaries = [], []
     for c in corpora:
@@ -743,7 +752,7 @@ bounds one sitting; `--workers=2` runs two one-core jobs at once, see run.py). T
 split; everything below is the test split.
 
 Hardware: {', '.join(cpus) or '—'}; {hours:.1f} core-hours of job time so far (each job's
-wall-clock time times its XLA threads; a core's speed differs between these CPUs).
+wall-clock time times its XLA threads; a core's speed differs between these CPUs){partly}.
 
 ## Status
 

@@ -384,6 +384,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
             trained_base(job, runs, results, s)  # the run it starts from
             stamp(workdir, base_sha)
         result["config"] = config.to_dict()
+        resumed_at = _latest_step(workdir)  # train_s below times this sitting only: from this step on
         try:
             train_and_evaluate(config, str(workdir))
         except NonFiniteLossError as e:
@@ -394,7 +395,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
             return
         result["final_metrics"] = _final(workdir)
         result["curve"] = _curve(workdir)
-        result["timing"] = {"train_s": round(time.time() - t0, 1)}
+        result["timing"] = {"train_s": round(time.time() - t0, 1), **({"train_from_step": resumed_at} if resumed_at else {})}
         if job.kind == "lr":
             result["val_bpb"] = result["final_metrics"]["val_bpb"]
             jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
