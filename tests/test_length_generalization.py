@@ -1,6 +1,7 @@
 """The length-generalization experiment's driver (experiments/length_generalization/run.py): the plan's
 tiers (its workers and claims are posenc/jobs.py's, tested in tests/test_jobs.py)."""
 
+import json
 import pathlib
 import sys
 
@@ -28,3 +29,42 @@ def test_first_tier_holds_one_seed_of_every_verdict():
     assert max(names.index(n) for n in first) < min(names.index(j.name) for j in jobs if j.tier == 2)
     assert all(names.index(j.init_from) < names.index(j.name) for j in jobs if j.init_from)
     assert len(names) == len(set(names))
+
+
+def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_path, monkeypatch):
+    """run_job (training and task evaluation stubbed): the plain grid first, then each scaling and method, rows
+    concatenated in that order; a sitting that stops keeps its finished parts, the next runs only the rest, and
+    eval_s sums every part's own seconds."""
+    job = next(j for j in run.plan([0]) if j.name == "passkey-rope-s0")
+    calls = []
+
+    def fake_train(config, workdir):
+        pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
+        (pathlib.Path(workdir) / "config.json").write_text('{"batch_size": 2, "train_len": 8}')
+        (pathlib.Path(workdir) / "metrics.jsonl").write_text('{"step": 1, "train_loss": 1.0}\n')
+        return {"step": 1}
+
+    def fake_eval(workdir, scalings, methods=("none",), **kw):
+        key = f"{','.join(scalings)}|{','.join(methods)}"
+        calls.append(key)
+        if key == "yarn|none" and calls.count(key) == 1:
+            raise KeyboardInterrupt  # the first sitting stops here
+        return {"rows": [{"key": key}], "lengths": list(kw["lengths"])}
+
+    monkeypatch.setattr(run, "train_and_evaluate", fake_train)
+    monkeypatch.setattr(run, "evaluate_tasks", fake_eval)
+    results = tmp_path / "results"
+    results.mkdir()
+    try:
+        run.run_job(job, tmp_path / "runs", results)
+    except KeyboardInterrupt:
+        pass
+    first = list(calls)
+    assert first[0] == "none|none" and first[-1] == "yarn|none"
+    run.run_job(job, tmp_path / "runs", results)
+    assert calls[len(first):][0] == "yarn|none" and "none|none" not in calls[len(first):]  # only the rest
+    out = json.loads((results / "passkey-rope-s0.json").read_text())
+    scalings = [s for s in job.scalings if s != "none"]
+    assert [r["key"] for r in out["rows"]] == (["none|none"] + [f"{s}|none" for s in scalings]
+                                              + [f"none|{m}" for m in job.methods if m != "none"])
+    assert set(out["timing"]) == {"train_s", "eval_s"} and not (results / "passkey-rope-s0.partial").exists()
