@@ -5,6 +5,7 @@ import json
 import pathlib
 import sys
 
+import pytest
 from absl import flags
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -68,3 +69,29 @@ def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_p
     assert [r["key"] for r in out["rows"]] == (["none|none"] + [f"{s}|none" for s in scalings]
                                               + [f"none|{m}" for m in job.methods if m != "none"])
     assert set(out["timing"]) == {"train_s", "eval_s"} and not (results / "passkey-rope-s0.partial").exists()
+
+
+def test_a_pilot_is_recorded_beside_the_others_and_rendered_with_its_cpu(tmp_path):
+    """run_pilot.py's pieces: overrides parsed as literals, an unknown field named, a rerun replaces its row,
+    and the report's pilot table says which CPU and how many cores a pilot ran on."""
+    sys.path.insert(0, str(ROOT / "experiments" / "length_generalization" / "pilot"))
+    import report  # noqa: PLC0415
+    import run_pilot  # noqa: PLC0415
+
+    assert run_pilot.parse_overrides(["model.num_layers=4", "positions.randomize=true", "task.filler=repeat"]) == {
+        "model.num_layers": 4, "positions.randomize": True, "task.filler": "repeat"}
+    with pytest.raises(ValueError, match="'model.num_layer' is not a field"):
+        run_pilot.pilot_config("copy", "none", {"model.num_layer": 4})
+    config = run_pilot.pilot_config("copy", "none", {"model.num_layers": 4})
+    assert config.model.num_layers == 4 and config.model.posenc == "none" and config.task.name == "copy"
+    (tmp_path / "runs.json").write_text(json.dumps({"cpu": "AMD EPYC, 2 cores", "runs": []}))
+    curve = "".join(json.dumps({"step": s, "tokens_per_s": 1000.0, "val_loss": 1.0 / s, "val_accuracy": s / 400})
+                    + "\n" for s in (100, 200, 300, 400))
+    entry = {"name": "copy-none-4l", "task": "copy", "posenc": "none", "overrides": {"model.num_layers": 4},
+             "test_accuracy_by_length": {"16": 0.5}, "threads": 1, "cpu": "Intel(R) Xeon(R) Processor"}
+    run_pilot.record(tmp_path, {**entry, "test_accuracy_by_length": {"16": 0.1}}, curve)
+    run_pilot.record(tmp_path, entry, curve)  # the same name again: replaced, not appended
+    pilot = json.loads((tmp_path / "runs.json").read_text())
+    assert pilot["runs"] == [entry]
+    row = next(line for line in report.pilot_section(tmp_path, pilot) if line.startswith("| copy-none-4l"))
+    assert "(1 core, Intel(R) Xeon(R) Processor)" in row and "16: 50%" in row and "400: 100%" in row

@@ -271,8 +271,10 @@ def pilot_section(folder: pathlib.Path, pilot: dict) -> list[str]:
         over = ", ".join(f"{k}={v}" for k, v in p["overrides"].items())
         loss = " → ".join(f"{r['val_loss']:.2f}" for r in val[:: max(1, len(val) // 4)])
         acc = ", ".join(f"{r['step']}: {100 * r['val_accuracy']:.0f}%" for r in val[:: max(1, len(val) // 6)])
-        test = ", ".join(f"{k}: {100 * v:.0f}%" for k, v in p.get("test_accuracy_by_length", {}).items()) or "—"
-        core = " (1 core)" if p.get("threads") == 1 else ""
+        test = ", ".join(f"{k}: {100 * v:.0f}%" if v is not None else f"{k}: undef."  # a learned table past its rows
+                         for k, v in p.get("test_accuracy_by_length", {}).items()) or "—"
+        where = (["1 core"] if p.get("threads") == 1 else []) + ([p["cpu"]] if p.get("cpu") and p["cpu"] not in pilot["cpu"] else [])
+        core = f" ({', '.join(where)})" if where else ""
         lines.append(f"| {p['name']} | {p['task']} · {p.get('posenc', 'rope')} | {over} | {steps} | {minutes:.1f}{core} | {loss} | "
                      f"{acc} | {test} |")
     return lines + [""]

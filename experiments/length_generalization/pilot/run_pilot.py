@@ -1,0 +1,99 @@
+r"""One pilot run of the length-generalization tasks, recorded in this folder. From the repository root:
+
+    python experiments/length_generalization/pilot/run_pilot.py --name=copy-none-4l --task=copy --posenc=none \
+        --set=model.num_layers=4 --set=task.stop_accuracy=0.99 [--runs=runs/lengthgen_pilot] [--examples=100]
+
+Trains configs/tasks.py's `task=<task>,posenc=<posenc>` with the `--set` overrides (resuming, in
+<runs>/<name>), scores test exact match at the config's `eval.lengths` (`posenc.task_eval.evaluate_tasks`,
+no scaling), and records the run in runs.json (its overrides, test accuracy by length, CPU and XLA threads;
+a run of the same name is replaced) and its training curve as <name>.jsonl. The experiment's report
+(../report.py) renders every pilot.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+import sys
+
+from absl import app, flags
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+sys.path.insert(0, str(ROOT))
+
+from posenc import jobs  # noqa: E402
+from posenc.task_eval import evaluate_tasks  # noqa: E402
+from posenc.timing import cpu_model  # noqa: E402
+from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
+
+
+
+def define_flags() -> None:
+    """The command's flags (defined only when run as a command: the tests import this module beside run.py)."""
+    flags.DEFINE_string("name", None, "The pilot's name (its runs/ folder and its row).", required=True)
+    flags.DEFINE_enum("task", None, ["passkey", "copy", "reverse", "recall"], "The task.", required=True)
+    flags.DEFINE_string("posenc", "rope", "The encoding (configs/tasks.py's posenc=).")
+    flags.DEFINE_multi_string("set", [], "field=value overrides of the config (values as Python literals).")
+    flags.DEFINE_string("runs", "runs/lengthgen_pilot", "Where the run goes.")
+    flags.DEFINE_integer("examples", 100, "Test examples per length.")
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """`["a.b=4", "c=true"]` -> {"a.b": 4, "c": True}: values as Python literals (true / false accepted),
+    else strings."""
+    out = {}
+    for item in items:
+        field, sep, value = item.partition("=")
+        if not sep or not field:
+            raise ValueError(f"--set: {item!r} is not field=value")
+        value = {"true": "True", "false": "False"}.get(value, value)
+        try:
+            out[field] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[field] = value
+    return out
+
+
+def pilot_config(task: str, posenc: str, overrides: dict):
+    config = load_config_file(str(ROOT / "configs" / "tasks.py"), f"task={task},posenc={posenc}")
+    for field, value in overrides.items():
+        node = config
+        *parents, leaf = field.split(".")
+        for p in parents:
+            node = node[p]
+        if leaf not in node:
+            raise ValueError(f"--set: {field!r} is not a field of configs/tasks.py's config")
+        node[leaf] = value
+    return config
+
+
+def record(folder: pathlib.Path, entry: dict, curve: str) -> None:
+    """Writes <name>.jsonl and replaces (or appends) the run's entry in runs.json, atomically."""
+    path = folder / "runs.json"
+    pilot = json.loads(path.read_text())
+    pilot["runs"] = [r for r in pilot["runs"] if r["name"] != entry["name"]] + [entry]
+    jobs.write_atomic(folder / f"{entry['name']}.jsonl", curve)
+    jobs.write_atomic(path, json.dumps(pilot, indent=1) + "\n")
+
+
+def main(argv):
+    del argv
+    f = flags.FLAGS
+    overrides = parse_overrides(f.set)
+    config = pilot_config(f.task, f.posenc, overrides)
+    workdir = pathlib.Path(f.runs) / f.name
+    train_and_evaluate(config, str(workdir))
+    lengths = [int(n) for n in str(config.eval.lengths).split(",")]
+    rows = evaluate_tasks([str(workdir)], lengths, examples=f.examples, progress=False)["rows"]
+    accuracy = {str(r["length"]): r["accuracy"] for r in rows if r["scaling"] == "none"}
+    entry = {"name": f.name, "task": f.task, "posenc": f.posenc, "overrides": overrides,
+             "test_accuracy_by_length": accuracy, "threads": jobs.threads(), "cpu": cpu_model()}
+    record(HERE, entry, (workdir / "metrics.jsonl").read_text())
+    print(json.dumps(entry))
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)
