@@ -171,8 +171,9 @@ def status(st: Study) -> str:
     missing = [j.name for j in st.planned if j.name not in st.r]
     cost = {}
     for j in st.planned:
-        if j.name in st.r and "timing" in st.r[j.name] and core_seconds(st.r[j.name]) is not None:
-            cost.setdefault(j.kind, []).append(core_seconds(st.r[j.name]) / 60)
+        seconds = core_seconds(st.r[j.name]) if j.name in st.r and "timing" in st.r[j.name] else None
+        if seconds is not None:
+            cost.setdefault(j.kind, []).append(seconds / 60)
     known = [(k, n - done[k]) for k, n in kinds.items() if n > done[k] and k in cost]
     est = sum(np.mean(cost[k]) * m for k, m in known)
     # unmeasured kinds that train at the checks' batch: their training alone, at the checks' time per step
