@@ -1,6 +1,7 @@
 """The length-generalization experiment's driver (experiments/length_generalization/run.py): the plan's
 tiers (its workers and claims are posenc/jobs.py's, tested in tests/test_jobs.py)."""
 
+import importlib.util
 import json
 import pathlib
 import sys
@@ -9,9 +10,20 @@ import pytest
 from absl import flags
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "experiments" / "length_generalization"))
-import run  # noqa: E402
+HERE = ROOT / "experiments" / "length_generalization"
 
+
+def _load(name: str, path: pathlib.Path):
+    """A script loaded by its path under its own module name: `import report` would find whichever
+    experiment's report.py an earlier test put first on sys.path (the LM study's has a pilot_section too)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+run = _load("run", HERE / "run.py")  # as `run`: the report imports its plan from it by that name
 if not flags.FLAGS.is_parsed():
     flags.FLAGS(["test"])
 
@@ -74,9 +86,8 @@ def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_p
 def test_a_pilot_is_recorded_beside_the_others_and_rendered_with_its_cpu(tmp_path):
     """run_pilot.py's pieces: overrides parsed as literals, an unknown field named, a rerun replaces its row,
     and the report's pilot table says which CPU and how many cores a pilot ran on."""
-    sys.path.insert(0, str(ROOT / "experiments" / "length_generalization" / "pilot"))
-    import report  # noqa: PLC0415
-    import run_pilot  # noqa: PLC0415
+    report = _load("length_generalization_report", HERE / "report.py")
+    run_pilot = _load("length_generalization_run_pilot", HERE / "pilot" / "run_pilot.py")
 
     assert run_pilot.parse_overrides(["model.num_layers=4", "positions.randomize=true", "task.filler=repeat"]) == {
         "model.num_layers": 4, "positions.randomize": True, "task.filler": "repeat"}
