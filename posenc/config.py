@@ -79,6 +79,31 @@ def run_changes(stored: ml_collections.ConfigDict, new: ml_collections.ConfigDic
     return changes
 
 
+def with_fields(config: ml_collections.ConfigDict, fields: dict[str, Any] | Sequence[tuple[str, Any]],
+                what: str = "override") -> ml_collections.ConfigDict:
+    """A copy of `config` with dotted fields set (`{"model.num_layers": 4}`), as `--config.field=value` would.
+
+    Unlike `ConfigDict.update_from_flattened_dict`, which adds a missing leaf, an unknown field is an error;
+    `what` names where the field came from ("sweep axis", "--set") in it. An int given for a float field
+    becomes a float.
+    """
+    config = ml_collections.ConfigDict(config.to_dict())
+    for field, value in dict(fields).items():
+        node = config
+        *parents, leaf = field.split(".")
+        for p in parents:
+            if p not in node or not isinstance(node[p], ml_collections.ConfigDict):
+                raise ValueError(f"{what} {field!r}: config has no section {p!r} (sections here: "
+                                 f"{sorted(k for k, v in node.items() if isinstance(v, ml_collections.ConfigDict))})")
+            node = node[p]
+        if leaf not in node:
+            raise ValueError(f"{what} {field!r}: config has no field {leaf!r} (fields here: {sorted(node.keys())})")
+        if isinstance(node[leaf], float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        node[leaf] = value
+    return config
+
+
 def parse_lengths(values: str | Sequence[str], what: str = "--lengths") -> list[int]:
     """'256,512' or ['256', '512'] -> [256, 512]; anything but positive integers is a ValueError naming `what`."""
     items = values.split(",") if isinstance(values, str) else list(values)

@@ -36,7 +36,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posenc import data
-from posenc.config import defining_fields
+from posenc.config import defining_fields, with_fields
 from posenc.evaluate import LN2, Evaluator, check_num_bytes, hf_run, load_run, run_stream
 from posenc.rope_scaling import RopeScaling
 from posenc.training_free import FIELDS as METHOD_FIELDS
@@ -101,25 +101,6 @@ def point_name(point: dict[str, Any], all_fields: Sequence[str] | None = None) -
         label = field if field.split(".")[-1] in clash else field.split(".")[-1]
         parts.append(f"{label}={_fmt(point[field])}")
     return ",".join(parts).replace("/", "_")
-
-
-def apply_overrides(config: ml_collections.ConfigDict, point: dict[str, Any]) -> ml_collections.ConfigDict:
-    """A copy of `config` with dotted fields set; an unknown field is an error naming it."""
-    config = ml_collections.ConfigDict(config.to_dict())
-    for field, value in point.items():
-        node = config
-        *parents, leaf = field.split(".")
-        for p in parents:
-            if p not in node:
-                raise ValueError(f"sweep axis {field!r}: config has no field {p!r}")
-            node = node[p]
-        if leaf not in node:
-            raise ValueError(f"sweep axis {field!r}: config has no field {leaf!r} (fields here: {sorted(node.keys())})")
-        current = node[leaf]
-        if isinstance(current, float) and isinstance(value, int):
-            value = float(value)
-        node[leaf] = value
-    return config
 
 
 def _read(path: pathlib.Path) -> dict[str, Any] | None:
@@ -219,7 +200,7 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
         old = _read(path)
         record = {"name": name, "point": point, "mode": "train", "status": "running"}
         try:
-            config = apply_overrides(base_config, point)
+            config = with_fields(base_config, point, "sweep axis")
             stream = data.load_corpus(config.data.path, config.data.cache_dir).test
             nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what="the test split")
             key = {"config": json.loads(json.dumps(defining_fields(config))), "train_steps": config.train_steps,

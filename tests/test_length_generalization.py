@@ -91,7 +91,7 @@ def test_a_pilot_is_recorded_beside_the_others_and_rendered_with_its_cpu(tmp_pat
 
     assert run_pilot.parse_overrides(["model.num_layers=4", "positions.randomize=true", "task.filler=repeat"]) == {
         "model.num_layers": 4, "positions.randomize": True, "task.filler": "repeat"}
-    with pytest.raises(ValueError, match="'model.num_layer' is not a field"):
+    with pytest.raises(ValueError, match="--set 'model.num_layer': config has no field 'num_layer'"):
         run_pilot.pilot_config("copy", "none", {"model.num_layer": 4})
     config = run_pilot.pilot_config("copy", "none", {"model.num_layers": 4})
     assert config.model.num_layers == 4 and config.model.posenc == "none" and config.task.name == "copy"

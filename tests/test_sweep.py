@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from posenc.config import with_fields
 from posenc import evaluate as ev
 from posenc import sweep, train
 
@@ -45,11 +46,19 @@ def test_select_shards_and_named_points():
         sweep.select(points, shard="2/2")
 
 
-def test_apply_overrides_names_unknown_fields(tiny_config):
-    config = sweep.apply_overrides(tiny_config(), {"model.rope.base": 100, "train_len": 16})
+def test_with_fields_copies_and_names_unknown_fields(tiny_config):
+    """posenc.config.with_fields (the sweep's axes, the experiments' overrides): a copy, ints cast to float
+    fields, and an unknown field or section an error naming it and where it came from."""
+    base = tiny_config()
+    config = with_fields(base, {"model.rope.base": 100, "train_len": 16}, "sweep axis")
     assert config.model.rope.base == 100.0 and isinstance(config.model.rope.base, float) and config.train_len == 16
-    with pytest.raises(ValueError, match="no field 'bse'"):
-        sweep.apply_overrides(tiny_config(), {"model.rope.bse": 1})
+    assert base.train_len != 16  # the original is untouched
+    with pytest.raises(ValueError, match="sweep axis 'model.rope.bse': config has no field 'bse'"):
+        with_fields(base, {"model.rope.bse": 1}, "sweep axis")
+    with pytest.raises(ValueError, match="--set 'modle.rope.base': config has no section 'modle'"):
+        with_fields(base, [("modle.rope.base", 1)], "--set")
+    with pytest.raises(ValueError, match="no section 'train_len'"):  # a leaf is not a section
+        with_fields(base, {"train_len.x": 1})
 
 
 def test_train_sweep_skips_done_points_and_isolates_failures(tiny_config, tmp_path):

@@ -47,6 +47,7 @@ from posenc import jobs  # noqa: E402
 from posenc.encodings import POSENCS, get_encoding  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
 from posenc.timing import cpu_model  # noqa: E402
+from posenc.config import with_fields  # noqa: E402
 from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
 
 CORE = ("rope", "alibi", "none", "learned", "sinusoidal")
@@ -136,13 +137,7 @@ def plan(seeds: list[int], finetune_steps: int = FT_STEPS) -> list[Job]:
 
 
 def _config(job: Job, runs: pathlib.Path):
-    config = load_config_file(str(HERE / "config.py"), job.arg)
-    for field, value in job.overrides:
-        node = config
-        *parents, leaf = field.split(".")
-        for p in parents:
-            node = node[p]
-        node[leaf] = value
+    config = with_fields(load_config_file(str(HERE / "config.py"), job.arg), job.overrides, f"job {job.name}")
     if job.init_from:
         config.init_from = str(runs / job.init_from)
     return config

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from posenc import jobs  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
 from posenc.timing import cpu_model  # noqa: E402
+from posenc.config import with_fields  # noqa: E402
 from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
 
 
@@ -58,15 +59,7 @@ def parse_overrides(items: list[str]) -> dict:
 
 def pilot_config(task: str, posenc: str, overrides: dict):
     config = load_config_file(str(ROOT / "configs" / "tasks.py"), f"task={task},posenc={posenc}")
-    for field, value in overrides.items():
-        node = config
-        *parents, leaf = field.split(".")
-        for p in parents:
-            node = node[p]
-        if leaf not in node:
-            raise ValueError(f"--set: {field!r} is not a field of configs/tasks.py's config")
-        node[leaf] = value
-    return config
+    return with_fields(config, overrides, "--set")
 
 
 def record(folder: pathlib.Path, entry: dict, curve: str) -> None:
