@@ -24,9 +24,9 @@ ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT))
 
 from posenc import jobs  # noqa: E402
+from posenc.config import with_fields  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
 from posenc.timing import cpu_model  # noqa: E402
-from posenc.config import with_fields  # noqa: E402
 from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
 
 
