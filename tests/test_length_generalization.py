@@ -106,3 +106,29 @@ def test_a_pilot_is_recorded_beside_the_others_and_rendered_with_its_cpu(tmp_pat
     assert pilot["runs"] == [entry]
     row = next(line for line in report.pilot_section(tmp_path, pilot) if line.startswith("| copy-none-4l"))
     assert "(1 core, Intel(R) Xeon(R) Processor)" in row and "16: 50%" in row and "400: 100%" in row
+
+
+def test_the_two_layer_results_are_their_own_section_and_stay_out_of_the_verdicts(tmp_path):
+    """results/2layers/ (the first budget) is rendered with each run's layers as its rows record them and
+    its in-range failures, while the verdicts read only results/*.json."""
+    report = _load("length_generalization_report", HERE / "report.py")
+
+    def result(layers, correct):  # copy accuracy (of 100) at 16, 32, 64, 96, 128
+        rows = [{"length": n, "scaling": "none", "method": "none", "depth": None, "status": "ok", "correct": c,
+                 "n": 100, "num_layers": layers} for n, c in zip(run.ALGO_LENGTHS, correct)]
+        return {"rows": rows, "curve": [{"step": 100, "tokens_per_s": 1000.0}], "tokens_per_step": 600,
+                "timing": {"train_s": 60.0, "eval_s": 30.0}}
+
+    (tmp_path / "results" / "2layers").mkdir(parents=True)
+    for name, layers, correct, folder in (("copy-none-s0", 2, (77, 4, 0, 0, 0), "2layers"),
+                                          ("copy-none-s0", 4, (99, 95, 40, 10, 0), ""),
+                                          ("copy-rope-s0", 4, (100, 98, 0, 0, 0), "")):
+        (tmp_path / "results" / folder / f"{name}.json").write_text(json.dumps(result(layers, correct)))
+    text = report.write_report(tmp_path, jobs=[])
+    main, first = text.split("### The first budget: 2 layers")
+    assert "| copy-none-s0 | 4 | 99 [" in main and "| copy-rope-s0 | 4 |" in main
+    assert "| copy-none-s0 | 2 | 77 [" in first and "1 of 1 runs stayed below 90% at 32" in first
+    assert f"config.py's {report.algo_layers()} layers" in first
+    kazemnejad = next(line for line in text.splitlines() if "NoPE extrapolates" in line and " on copy" in line)
+    assert "**reproduced**: vs rope z = " in kazemnejad  # the 4-layer NoPE run, not the 2-layer one below the bar
+    assert "over 3 jobs, the 2-layer ones included" in text  # their compute is counted

@@ -12,7 +12,8 @@ verdict needs (the report estimates what is left of it from the finished jobs' m
   2. the RoPE passkey run fine-tuned at 4× (examples of 256 to 1024 tokens, 1500 steps at batch 8 and lr
      5e-4) with PI, with YaRN, and without scaling (the control);
   3. copy, reverse and recall on lengths ≤ 32, tested to 128 (4×), the core encodings with and without
-     randomized positions, seed 0 (2 layers, as for passkey).
+     randomized positions, seed 0 (4 layers: config.py's ALGO_LAYERS; the first results,
+     at passkey's 2 layers, are kept in results/2layers/).
 
 Then the tiers that extend it:
 
