@@ -29,6 +29,9 @@ copy32-*-2500); ALiBi at 2e-3 for 6000 steps reached 87% at 32 (copy32-alibi-lr2
                           [0, 512). The test range alone, [0, 128), learned copying slower with RoPE (28%
                           validation exact match at step 3600 against 69% at [0, 512); pilot row
                           copy-rope-rp-maxpos128).
+The length-generalization experiment trains recall, copy and reverse with 4 layers instead
+(experiments/length_generalization/config.py): at 2 layers, NoPE and randomized positions stayed below the
+in-range bar (pilot rows copy-none-4l, copy-rope-rp-4l).
 """
 
 import importlib.util
