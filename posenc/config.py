@@ -12,6 +12,7 @@ only with the learning-rate schedule pinned (`schedule_steps`: unset, it is trai
 
 from __future__ import annotations
 
+import ast
 from typing import Any, Sequence
 
 import ml_collections
@@ -77,6 +78,16 @@ def run_changes(stored: ml_collections.ConfigDict, new: ml_collections.ConfigDic
         if (float(a) != float(b)) if numbers else (a != b):
             changes[key] = (a, b)
     return changes
+
+
+def parse_value(text: str) -> Any:
+    """A value written on a command line (`--set`, a sweep axis): a Python literal, `true` / `false` as
+    `--config.field=` takes them, else the string itself (`yarn`)."""
+    text = {"true": "True", "false": "False"}.get(text, text)
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
 
 
 def with_fields(config: ml_collections.ConfigDict, fields: dict[str, Any] | Sequence[tuple[str, Any]],

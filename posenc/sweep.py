@@ -21,7 +21,6 @@ sweep goes on; a sweep whose every point failed exits non-zero. Each point is al
 
 from __future__ import annotations
 
-import ast
 import csv
 import dataclasses
 import itertools
@@ -36,7 +35,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posenc import data
-from posenc.config import defining_fields, with_fields
+from posenc.config import defining_fields, parse_value, with_fields
 from posenc.evaluate import LN2, Evaluator, check_num_bytes, hf_run, load_run, run_stream
 from posenc.rope_scaling import RopeScaling
 from posenc.training_free import FIELDS as METHOD_FIELDS
@@ -48,13 +47,6 @@ EVAL_FIELDS = ("kind", "factor", "attention_factor", "beta_fast", "beta_slow", "
                "original_max_len")
 
 
-def _literal(text: str) -> Any:
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text  # a bare string such as yarn
-
-
 def parse_axes(specs: Sequence[str]) -> list[tuple[str, list[Any]]]:
     """['model.rope.base=100,1000', 'factor=2,4'] -> [('model.rope.base', [100, 1000]), ('factor', [2, 4])]."""
     axes = []
@@ -62,7 +54,7 @@ def parse_axes(specs: Sequence[str]) -> list[tuple[str, list[Any]]]:
         field, sep, values = spec.partition("=")
         if not sep or not field.strip() or not values.strip():
             raise ValueError(f"axis must look like field=v1,v2,…, got {spec!r}")
-        axes.append((field.strip(), [_literal(v.strip()) for v in values.split(",") if v.strip()]))
+        axes.append((field.strip(), [parse_value(v.strip()) for v in values.split(",") if v.strip()]))
     fields = [f for f, _ in axes]
     if len(set(fields)) != len(fields):
         raise ValueError(f"axis fields must be distinct, got {fields}")

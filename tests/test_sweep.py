@@ -19,6 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def test_grid_zip_and_names():
     axes = sweep.parse_axes(["model.rope.base=100,1e4", "model.rope.scaling.factor=2,4.5", "model.posenc=rope,alibi"])
     assert axes[0] == ("model.rope.base", [100, 10000.0]) and axes[2][1] == ["rope", "alibi"]
+    assert sweep.parse_axes(["model.rope.scaling.dynamic=true,False"]) == [("model.rope.scaling.dynamic", [True, False])]
     grid = sweep.expand(axes[:2], "grid")
     assert len(grid) == 4 and grid[1] == {"model.rope.base": 100, "model.rope.scaling.factor": 4.5}
     assert sweep.point_name(grid[1]) == "base=100,factor=4.5"

@@ -12,7 +12,6 @@ a run of the same name is replaced) and its training curve as <name>.jsonl. The 
 
 from __future__ import annotations
 
-import ast
 import json
 import pathlib
 import sys
@@ -24,7 +23,7 @@ ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT))
 
 from posenc import jobs  # noqa: E402
-from posenc.config import with_fields  # noqa: E402
+from posenc.config import parse_value, with_fields  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
 from posenc.timing import cpu_model  # noqa: E402
 from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
@@ -42,18 +41,13 @@ def define_flags() -> None:
 
 
 def parse_overrides(items: list[str]) -> dict:
-    """`["a.b=4", "c=true"]` -> {"a.b": 4, "c": True}: values as Python literals (true / false accepted),
-    else strings."""
+    """`["a.b=4", "c=true"]` -> {"a.b": 4, "c": True} (`posenc.config.parse_value`)."""
     out = {}
     for item in items:
         field, sep, value = item.partition("=")
         if not sep or not field:
             raise ValueError(f"--set: {item!r} is not field=value")
-        value = {"true": "True", "false": "False"}.get(value, value)
-        try:
-            out[field] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[field] = value
+        out[field] = parse_value(value)
     return out
 
 
