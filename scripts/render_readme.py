@@ -124,7 +124,8 @@ def benchmarks() -> str:
     rope = _json("experiments/benchmarks/rope.log")["float32"]
     cpu = open(ROOT / "experiments/benchmarks/cpu.txt").read().strip()
     evals = ", ".join(f"{r['ratio']:.2f}× at {r['length']}" for r in ev["rows"])
-    return (f"Measured (`experiments/benchmarks`, {cpu}): training the reference model at "
+    commit = cur.get("commit", "an unrecorded commit")
+    return (f"Measured with the ablations (`experiments/benchmarks/run.sh`, {cpu}, {commit}): training the reference model at "
             f"{cur['jax_over_torch']:.2f}× PyTorch eager with MFU {100 * cur['mfu']:.0f}%; the evaluation forward at "
             f"{evals} of PyTorch SDPA ({ev['cpu']}); decoding with the KV cache {dec[256]['speedup']:.0f}× faster than "
             f"recomputation at a context of 256 and {dec[2048]['speedup']:.0f}× at 2048; `apply_rope` at "
