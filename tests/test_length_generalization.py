@@ -122,7 +122,9 @@ def test_the_two_layer_results_are_their_own_section_and_stay_out_of_the_verdict
     (tmp_path / "results" / "2layers").mkdir(parents=True)
     for name, layers, correct, folder in (("copy-none-s0", 2, (77, 4, 0, 0, 0), "2layers"),
                                           ("copy-none-s0", 4, (99, 95, 40, 10, 0), ""),
-                                          ("copy-rope-s0", 4, (100, 98, 0, 0, 0), "")):
+                                          ("copy-rope-s0", 4, (100, 98, 0, 0, 0), ""),
+                                          ("reverse-none-s0", 4, (100, 98, 0, 0, 0), ""),
+                                          ("reverse-rope-s0", 4, (100, 99, 0, 0, 0), "")):
         (tmp_path / "results" / folder / f"{name}.json").write_text(json.dumps(result(layers, correct)))
     text = report.write_report(tmp_path, jobs=[])
     main, first = text.split("### The first budget: 2 layers")
@@ -131,4 +133,6 @@ def test_the_two_layer_results_are_their_own_section_and_stay_out_of_the_verdict
     assert f"config.py's {report.algo_layers()} layers" in first
     kazemnejad = next(line for line in text.splitlines() if "NoPE extrapolates" in line and " on copy" in line)
     assert "**reproduced**: vs rope z = " in kazemnejad  # the 4-layer NoPE run, not the 2-layer one below the bar
-    assert "over 3 jobs, the 2-layer ones included" in text  # their compute is counted
+    reverse = next(line for line in text.splitlines() if "NoPE extrapolates" in line and " on reverse" in line)
+    assert "**inconclusive**" in reverse and "NoPE's included, scores 0 past 32" in reverse  # zero ties zero: no test
+    assert "over 5 jobs, the 2-layer ones included" in text  # their compute is counted

@@ -361,11 +361,15 @@ def verdicts(results: dict[str, dict]) -> list[str]:
                                                  for L in BEYOND])))
             zs = {o: two_proportion_z(far(nope), far(o)) for o in others if far(o)[1] and far(nope)[1]}
             verdict = "reproduced" if zs and all(z >= -1.96 for z in zs.values()) else "not reproduced"
+            floor = bool(zs) and far(nope)[0] == 0 and all(far(o)[0] == 0 for o in zs)
+            if floor:
+                verdict = "inconclusive"
             out.append(f"- {rule} **{verdict}**: " + ", ".join(f"vs {o.split('-')[1]} z = {z:.2f}" for o, z in zs.items())
-                       + f" (one seed){left_out}.")
+                       + f" (one seed){left_out}" + (f"; every run, NoPE's included, scores 0 past {ALGO_TRAIN_LEN}: a tie "
+                                                     "at the floor does not test the claim" if floor else "") + ".")
         else:
             out.append(f"- {rule} **not tested**: no results yet.")
-    diffs, skipped = [], []
+    diffs, skipped, seeds = [], [], set()
     for n in results:
         if "-rp-" in n:
             plain = n.replace("-rp", "")
@@ -376,6 +380,7 @@ def verdicts(results: dict[str, dict]) -> list[str]:
                 b = [pct(cell(results[plain]["rows"], length=L)) for L in BEYOND]
                 if None not in a and None not in b:
                     diffs.append(np.mean(a) - np.mean(b))
+                    seeds.add(n.rsplit("-s", 1)[1])
     rule = ("Ruoss et al.: randomized positions raise mean accuracy past the training length (+12.0 points in the paper) "
             "— rule: the mean paired difference over (task, encoding, seed) has a bootstrap 95% interval above 0, over the "
             f"pairs whose two runs are ≥ {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN}.")
@@ -387,7 +392,7 @@ def verdicts(results: dict[str, dict]) -> list[str]:
         lo, hi = np.percentile(boot, [2.5, 97.5])
         verdict = "reproduced" if lo > 0 else "not reproduced"
         out.append(f"- {rule} **{verdict}**: {100 * np.mean(diffs):+.1f} points [{100 * lo:+.1f}, {100 * hi:+.1f}] over "
-                   f"{len(diffs)} pairs.")
+                   f"{len(diffs)} pairs, {len(seeds)} seed{'s' if len(seeds) > 1 else ''}.")
     else:
         out.append(f"- {rule} **not tested**: {len(diffs)} paired runs so far (3 needed).")
     return out
