@@ -13,6 +13,7 @@ only with the learning-rate schedule pinned (`schedule_steps`: unset, it is trai
 from __future__ import annotations
 
 import ast
+import copy
 from typing import Any, Sequence
 
 import ml_collections
@@ -98,7 +99,7 @@ def with_fields(config: ml_collections.ConfigDict, fields: dict[str, Any] | Sequ
     `what` names where the field came from ("sweep axis", "--set") in it. An int given for a float field
     becomes a float.
     """
-    config = ml_collections.ConfigDict(config.to_dict())
+    config = copy.deepcopy(config)  # keeps each field's type, a placeholder's included
     for field, value in dict(fields).items():
         node = config
         *parents, leaf = field.split(".")

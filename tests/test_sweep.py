@@ -54,6 +54,8 @@ def test_with_fields_copies_and_names_unknown_fields(tiny_config):
     config = with_fields(base, {"model.rope.base": 100, "train_len": 16}, "sweep axis")
     assert config.model.rope.base == 100.0 and isinstance(config.model.rope.base, float) and config.train_len == 16
     assert base.train_len != 16  # the original is untouched
+    with pytest.raises(TypeError):  # an unset field keeps its type
+        with_fields(base, {"schedule_steps": "many"})
     with pytest.raises(ValueError, match="sweep axis 'model.rope.bse': config has no field 'bse'"):
         with_fields(base, {"model.rope.bse": 1}, "sweep axis")
     with pytest.raises(ValueError, match="--set 'modle.rope.base': config has no section 'modle'"):
