@@ -41,6 +41,7 @@ import numpy as np
 from posenc import data
 
 TASKS = ("passkey", "recall", "copy", "reverse")
+ALGORITHMIC = ("copy", "reverse", "recall")  # the tasks of Kazemnejad et al. / Ruoss et al. (lengths up to train_len)
 FILLERS = ("repeat", "shakespeare")
 SPLITS = data.SPLITS
 PAD = 0  # the padding byte (weight 0)

@@ -14,6 +14,8 @@ Kazemnejad and Ruoss verdicts could not be tested; with 4 layers the pilots copy
 import importlib.util
 import pathlib
 
+from posenc.tasks import ALGORITHMIC
+
 _TASKS = pathlib.Path(__file__).resolve().parents[2] / "configs" / "tasks.py"
 ALGO_LAYERS = 4  # copy, reverse and recall
 
@@ -26,7 +28,7 @@ def get_config(arg: str | None = None):
     seed = int(variants.pop("seed", 0))
     config = tasks_config.get_config(",".join(f"{k}={v}" if v else k for k, v in variants.items()))
     config.seed = seed
-    if config.task.name in ("copy", "reverse", "recall"):
+    if config.task.name in ALGORITHMIC:
         config.model.num_layers = ALGO_LAYERS
     config.eval_every = 200
     config.checkpoint_every = 200

@@ -344,7 +344,7 @@ def verdicts(results: dict[str, dict]) -> list[str]:
     else:
         out.append(f"- {rule} **not tested**: the fine-tuned runs have no results yet.")
     # NoPE (Kazemnejad) and randomized positions (Ruoss)
-    for task in ("copy", "reverse", "recall"):
+    for task in ALGORITHMIC:
         nope = f"{task}-none-s0"
         others = [n for n in results if n.startswith(f"{task}-") and n.endswith("-s0") and "-rp" not in n and n != nope]
         out_of_range = sorted(n for n in others if not in_range(n, ALGO_TRAIN_LEN))

@@ -48,12 +48,12 @@ from posenc import jobs  # noqa: E402
 from posenc.config import with_fields  # noqa: E402
 from posenc.encodings import POSENCS, get_encoding  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
+from posenc.tasks import ALGORITHMIC  # noqa: E402
 from posenc.timing import cpu_model  # noqa: E402
 from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
 
 CORE = ("rope", "alibi", "none", "learned", "sinusoidal")
 OTHERS = tuple(p for p in POSENCS if p not in CORE)
-ALGORITHMIC = ("copy", "reverse", "recall")
 PASSKEY_LENGTHS = (256, 512, 1024, 2048, 4096)
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 COARSE_DEPTHS = (0.0, 0.5, 1.0)  # for the scalings and methods beyond a run's own

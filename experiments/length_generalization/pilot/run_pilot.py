@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 from posenc import jobs  # noqa: E402
 from posenc.config import parse_value, with_fields  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
+from posenc.tasks import TASKS  # noqa: E402
 from posenc.timing import cpu_model  # noqa: E402
 from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
 
@@ -33,7 +34,7 @@ from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
 def define_flags() -> None:
     """The command's flags (defined only when run as a command: the tests import this module beside run.py)."""
     flags.DEFINE_string("name", None, "The pilot's name (its runs/ folder and its row).", required=True)
-    flags.DEFINE_enum("task", None, ["passkey", "copy", "reverse", "recall"], "The task.", required=True)
+    flags.DEFINE_enum("task", None, list(TASKS), "The task.", required=True)
     flags.DEFINE_string("posenc", "rope", "The encoding (configs/tasks.py's posenc=).")
     flags.DEFINE_multi_string("set", [], "field=value overrides of the config (values as Python literals).")
     flags.DEFINE_string("runs", "runs/lengthgen_pilot", "Where the run goes.")
