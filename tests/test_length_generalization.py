@@ -44,6 +44,19 @@ def test_first_tier_holds_one_seed_of_every_verdict():
     assert len(names) == len(set(names))
 
 
+def test_recall_seeds_come_after_the_other_tasks_seeds():
+    """Tier 4 (seeds 1 and 2 of the algorithmic tasks): every copy and reverse job before the first recall job,
+    and each task's seeds in order."""
+    names = [j.name for j in run.plan([0, 1, 2]) if j.tier == 2 and j.task in run.ALGORITHMIC
+             and j.name.split("-")[1] in run.CORE]
+    recall = [i for i, n in enumerate(names) if n.startswith("recall-")]
+    others = [i for i, n in enumerate(names) if not n.startswith("recall-")]
+    assert len(recall) == 18 and len(others) == 36 and max(others) < min(recall)
+    for task in run.ALGORITHMIC:
+        seeds = [int(n[-1]) for n in names if n.startswith(f"{task}-")]
+        assert seeds == sorted(seeds)
+
+
 def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_path, monkeypatch):
     """run_job (training and task evaluation stubbed): the plain grid first, then each scaling and method, rows
     concatenated in that order; a sitting that stops keeps its finished parts, the next runs only the rest, and
