@@ -145,7 +145,39 @@ def test_the_two_layer_results_are_their_own_section_and_stay_out_of_the_verdict
     assert "| copy-none-s0 | 2 | 77 [" in first and "1 of 1 runs stayed below 90% at 32" in first
     assert f"config.py's {report.algo_layers()} layers" in first
     kazemnejad = next(line for line in text.splitlines() if "NoPE extrapolates" in line and " on copy" in line)
-    assert "**reproduced**: vs rope z = " in kazemnejad  # the 4-layer NoPE run, not the 2-layer one below the bar
+    assert "**reproduced**: vs rope +16.7 points (z = " in kazemnejad  # the 4-layer NoPE run, not the 2-layer one below the bar
     reverse = next(line for line in text.splitlines() if "NoPE extrapolates" in line and " on reverse" in line)
     assert "**inconclusive**" in reverse and "NoPE's included, scores 0 past 32" in reverse  # zero ties zero: no test
     assert "over 5 jobs, the 2-layer ones included" in text  # their compute is counted
+
+
+def _algo_result(correct, status="ok"):
+    """A copy result with `correct` of 100 at 16, 32, 64, 96, 128 (None: undefined there)."""
+    return {"rows": [{"length": n, "scaling": "none", "method": "none", "depth": None, "n": 100,
+                      "status": "ok" if c is not None else "undefined", "correct": c or 0}
+                     for n, c in zip(run.ALGO_LENGTHS, correct)]}
+
+
+def test_the_kazemnejad_verdict_pools_seeds_by_their_spread():
+    """Per seed, NoPE's accuracy past 32 minus the other's; with several seeds NoPE is worse only when the 95% t
+    interval of the mean difference is below 0: one seed with a large gap decides with z, a gap that flips sign
+    between seeds does not. A run below the bar drops its seed from the pairs, and a learned table undefined
+    past 32 is named, not compared."""
+    report = _load("length_generalization_report_kz", HERE / "report.py")
+    consistent = {"copy-none-s0": _algo_result((100, 95, 10, 0, 0)), "copy-none-s1": _algo_result((100, 96, 12, 0, 0)),
+                  "copy-none-s2": _algo_result((100, 97, 8, 0, 0)), "copy-rope-s0": _algo_result((100, 99, 40, 5, 0)),
+                  "copy-rope-s1": _algo_result((100, 99, 45, 6, 0)), "copy-rope-s2": _algo_result((100, 99, 42, 3, 0))}
+    line = report.kazemnejad(consistent, "copy")
+    assert "**not reproduced**" in line and "vs rope -12.3 points (95% t interval [-14.0, -10.7]" in line and "seeds 0, 1, 2" in line
+    flips = {**consistent, "copy-rope-s1": _algo_result((100, 99, 0, 0, 0))}  # per seed -11.7, +4.0, -12.3
+    line = report.kazemnejad(flips, "copy")
+    assert "**reproduced**" in line and "per seed -11.7, +4.0, -12.3" in line
+    one = {"copy-none-s0": consistent["copy-none-s0"], "copy-rope-s0": consistent["copy-rope-s0"]}
+    assert "**not reproduced**: vs rope -11.7 points (z = " in report.kazemnejad(one, "copy")
+    mixed = {**consistent, "copy-none-s1": _algo_result((100, 50, 0, 0, 0)),  # below the bar: seed 1 is left out
+             "copy-learned-s0": _algo_result((100, 99, None, None, None))}
+    line = report.kazemnejad(mixed, "copy")
+    assert "seeds 0, 2;" in line and "undefined past 32 (not compared): learned" in line
+    assert "copy-none-s1" in line.split("left out")[1] and "copy-rope-s1" in line.split("left out")[1]
+    below = {"copy-none-s0": _algo_result((100, 50, 0, 0, 0)), "copy-rope-s0": consistent["copy-rope-s0"]}
+    assert "**not tested**: NoPE is below the in-range bar at every seed (copy-none-s0 50 [" in report.kazemnejad(below, "copy")

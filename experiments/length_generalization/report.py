@@ -19,6 +19,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from posenc.task_eval import plot_accuracy, plot_heatmap, wilson_interval  # noqa: E402
+from posenc.verdicts import T95  # noqa: E402
 from run import ALGO_LENGTHS, ALGO_TRAIN_LEN, ALGORITHMIC, PASSKEY_LENGTHS, plan  # noqa: E402
 
 IN_RANGE = 0.9  # in-range accuracy a run must reach before its extrapolation is interpreted
@@ -307,6 +308,72 @@ def pilot_section(folder: pathlib.Path, pilot: dict) -> list[str]:
     return lines + [""]
 
 
+def far_cell(res: dict) -> tuple[int, int]:
+    """(correct, n) summed over the algorithmic lengths past training (BEYOND)."""
+    cells = [cell(res["rows"], length=L) or (0, 0) for L in BEYOND]
+    return sum(c[0] for c in cells), sum(c[1] for c in cells)
+
+
+def plain_runs(results: dict[str, dict], task: str) -> dict[str, dict[int, str]]:
+    """{encoding: {seed: run name}} of `task`'s runs without randomized positions."""
+    out: dict[str, dict[int, str]] = {}
+    for name in results:
+        head, _, seed = name.rpartition("-s")
+        if head.startswith(f"{task}-") and "-rp" not in head and "-ft" not in head and seed.isdigit():
+            out.setdefault(head.removeprefix(f"{task}-"), {})[int(seed)] = name
+    return out
+
+
+def kazemnejad(results: dict[str, dict], task: str) -> str:
+    """Kazemnejad et al.'s claim on `task`, tested against each other encoding over the seeds where both runs
+    reach the in-range bar: per seed, d = NoPE's accuracy past training minus the other's (over BEYOND). NoPE is
+    worse when, with one paired seed, the two-proportion z < −1.96, and with more, the 95% Student t interval of
+    the mean d over seeds lies below 0 (so seed-to-seed spread counts, not only the test examples')."""
+    rule = (f"Kazemnejad et al.: NoPE extrapolates at least as well as the other encodings on {task} — rule: per "
+            f"seed, NoPE's accuracy over the lengths past {ALGO_TRAIN_LEN} minus each other encoding's, among the runs "
+            f"≥ {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN}; NoPE is worse where, with one paired seed, z < −1.96, "
+            "and with more, the 95% t interval of the mean difference over seeds is below 0; reproduced when NoPE is "
+            "worse than no other encoding.")
+    runs = plain_runs(results, task)
+    ok = {enc: {s: n for s, n in by_seed.items() if in_range_ok(results[n], ALGO_TRAIN_LEN)} for enc, by_seed in runs.items()}
+    left_out = sorted(n for enc, by_seed in runs.items() for s, n in by_seed.items()
+                      if n not in ok[enc].values() or (enc != "none" and s not in ok.get("none", {})))
+    left = (f" (left out, below the in-range bar or at a seed without an in-range NoPE run: {', '.join(left_out)})"
+            if left_out else "")
+    if "none" not in runs:
+        return f"- {rule} **not tested**: no NoPE result yet."
+    if not ok["none"]:
+        below = ", ".join(f"{n} {fmt(cell(results[n]['rows'], length=ALGO_TRAIN_LEN))}" for n in runs["none"].values())
+        return f"- {rule} **not tested**: NoPE is below the in-range bar at every seed ({below} at {ALGO_TRAIN_LEN}){left}."
+    parts, worse, undefined, all_zero = [], [], [], True
+    for enc, by_seed in ok.items():
+        seeds = [s for s in sorted(set(by_seed) & set(ok["none"])) if enc != "none"
+                 and far_cell(results[ok["none"][s]])[1] and far_cell(results[by_seed[s]])[1]]  # defined past training
+        if not seeds:
+            undefined += [enc] if set(by_seed) & set(ok["none"]) and enc != "none" else []
+            continue
+        a, b = [far_cell(results[ok["none"][s]]) for s in seeds], [far_cell(results[by_seed[s]]) for s in seeds]
+        all_zero &= all(c[0] == 0 for c in a + b)
+        d = np.array([pct(x) - pct(y) for x, y in zip(a, b)])
+        if len(seeds) == 1:
+            z = two_proportion_z(a[0], b[0])
+            bad, how = z < -1.96, f"z = {z:.2f}, seed {seeds[0]}"
+        else:
+            half = T95[min(len(d) - 1, max(T95))] * d.std(ddof=1) / math.sqrt(len(d))
+            bad = d.mean() + half < 0
+            how = (f"95% t interval [{100 * (d.mean() - half):+.1f}, {100 * (d.mean() + half):+.1f}] over seeds "
+                   f"{', '.join(map(str, seeds))}; per seed " + ", ".join(f"{100 * x:+.1f}" for x in d))
+        worse += [enc] if bad else []
+        parts.append(f"vs {enc} {100 * d.mean():+.1f} points ({how})")
+    if not parts:
+        return f"- {rule} **not tested**: no other encoding has a run in range at a seed where NoPE's is{left}."
+    verdict = "inconclusive" if all_zero else "not reproduced" if worse else "reproduced"
+    floor = (f"; every run, NoPE's included, scores 0 past {ALGO_TRAIN_LEN}: a tie at the floor does not test the "
+             "claim") if all_zero else ""
+    undef = f"; undefined past {ALGO_TRAIN_LEN} (not compared): {', '.join(undefined)}" if undefined else ""
+    return f"- {rule} **{verdict}**: " + "; ".join(parts) + undef + left + floor + "."
+
+
 def verdicts(results: dict[str, dict]) -> list[str]:
     """Each claim, its rule, and what the results say (or that they are missing)."""
     out = []
@@ -344,31 +411,7 @@ def verdicts(results: dict[str, dict]) -> list[str]:
     else:
         out.append(f"- {rule} **not tested**: the fine-tuned runs have no results yet.")
     # NoPE (Kazemnejad) and randomized positions (Ruoss)
-    for task in ALGORITHMIC:
-        nope = f"{task}-none-s0"
-        others = [n for n in results if n.startswith(f"{task}-") and n.endswith("-s0") and "-rp" not in n and n != nope]
-        out_of_range = sorted(n for n in others if not in_range(n, ALGO_TRAIN_LEN))
-        others = [n for n in others if n not in out_of_range]
-        rule = (f"Kazemnejad et al.: NoPE extrapolates at least as well as the other encodings on {task} — rule: NoPE's "
-                f"accuracy summed over the lengths past {ALGO_TRAIN_LEN} minus each other encoding's, z ≥ −1.96 for every "
-                f"one, among the runs ≥ {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN}.")
-        left_out = f" (left out, below the in-range bar: {', '.join(out_of_range)})" if out_of_range else ""
-        if nope in results and not in_range(nope, ALGO_TRAIN_LEN):
-            out.append(f"- {rule} **not tested**: NoPE is below the in-range bar ({fmt(cell(results[nope]['rows'], length=ALGO_TRAIN_LEN))} "
-                       f"at {ALGO_TRAIN_LEN}){left_out}.")
-        elif nope in results and others:
-            far = lambda n: tuple(map(sum, zip(*[cell(results[n]["rows"], length=L) or (0, 0)  # noqa: E731
-                                                 for L in BEYOND])))
-            zs = {o: two_proportion_z(far(nope), far(o)) for o in others if far(o)[1] and far(nope)[1]}
-            verdict = "reproduced" if zs and all(z >= -1.96 for z in zs.values()) else "not reproduced"
-            floor = bool(zs) and far(nope)[0] == 0 and all(far(o)[0] == 0 for o in zs)
-            if floor:
-                verdict = "inconclusive"
-            out.append(f"- {rule} **{verdict}**: " + ", ".join(f"vs {o.split('-')[1]} z = {z:.2f}" for o, z in zs.items())
-                       + f" (one seed){left_out}" + (f"; every run, NoPE's included, scores 0 past {ALGO_TRAIN_LEN}: a tie "
-                                                     "at the floor does not test the claim" if floor else "") + ".")
-        else:
-            out.append(f"- {rule} **not tested**: no results yet.")
+    out += [kazemnejad(results, task) for task in ALGORITHMIC]
     diffs, skipped, seeds = [], [], set()
     for n in results:
         if "-rp-" in n:
