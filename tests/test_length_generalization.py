@@ -159,25 +159,45 @@ def _algo_result(correct, status="ok"):
 
 
 def test_the_kazemnejad_verdict_pools_seeds_by_their_spread():
-    """Per seed, NoPE's accuracy past 32 minus the other's; with several seeds NoPE is worse only when the 95% t
-    interval of the mean difference is below 0: one seed with a large gap decides with z, a gap that flips sign
-    between seeds does not. A run below the bar drops its seed from the pairs, and a learned table undefined
-    past 32 is named, not compared."""
+    """Per seed, NoPE's accuracy past 32 minus the other's; NoPE is worse when the counts pooled over the paired
+    seeds give z < −1.96 and, with several seeds, the 95% t interval of the mean difference is below 0 too: a
+    consistent gap decides, one that flips sign between seeds or sits at the floor with no spread does not."""
     report = _load("length_generalization_report_kz", HERE / "report.py")
     consistent = {"copy-none-s0": _algo_result((100, 95, 10, 0, 0)), "copy-none-s1": _algo_result((100, 96, 12, 0, 0)),
                   "copy-none-s2": _algo_result((100, 97, 8, 0, 0)), "copy-rope-s0": _algo_result((100, 99, 40, 5, 0)),
                   "copy-rope-s1": _algo_result((100, 99, 45, 6, 0)), "copy-rope-s2": _algo_result((100, 99, 42, 3, 0))}
-    line = report.kazemnejad(consistent, "copy")
-    assert "**not reproduced**" in line and "vs rope -12.3 points (95% t interval [-14.0, -10.7]" in line and "seeds 0, 1, 2" in line
+    line = report.kazemnejad(consistent, "copy")  # 30 of 900 against 141 of 900
+    assert "**not reproduced**" in line and "vs rope -12.3 points (z = -8.92, seeds 0, 1, 2; 95% t interval [-14.0, -10.7]" in line
     flips = {**consistent, "copy-rope-s1": _algo_result((100, 99, 0, 0, 0))}  # per seed -11.7, +4.0, -12.3
     line = report.kazemnejad(flips, "copy")
     assert "**reproduced**" in line and "per seed -11.7, +4.0, -12.3" in line
     one = {"copy-none-s0": consistent["copy-none-s0"], "copy-rope-s0": consistent["copy-rope-s0"]}
-    assert "**not reproduced**: vs rope -11.7 points (z = " in report.kazemnejad(one, "copy")
-    mixed = {**consistent, "copy-none-s1": _algo_result((100, 50, 0, 0, 0)),  # below the bar: seed 1 is left out
-             "copy-learned-s0": _algo_result((100, 99, None, None, None))}
-    line = report.kazemnejad(mixed, "copy")
-    assert "seeds 0, 2;" in line and "undefined past 32 (not compared): learned" in line
-    assert "copy-none-s1" in line.split("left out")[1] and "copy-rope-s1" in line.split("left out")[1]
-    below = {"copy-none-s0": _algo_result((100, 50, 0, 0, 0)), "copy-rope-s0": consistent["copy-rope-s0"]}
-    assert "**not tested**: NoPE is below the in-range bar at every seed (copy-none-s0 50 [" in report.kazemnejad(below, "copy")
+    assert "**not reproduced**: vs rope -11.7 points (z = -4.95, seed 0)." in report.kazemnejad(one, "copy")
+    floor = {"copy-none-s0": _algo_result((100, 95, 0, 0, 0)), "copy-none-s1": _algo_result((100, 95, 0, 0, 0)),
+             "copy-rope-s0": _algo_result((100, 95, 1, 0, 0)), "copy-rope-s1": _algo_result((100, 95, 1, 0, 0))}
+    line = report.kazemnejad(floor, "copy")  # no spread between seeds, but 0 of 600 against 2 of 600: z = -1.41
+    assert "**reproduced**" in line and "[-0.3, -0.3]" in line
+    two = {**one, "copy-alibi-s0": _algo_result((100, 98, 5, 0, 0))}  # worse than one of two: not reproduced
+    assert "**not reproduced**" in report.kazemnejad(two, "copy") and "vs alibi +1.7 points" in report.kazemnejad(two, "copy")
+
+
+def test_the_kazemnejad_verdict_names_every_run_it_does_not_compare():
+    """A run below the bar drops its seed from the pairs; a run undefined past 32 (at one seed, or at one length)
+    is named, not pooled over fewer lengths; randomized-position and other tasks' runs are not read."""
+    report = _load("length_generalization_report_kz2", HERE / "report.py")
+    results = {"copy-none-s0": _algo_result((100, 95, 30, 0, 0)), "copy-none-s1": _algo_result((100, 50, 0, 0, 0)),
+               "copy-none-s2": _algo_result((100, 95, 30, 0, 0)), "copy-rope-s0": _algo_result((100, 99, 30, 0, 0)),
+               "copy-rope-s1": _algo_result((100, 99, 45, 6, 0)), "copy-rope-s2": _algo_result((100, 99, 30, 0, 0)),
+               "copy-learned-s0": _algo_result((100, 99, None, None, None)),
+               "copy-learned-s2": _algo_result((100, 99, 30, None, None)),  # defined at 64 only
+               "copy-rope-rp-s0": _algo_result((100, 99, 100, 100, 100)), "reverse-rope-s0": _algo_result((100, 99, 100, 100, 100))}
+    line = report.kazemnejad(results, "copy")
+    assert "**reproduced**: vs rope +0.0 points (z = 0.00, seeds 0, 2;" in line and "vs learned" not in line
+    assert "below the in-range bar at 32: copy-none-s1;" in line
+    assert "undefined at or past 32 (not compared): copy-learned-s0, copy-learned-s2;" in line
+    assert "at a seed without an in-range NoPE run (not compared): copy-rope-s1." in line
+    assert set(report.plain_runs(results, "copy")) == {"none", "rope", "learned"}
+    below = {"copy-none-s0": _algo_result((100, 50, 0, 0, 0)), "copy-rope-s0": _algo_result((100, 99, 40, 5, 0))}
+    line = report.kazemnejad(below, "copy")
+    assert "**not tested**: NoPE has no run in range (at 32: copy-none-s0 50 [" in line and line.count("copy-none-s0") == 1
+

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import re
 import sys
 
 import numpy as np
@@ -308,70 +309,81 @@ def pilot_section(folder: pathlib.Path, pilot: dict) -> list[str]:
     return lines + [""]
 
 
-def far_cell(res: dict) -> tuple[int, int]:
-    """(correct, n) summed over the algorithmic lengths past training (BEYOND)."""
-    cells = [cell(res["rows"], length=L) or (0, 0) for L in BEYOND]
-    return sum(c[0] for c in cells), sum(c[1] for c in cells)
+def far_cell(res: dict) -> tuple[int, int] | None:
+    """(correct, n) summed over the algorithmic lengths past training (BEYOND); None where any of them is
+    undefined (a learned table past its length), so that two runs are always pooled over the same lengths."""
+    cells = [cell(res["rows"], length=L) for L in BEYOND]
+    return None if None in cells else (sum(c[0] for c in cells), sum(c[1] for c in cells))
 
 
 def plain_runs(results: dict[str, dict], task: str) -> dict[str, dict[int, str]]:
-    """{encoding: {seed: run name}} of `task`'s runs without randomized positions."""
+    """{encoding: {seed: run name}} of `task`'s runs without randomized positions: the names `<task>-<enc>-s<N>`
+    (encoding names have no hyphen; `-rp` and fine-tune names have one more part)."""
     out: dict[str, dict[int, str]] = {}
     for name in results:
-        head, _, seed = name.rpartition("-s")
-        if head.startswith(f"{task}-") and "-rp" not in head and "-ft" not in head and seed.isdigit():
-            out.setdefault(head.removeprefix(f"{task}-"), {})[int(seed)] = name
+        m = re.fullmatch(rf"{re.escape(task)}-([^-]+)-s(\d+)", name)
+        if m:
+            out.setdefault(m[1], {})[int(m[2])] = name
     return out
 
 
 def kazemnejad(results: dict[str, dict], task: str) -> str:
     """Kazemnejad et al.'s claim on `task`, tested against each other encoding over the seeds where both runs
-    reach the in-range bar: per seed, d = NoPE's accuracy past training minus the other's (over BEYOND). NoPE is
-    worse when, with one paired seed, the two-proportion z < −1.96, and with more, the 95% Student t interval of
-    the mean d over seeds lies below 0 (so seed-to-seed spread counts, not only the test examples')."""
+    reach the in-range bar and are defined at every length past training: per seed, d = NoPE's accuracy past
+    training minus the other's (pooled over BEYOND). NoPE is worse when the two-proportion z of the counts pooled
+    over those seeds is below −1.96 and, with more than one seed, also the 95% Student t interval of the mean d
+    over seeds lies below 0 (so that seed-to-seed spread counts as well as the test examples')."""
     rule = (f"Kazemnejad et al.: NoPE extrapolates at least as well as the other encodings on {task} — rule: per "
             f"seed, NoPE's accuracy over the lengths past {ALGO_TRAIN_LEN} minus each other encoding's, among the runs "
-            f"≥ {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN}; NoPE is worse where, with one paired seed, z < −1.96, "
-            "and with more, the 95% t interval of the mean difference over seeds is below 0; reproduced when NoPE is "
-            "worse than no other encoding.")
+            f"≥ {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN}; NoPE is worse where the z of the counts pooled over the "
+            "paired seeds is below −1.96 and, with several seeds, the 95% t interval of the mean difference over "
+            "seeds is below 0 too; reproduced when NoPE is worse than no other encoding.")
     runs = plain_runs(results, task)
-    ok = {enc: {s: n for s, n in by_seed.items() if in_range_ok(results[n], ALGO_TRAIN_LEN)} for enc, by_seed in runs.items()}
-    left_out = sorted(n for enc, by_seed in runs.items() for s, n in by_seed.items()
-                      if n not in ok[enc].values() or (enc != "none" and s not in ok.get("none", {})))
-    left = (f" (left out, below the in-range bar or at a seed without an in-range NoPE run: {', '.join(left_out)})"
-            if left_out else "")
     if "none" not in runs:
         return f"- {rule} **not tested**: no NoPE result yet."
-    if not ok["none"]:
-        below = ", ".join(f"{n} {fmt(cell(results[n]['rows'], length=ALGO_TRAIN_LEN))}" for n in runs["none"].values())
-        return f"- {rule} **not tested**: NoPE is below the in-range bar at every seed ({below} at {ALGO_TRAIN_LEN}){left}."
-    parts, worse, undefined, all_zero = [], [], [], True
+    at_train = {n: cell(results[n]["rows"], length=ALGO_TRAIN_LEN) for by_seed in runs.values() for n in by_seed.values()}
+    ok = {enc: {s: n for s, n in by_seed.items() if at_train[n] is not None and pct(at_train[n]) >= IN_RANGE}
+          for enc, by_seed in runs.items()}
+    below = sorted(n for n, c in at_train.items() if c is not None and pct(c) < IN_RANGE)
+    undefined = sorted({n for n, c in at_train.items() if c is None}
+                       | {n for by_seed in ok.values() for n in by_seed.values() if far_cell(results[n]) is None})
+    nope = {s: n for s, n in ok["none"].items() if n not in undefined}
+    unpaired = sorted(n for enc, by_seed in ok.items() if enc != "none" for s, n in by_seed.items()
+                      if s not in nope and n not in undefined)
+
+    def notes(nope_too: bool = True) -> str:
+        return "".join(f"; {what}: {', '.join(names)}" for what, names in (
+            (f"below the in-range bar at {ALGO_TRAIN_LEN}", [n for n in below if nope_too or n not in runs["none"].values()]),
+            (f"undefined at or past {ALGO_TRAIN_LEN} (not compared)", undefined),
+            ("at a seed without an in-range NoPE run (not compared)", unpaired)) if names)
+
+    if not nope:
+        state = ", ".join(f"{n} {fmt(at_train[n])}" for n in runs["none"].values())
+        return f"- {rule} **not tested**: NoPE has no run in range (at {ALGO_TRAIN_LEN}: {state}){notes(False)}."
+    parts, worse, all_zero = [], [], True
     for enc, by_seed in ok.items():
-        seeds = [s for s in sorted(set(by_seed) & set(ok["none"])) if enc != "none"
-                 and far_cell(results[ok["none"][s]])[1] and far_cell(results[by_seed[s]])[1]]  # defined past training
+        seeds = sorted(s for s in set(by_seed) & set(nope) if by_seed[s] not in undefined) if enc != "none" else []
         if not seeds:
-            undefined += [enc] if set(by_seed) & set(ok["none"]) and enc != "none" else []
             continue
-        a, b = [far_cell(results[ok["none"][s]]) for s in seeds], [far_cell(results[by_seed[s]]) for s in seeds]
+        a, b = [far_cell(results[nope[s]]) for s in seeds], [far_cell(results[by_seed[s]]) for s in seeds]
         all_zero &= all(c[0] == 0 for c in a + b)
+        z = two_proportion_z(tuple(map(sum, zip(*a))), tuple(map(sum, zip(*b))))
         d = np.array([pct(x) - pct(y) for x, y in zip(a, b)])
-        if len(seeds) == 1:
-            z = two_proportion_z(a[0], b[0])
-            bad, how = z < -1.96, f"z = {z:.2f}, seed {seeds[0]}"
-        else:
+        how = f"z = {z:.2f}, seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+        bad = z < -1.96
+        if len(seeds) > 1:
             half = T95[min(len(d) - 1, max(T95))] * d.std(ddof=1) / math.sqrt(len(d))
-            bad = d.mean() + half < 0
-            how = (f"95% t interval [{100 * (d.mean() - half):+.1f}, {100 * (d.mean() + half):+.1f}] over seeds "
-                   f"{', '.join(map(str, seeds))}; per seed " + ", ".join(f"{100 * x:+.1f}" for x in d))
+            bad &= d.mean() + half < 0
+            how += (f"; 95% t interval [{100 * (d.mean() - half):+.1f}, {100 * (d.mean() + half):+.1f}], per seed "
+                    + ", ".join(f"{100 * x:+.1f}" for x in d))
         worse += [enc] if bad else []
         parts.append(f"vs {enc} {100 * d.mean():+.1f} points ({how})")
     if not parts:
-        return f"- {rule} **not tested**: no other encoding has a run in range at a seed where NoPE's is{left}."
+        return f"- {rule} **not tested**: no other encoding has a run to compare with NoPE's{notes()}."
     verdict = "inconclusive" if all_zero else "not reproduced" if worse else "reproduced"
-    floor = (f"; every run, NoPE's included, scores 0 past {ALGO_TRAIN_LEN}: a tie at the floor does not test the "
-             "claim") if all_zero else ""
-    undef = f"; undefined past {ALGO_TRAIN_LEN} (not compared): {', '.join(undefined)}" if undefined else ""
-    return f"- {rule} **{verdict}**: " + "; ".join(parts) + undef + left + floor + "."
+    floor = (f"; every compared run, NoPE's included, scores 0 past {ALGO_TRAIN_LEN}: a tie at the floor does not "
+             "test the claim") if all_zero else ""
+    return f"- {rule} **{verdict}**: " + "; ".join(parts) + notes() + floor + "."
 
 
 def verdicts(results: dict[str, dict]) -> list[str]:
