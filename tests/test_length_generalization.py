@@ -201,3 +201,16 @@ def test_the_kazemnejad_verdict_names_every_run_it_does_not_compare():
     line = report.kazemnejad(below, "copy")
     assert "**not tested**: NoPE has no run in range (at 32: copy-none-s0 50 [" in line and line.count("copy-none-s0") == 1
 
+
+
+def test_the_ruoss_verdict_names_pairs_undefined_past_training():
+    """A plain learned table is undefined past 32: its pair with randomized positions is named, not dropped
+    silently, and the pairs that are defined are counted."""
+    report = _load("length_generalization_report_ruoss", HERE / "report.py")
+    results = {"copy-learned-s0": _algo_result((100, 99, None, None, None)),
+               "copy-learned-rp-s0": _algo_result((100, 99, 50, 10, 0))}
+    results.update({f"copy-{p}{rp}-s0": _algo_result((100, 99, c, 0, 0)) for p in ("rope", "alibi", "sinusoidal")
+                    for rp, c in (("", 0), ("-rp", 30))})
+    line = next(v for v in report.verdicts(results) if v.startswith("- Ruoss"))
+    assert "Pairs left out (a run undefined at a length past 32): copy-learned-rp-s0." in line
+    assert "**reproduced**: +10.0 points [+10.0, +10.0] over 3 pairs, 1 seed." in line

@@ -424,7 +424,7 @@ def verdicts(results: dict[str, dict]) -> list[str]:
         out.append(f"- {rule} **not tested**: the fine-tuned runs have no results yet.")
     # NoPE (Kazemnejad) and randomized positions (Ruoss)
     out += [kazemnejad(results, task) for task in ALGORITHMIC]
-    diffs, skipped, seeds = [], [], set()
+    diffs, skipped, undefined, seeds = [], [], [], set()
     for n in results:
         if "-rp-" in n:
             plain = n.replace("-rp", "")
@@ -436,11 +436,15 @@ def verdicts(results: dict[str, dict]) -> list[str]:
                 if None not in a and None not in b:
                     diffs.append(np.mean(a) - np.mean(b))
                     seeds.add(n.rsplit("-s", 1)[1])
+                else:
+                    undefined.append(n)
     rule = ("Ruoss et al.: randomized positions raise mean accuracy past the training length (+12.0 points in the paper) "
             "— rule: the mean paired difference over (task, encoding, seed) has a bootstrap 95% interval above 0, over the "
             f"pairs whose two runs are ≥ {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN}.")
     if skipped:
         rule += f" Pairs left out (a run below the in-range bar): {', '.join(sorted(skipped))}."
+    if undefined:
+        rule += f" Pairs left out (a run undefined at a length past {ALGO_TRAIN_LEN}): {', '.join(sorted(undefined))}."
     if len(diffs) >= 3:
         rng = np.random.default_rng(0)
         boot = [np.mean(rng.choice(diffs, size=len(diffs))) for _ in range(2000)]
