@@ -153,7 +153,7 @@ def test_the_two_layer_results_are_their_own_section_and_stay_out_of_the_verdict
 
 def _algo_result(correct, status="ok"):
     """A copy result with `correct` of 100 at 16, 32, 64, 96, 128 (None: undefined there)."""
-    return {"rows": [{"length": n, "scaling": "none", "method": "none", "depth": None, "n": 100,
+    return {"rows": [{"length": n, "scaling": "none", "method": "none", "depth": None, "n": 100, "num_layers": 4,
                       "status": "ok" if c is not None else "undefined", "correct": c or 0}
                      for n, c in zip(run.ALGO_LENGTHS, correct)]}
 
@@ -214,3 +214,18 @@ def test_the_ruoss_verdict_names_pairs_undefined_past_training():
     line = next(v for v in report.verdicts(results) if v.startswith("- Ruoss"))
     assert "Pairs left out (a run undefined at a length past 32): copy-learned-rp-s0." in line
     assert "**reproduced**: +10.0 points [+10.0, +10.0] over 3 pairs, 1 seed." in line
+
+
+def test_the_status_gives_the_finished_first_tier_s_cost(tmp_path):
+    """Once the first tier is complete the status says what it cost: its timed training steps (from the curves)
+    plus its evaluation, as job time and as wall-clock time on 2 one-core workers."""
+    report = _load("length_generalization_report_cost", HERE / "report.py")
+    (tmp_path / "results").mkdir()
+    jobs = [run.Job(f"copy-{p}-s0", f"task=copy,posenc={p},seed=0") for p in ("rope", "none")]
+    for job in jobs:  # 1000 steps of 600 tokens at 1000 tokens/s: 10 min of training, plus 5 min of evaluation
+        res = {**_algo_result((100, 99, 0, 0, 0)), "curve": [{"step": 1000, "tokens_per_s": 1000.0}],
+               "tokens_per_step": 600, "timing": {"train_s": 700.0, "eval_s": 300.0}, "cpu": "AMD EPYC"}
+        (tmp_path / "results" / f"{job.name}.json").write_text(json.dumps(res))
+    text = report.write_report(tmp_path, jobs=jobs)
+    assert "2 of 2 jobs. Its jobs took 0.5 hours of job time (timed training steps and evaluation; AMD EPYC): " \
+           "about 0.2 hours of wall-clock time" in text

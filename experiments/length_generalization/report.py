@@ -111,7 +111,8 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     lines += [f"## Status: {done} of {len(planned)} planned jobs have results", "",
               f"The first tier (one seed of every verdict; `run.py`'s docstring lists the tiers): "
               f"{len(first) - len(first_missing)} of {len(first)} jobs. "
-              + (remaining_estimate(results, timing, first_missing) if first_missing else ""), ""]
+              + (remaining_estimate(results, timing, first_missing) if first_missing else tier_cost(results, timing, first)),
+              ""]
     if missing:
         groups: dict[str, int] = {}
         for n in missing:
@@ -259,13 +260,27 @@ def job_kind(name: str) -> str:
     return "passkey fine-tune" if task == "passkey" and "-ft" in name else task if task == "passkey" else "algorithmic"
 
 
+def job_minutes(res: dict, timing: dict | None) -> float:
+    """A finished job's cost: its timed training steps (from its curve) plus its evaluation (timing.json)."""
+    return curve_minutes(res) + (timing["eval_s"] / 60 if isinstance(timing, dict) else 0.0)
+
+
+def tier_cost(results: dict, timing: dict, names: list[str]) -> str:
+    """What the finished first tier cost, as job time and as wall-clock time with one job per core on 2 cores."""
+    hours = sum(job_minutes(results[n], timing.get(n)) for n in names) / 60
+    cpus = ", ".join(sorted({results[n].get("cpu", "unrecorded") for n in names}))
+    return (f"Its jobs took {hours:.1f} hours of job time (timed training steps and evaluation; {cpus}): about "
+            f"{hours / 2:.1f} hours of wall-clock time with `--workers=2` on 2 cores; the tiers after it add seeds and "
+            "encodings.") if names else ""
+
+
 def remaining_estimate(results: dict, timing: dict, missing: list[str]) -> str:
     """The compute the missing jobs would take at the mean training + evaluation time of the finished jobs of
     their kind (timed steps from the curves, evaluation from timing.json), on the machines that ran them."""
     per: dict[str, list[float]] = {}
     for name, res in results.items():
         if isinstance(timing.get(name), dict):
-            per.setdefault(job_kind(name), []).append(curve_minutes(res) + timing[name]["eval_s"] / 60)
+            per.setdefault(job_kind(name), []).append(job_minutes(res, timing[name]))
     left: dict[str, int] = {}
     for name in missing:
         left[job_kind(name)] = left.get(job_kind(name), 0) + 1
