@@ -213,7 +213,25 @@ def test_the_ruoss_verdict_names_pairs_undefined_past_training():
                     for rp, c in (("", 0), ("-rp", 30))})
     line = next(v for v in report.verdicts(results) if v.startswith("- Ruoss"))
     assert "Pairs left out (a run undefined at a length past 32): copy-learned-rp-s0." in line
-    assert "**reproduced**: +10.0 points [+10.0, +10.0] over 3 pairs, 1 seed." in line
+    assert "**reproduced**: +10.0 points [+10.0, +10.0] over 3 pairs, 1 seed;" in line
+
+
+def test_the_ruoss_verdict_says_what_it_rests_on():
+    """Past the verdict, the line gives its firmness (the t statistic of the per-pair differences), the mean
+    difference of each (task, encoding), and the mean with the pairs that the in-range bar drops counted too."""
+    report = _load("length_generalization_report_ruoss2", HERE / "report.py")
+    results = {f"copy-rope{rp}-s{s}": _algo_result((100, 99, c, 0, 0)) for s, cs in enumerate(((0, 45), (0, 60), (0, 33)))
+               for rp, c in zip(("", "-rp"), cs)}  # +15, +20, +11 points past 32
+    results |= {"reverse-rope-s0": _algo_result((100, 99, 6, 0, 0)), "reverse-rope-rp-s0": _algo_result((100, 99, 0, 0, 0)),
+                "copy-alibi-s0": _algo_result((100, 99, 90, 0, 0)), "copy-alibi-rp-s0": _algo_result((100, 80, 0, 0, 0))}
+    line = report.ruoss(results)  # differences +15, +20, +11 and -2: mean +11.0, t = 2.3 with 3 degrees of freedom
+    assert "**reproduced**: +11.0 points [" in line and "over 4 pairs, 3 seeds; evidence moderate (t = 2.3 over the pairs)" in line
+    assert "by task and encoding: copy-rope +15.3 (3), reverse-rope -2.0 (1);" in line
+    assert "Pairs left out (a run below the in-range bar): copy-alibi-rp-s0." in line
+    assert "with the 1 pair that the in-range bar drops counted too, +2.8 points [" in line and "over 5 pairs." in line
+    agree = {n: r for n, r in results.items() if n.startswith("copy-rope")}
+    assert "evidence strong" in report.ruoss(agree)  # +15, +20, +11: t = 5.9 with 2 degrees of freedom
+    assert "counted too" not in report.ruoss(agree)
 
 
 def test_the_status_gives_the_finished_first_tier_s_cost(tmp_path):
