@@ -130,7 +130,20 @@ def benchmarks() -> str:
             f"{evals} of PyTorch SDPA ({ev['cpu']}); decoding with the KV cache {dec[256]['speedup']:.0f}× faster than "
             f"recomputation at a context of 256 and {dec[2048]['speedup']:.0f}× at 2048; `apply_rope` at "
             f"{rope['rope_half_vs_elementwise']:.2f} (half layout) and {rope['rope_interleaved_vs_elementwise']:.2f} "
-            "(interleaved) of a jitted elementwise pass over the same bytes." + cpu_kinds())
+            "(interleaved) of a jitted elementwise pass over the same bytes." + malloc_sentence() + cpu_kinds())
+
+
+def malloc_sentence() -> str:
+    """What keeping the step buffers mapped is worth (scripts/benchmark_malloc.py, posenc/malloc.py)."""
+    m = _json("experiments/benchmarks/malloc_ab.json")
+    arms = m["arms"]
+    return (f" Keeping XLA's freed step buffers mapped (`posenc/malloc.py`; `scripts/benchmark_malloc.py`, {m['cpu']}, "
+            f"{len(m['affinity'])} core{'s' if len(m['affinity']) > 1 else ''}, batch {m['batch_size']} × "
+            f"{m['train_len']}, commit {m['commit']}): training at {arms['env']['ratio_to_system']:.2f}× glibc's "
+            f"defaults with the environment variables the scripts restart with and {arms['mallopt']['ratio_to_system']:.2f}× "
+            f"with mallopt at import alone; {arms['system']['faults_per_step']:,.0f} page faults a step "
+            f"({100 * arms['system']['sys_fraction']:.0f}% of the time in the kernel) with glibc's defaults, "
+            f"{arms['env']['faults_per_step']:,.0f} with the variables.")
 
 
 def cpu_kinds() -> str:

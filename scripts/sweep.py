@@ -28,7 +28,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from posenc import sweep, training_free
+from posenc import malloc, sweep, training_free
 from posenc.config import parse_lengths
 from posenc.evaluate import prepare_out_dir
 
@@ -57,6 +57,7 @@ _AGGREGATE = flags.DEFINE_bool("aggregate_only", False, "Only gather finished po
 
 
 def main(argv):
+    malloc.restart_with_env()  # once, before any JAX computation: posenc/malloc.py
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.ERROR)

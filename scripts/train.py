@@ -11,6 +11,7 @@ Rerunning the same command resumes from the latest checkpoint in --workdir.
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from posenc import malloc
 from posenc.train import initialize_distributed, train_and_evaluate
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Config file (get_config(arg)).",
@@ -28,6 +29,7 @@ _INIT_FROM = flags.DEFINE_string("init_from", None, "Start from another run's la
 
 
 def main(argv):
+    malloc.restart_with_env()  # once, before any JAX computation: posenc/malloc.py
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)  # Orbax logs every file operation at INFO

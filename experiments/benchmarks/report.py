@@ -359,5 +359,21 @@ tested on CPU (`pip install -e '.[cuda]'`; attention takes cuDNN's fused kernel 
 times the reference model and a 124M GPT-2-small-sized one in bf16 against the device's bf16 peak; 3 rounds
 of 20 steps per model, sized for the 5-minute budget of one device check, and not yet run on a GPU).
 """)
+malloc_ab = optional("malloc_ab.json")
+if malloc_ab:
+    text += ("\n## glibc malloc (`scripts/benchmark_malloc.py`, `malloc_ab.json`)\n\n"
+             "XLA:CPU takes each step's temporary buffer from malloc and frees it at the step's end; with glibc's "
+             "defaults a buffer that large is a fresh `mmap` every step, whose pages all fault in again "
+             "(`posenc/malloc.py`). The reference model's training step, one fresh process per arm and round, arms "
+             f"alternating ({malloc_ab['cpu']}, cores {malloc_ab['affinity']}, batch {malloc_ab['batch_size']} × "
+             f"{malloc_ab['train_len']}, {malloc_ab['steps']} timed steps after as many untimed, "
+             f"{len(malloc_ab['rounds']['system'])} rounds, medians; commit {malloc_ab['commit']}; every arm trained "
+             "to the same parameters, hash for hash):\n\n"
+             "| arm | tokens/s | × glibc's defaults | page faults a step | time in the kernel |\n|---|---|---|---|---|\n"
+             + "".join(f"| {arm} | {a['tokens_per_s']:.0f} | {a['ratio_to_system']:.2f} | {a['faults_per_step']:,.0f} | "
+                       f"{a['sys_fraction']:.1%} |\n" for arm, a in malloc_ab["arms"].items())
+             + "\n`system`: glibc's defaults (POSENC_MALLOC=system); `mallopt`: the settings applied at `import posenc`; "
+             "`env`: the same settings as environment variables, which the training scripts and the experiments' "
+             "runners restart themselves with.\n")
 (HERE / "README.md").write_text(text)
 print(text)

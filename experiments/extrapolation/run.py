@@ -26,6 +26,7 @@ import jax
 from absl import app, flags, logging
 
 from posenc import evaluate as ev
+from posenc import malloc
 from posenc.train import load_config_file, train_and_evaluate
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -50,6 +51,7 @@ def _timed(log: dict, key: str, fn):
 
 
 def main(argv):
+    malloc.restart_with_env()  # once, before any JAX computation: posenc/malloc.py
     del argv
     logging.set_verbosity(logging.ERROR)
     runs = pathlib.Path(_RUNS.value)

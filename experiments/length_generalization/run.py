@@ -44,7 +44,7 @@ from absl import app, flags, logging
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from posenc import jobs  # noqa: E402
+from posenc import jobs, malloc  # noqa: E402
 from posenc.config import with_fields  # noqa: E402
 from posenc.encodings import POSENCS, get_encoding  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
@@ -193,6 +193,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
 
 
 def main(argv):
+    malloc.restart_with_env()  # once, before any JAX computation: posenc/malloc.py
     del argv
     logging.set_verbosity(logging.ERROR)
     t0 = time.time()

@@ -65,7 +65,7 @@ from absl import app, flags, logging
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from posenc import checkpoint, jobs, tuning  # noqa: E402
+from posenc import checkpoint, jobs, malloc, tuning  # noqa: E402
 from posenc import evaluate as ev  # noqa: E402
 from posenc.encodings import POSENCS  # noqa: E402
 from posenc.longrope import SearchConfig, search_run  # noqa: E402
@@ -521,6 +521,7 @@ def define_flags() -> None:
 
 
 def main(argv):
+    malloc.restart_with_env()  # once, before any JAX computation: posenc/malloc.py
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.ERROR)

@@ -16,6 +16,7 @@ import time
 from absl import app, flags, logging
 
 from posenc import evaluate as ev
+from posenc import malloc
 from posenc import tuning
 from posenc.longrope import SearchConfig, search_run
 
@@ -32,6 +33,7 @@ RULES = ("linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn")  # tuned with t
 
 
 def main(argv):
+    malloc.restart_with_env()  # once, before any JAX computation: posenc/malloc.py
     del argv
     logging.set_verbosity(logging.ERROR)
     results_dir = HERE / "results"
