@@ -32,11 +32,7 @@ Where each formula lives:
   posenc/tuning.py        the hand-set rules tuned on validation with the LongRoPE search's budget
 """
 
-from posenc import malloc
-
-malloc.keep_buffers()  # before JAX starts its threads: see posenc/malloc.py
-
-from posenc.alibi import alibi_bias, alibi_slopes  # noqa: E402
+from posenc.alibi import alibi_bias, alibi_slopes
 from posenc import rope
 from posenc.cope import cope_bias
 from posenc.fire import fire_normalized_distance

@@ -18,6 +18,9 @@ optimizer state, bf16 products and activations, float32 softmax, norms and loss)
 `torch.autocast("cpu", dtype=torch.bfloat16)`, and the peak is the bf16 matmul's (float32 accumulation).
 The CPU model (lscpu) is part of the JSON.
 
+The process runs with posenc/malloc.py's settings, as the training scripts do (POSENC_MALLOC=system: glibc's
+defaults; `scripts/benchmark_malloc.py` measures the difference).
+
 With --profile, one more round runs under `jax.profiler` and the XLA ops that took the most time are
 printed with their shapes (op times overlap when XLA runs independent ops concurrently, so they add up to
 more than the step). The last line is JSON.
@@ -39,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from posenc import checkpoint, data
+from posenc import checkpoint, data, malloc
 from posenc.timing import code_version, cpu_bf16_flags, cpu_model
 from posenc.config import validate
 from posenc.model import count_params
@@ -210,6 +213,7 @@ def profile_ops(step, state, batch, repeats: int = 3, top: int = 15) -> list[dic
 
 def main(argv):
     del argv
+    malloc.keep_buffers()  # as the training scripts run: posenc/malloc.py
     apply_ablations(_WITHOUT.value)
     config = reference_config()
     m = config.model

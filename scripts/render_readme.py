@@ -136,14 +136,13 @@ def benchmarks() -> str:
 def malloc_sentence() -> str:
     """What keeping the step buffers mapped is worth (scripts/benchmark_malloc.py, posenc/malloc.py)."""
     m = _json("experiments/benchmarks/malloc_ab.json")
-    arms = m["arms"]
+    system, keep = m["arms"]["system"], m["arms"]["keep"]
     return (f" Keeping XLA's freed step buffers mapped (`posenc/malloc.py`; `scripts/benchmark_malloc.py`, {m['cpu']}, "
             f"{len(m['affinity'])} core{'s' if len(m['affinity']) > 1 else ''}, batch {m['batch_size']} × "
-            f"{m['train_len']}, commit {m['commit']}): training at {arms['env']['ratio_to_system']:.2f}× glibc's "
-            f"defaults with the environment variables the scripts restart with and {arms['mallopt']['ratio_to_system']:.2f}× "
-            f"with mallopt at import alone; {arms['system']['faults_per_step']:,.0f} page faults a step "
-            f"({100 * arms['system']['sys_fraction']:.0f}% of the time in the kernel) with glibc's defaults, "
-            f"{arms['env']['faults_per_step']:,.0f} with the variables.")
+            f"{m['train_len']}, commit {m['commit']}): training at {keep['ratio_to_system']:.2f}× glibc's defaults, "
+            f"{keep['faults_per_step']:,.0f} page faults a step against {system['faults_per_step']:,.0f} "
+            f"({100 * system['sys_fraction']:.0f}% of the time in the kernel), {keep['max_rss_mib']:,.0f} MiB resident "
+            f"against {system['max_rss_mib']:,.0f}.")
 
 
 def cpu_kinds() -> str:

@@ -57,7 +57,7 @@ _AGGREGATE = flags.DEFINE_bool("aggregate_only", False, "Only gather finished po
 
 
 def main(argv):
-    malloc.restart_with_env()  # once, before any JAX computation: posenc/malloc.py
+    malloc.keep_buffers()  # before JAX starts its threads: posenc/malloc.py
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.ERROR)

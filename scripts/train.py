@@ -29,7 +29,7 @@ _INIT_FROM = flags.DEFINE_string("init_from", None, "Start from another run's la
 
 
 def main(argv):
-    malloc.restart_with_env()  # once, before any JAX computation: posenc/malloc.py
+    malloc.keep_buffers()  # before JAX starts its threads: posenc/malloc.py
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)  # Orbax logs every file operation at INFO

@@ -1,5 +1,5 @@
-"""posenc/malloc.py: a large buffer freed by a thread stays mapped for its next allocation, and the restart
-that sets the environment happens once, never against the user's own settings."""
+"""posenc/malloc.py: after keep_buffers(), a thread's large allocation comes from the heap, not a fresh mmap,
+and is reused once freed; the user's own settings are left alone."""
 
 import os
 import platform
@@ -12,66 +12,65 @@ from posenc import malloc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
-needs_glibc = pytest.mark.skipif(not GLIBC, reason="the settings are glibc's: elsewhere posenc.malloc does nothing")
+needs_glibc = pytest.mark.skipif(not GLIBC, reason="the settings are glibc's: elsewhere keep_buffers does nothing")
 
-# A thread (as XLA's are) allocates, fills and frees 256 MB four times; printed: the share of the buffer's pages
-# faulted in again by each allocation after the first (1.0: every page is new each time).
+# A thread (as XLA's are) allocates and frees 256 MB three times. Printed: whether keep_buffers applied, the
+# chunks glibc mapped with mmap for each buffer (mallinfo2's hblks while it is held, less before), and whether every
+# allocation got the same address (the freed buffer reused), and whether the heap still holds it after the
+# last free (not trimmed).
 PROBE = """
-import ctypes, resource, sys, threading
-if sys.argv[1] == "posenc":
-    import posenc  # keep_buffers() at import
+import ctypes, json, threading
+from posenc import malloc
+applied = malloc.keep_buffers()
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
-n, out = 256 << 20, {}
+class Info(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                               "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = Info
+mapped, where, kept = [], [], []
 def loop():
-    for i in range(4):
-        if i == 1:
-            out["before"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        p = libc.malloc(n)
-        ctypes.memset(p, 1, n)
+    for _ in range(3):
+        before = libc.mallinfo2().hblks
+        p = libc.malloc(256 << 20)
+        mapped.append(libc.mallinfo2().hblks - before)
+        where.append(p)
         libc.free(p)
-    out["after"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    kept.append(libc.mallinfo2().arena >= 256 << 20)
 t = threading.Thread(target=loop)
 t.start()
 t.join()
-print((out["after"] - out["before"]) / 3 / (n // 4096))
+print(json.dumps({"applied": applied, "mapped": mapped, "reused": where[0] == where[1] == where[2],
+                  "kept": kept[0]}))
 """
 
 
-def _run(code: str, *args: str, **env: str) -> str:
-    base = {k: v for k, v in os.environ.items() if k not in malloc.ENV and k != "POSENC_MALLOC"}
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env={**base, **env}, check=True,
-                          capture_output=True, text=True).stdout
+def _probe(**env: str) -> dict:
+    import json  # noqa: PLC0415
+
+    base = {k: v for k, v in os.environ.items() if k not in malloc.USER_VARIABLES and k not in ("POSENC_MALLOC", "GLIBC_TUNABLES")}
+    proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env={**base, **env}, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @needs_glibc
-def test_a_freed_large_buffer_stays_mapped():
-    """glibc's defaults map each 256 MB allocation afresh (every page faults again); after `import posenc`, and
-    with the environment variables, the next allocation reuses the pages."""
-    assert float(_run(PROBE, "none", POSENC_MALLOC="system")) > 0.9
-    assert float(_run(PROBE, "posenc")) < 0.01
-    assert float(_run(PROBE, "none", **malloc.ENV)) < 0.01
-
-
-RESTART = """
-import os
-from posenc import malloc
-print("started", flush=True)
-malloc.restart_with_env()
-print(sorted((k, os.environ.get(k)) for k in malloc.ENV))
-"""
+def test_a_thread_s_large_buffer_comes_from_the_heap_and_is_reused():
+    """glibc's defaults map each 256 MB allocation with mmap; after keep_buffers it is a heap chunk, reused."""
+    system = _probe(POSENC_MALLOC="system")
+    assert system["applied"] is False and system["mapped"] == [1, 1, 1]
+    keep = _probe()
+    assert keep["applied"] is True and keep["mapped"] == [0, 0, 0] and keep["reused"] and keep["kept"]
 
 
 @needs_glibc
-def test_the_restart_sets_the_environment_once_and_respects_the_user_s():
-    out = _run(RESTART).splitlines()
-    assert out.count("started") == 2 and out[-1] == str(sorted(malloc.ENV.items()))  # restarted once, then set
-    out = _run(RESTART, POSENC_MALLOC="system").splitlines()
-    assert out.count("started") == 1 and out[-1] == str(sorted((k, None) for k in malloc.ENV))
-    out = _run(RESTART, MALLOC_ARENA_MAX="4").splitlines()  # the user's own setting: no restart, nothing added
-    assert out.count("started") == 1 and out[-1] == str(sorted((k, "4" if k == "MALLOC_ARENA_MAX" else None)
-                                                             for k in malloc.ENV))
+def test_the_user_s_own_malloc_settings_are_left_alone():
+    for env in ({"MALLOC_ARENA_MAX": "4"}, {"MALLOC_MMAP_THRESHOLD_": "65536"},
+                {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1000"}):
+        result = _probe(**env)
+        assert result["applied"] is False and result["mapped"] == [1, 1, 1], env
+    assert _probe(GLIBC_TUNABLES="glibc.cpu.hwcaps=-AVX2")["applied"] is True  # not a malloc tunable
 
 
 def test_an_unknown_posenc_malloc_is_refused(monkeypatch):

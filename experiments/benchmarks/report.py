@@ -364,16 +364,18 @@ if malloc_ab:
     text += ("\n## glibc malloc (`scripts/benchmark_malloc.py`, `malloc_ab.json`)\n\n"
              "XLA:CPU takes each step's temporary buffer from malloc and frees it at the step's end; with glibc's "
              "defaults a buffer that large is a fresh `mmap` every step, whose pages all fault in again "
-             "(`posenc/malloc.py`). The reference model's training step, one fresh process per arm and round, arms "
-             f"alternating ({malloc_ab['cpu']}, cores {malloc_ab['affinity']}, batch {malloc_ab['batch_size']} × "
-             f"{malloc_ab['train_len']}, {malloc_ab['steps']} timed steps after as many untimed, "
-             f"{len(malloc_ab['rounds']['system'])} rounds, medians; commit {malloc_ab['commit']}; every arm trained "
-             "to the same parameters, hash for hash):\n\n"
-             "| arm | tokens/s | × glibc's defaults | page faults a step | time in the kernel |\n|---|---|---|---|---|\n"
+             "(`posenc/malloc.py`). The reference model's training step, one fresh process per arm and round, the "
+             f"arms' order alternating ({malloc_ab['cpu']}, cores {malloc_ab['affinity']}, XLA_FLAGS "
+             f"`{malloc_ab['xla_flags'] or '(none)'}`, batch {malloc_ab['batch_size']} × {malloc_ab['train_len']}, "
+             f"{malloc_ab['steps']} timed steps after {malloc_ab['warmup']} untimed, {len(malloc_ab['rounds']['system'])} "
+             f"rounds, medians; commit {malloc_ab['commit']}; "
+             + ("every arm trained to the same parameters, hash for hash" if malloc_ab["same_parameters"] else
+                "**the arms trained to different parameters**") + "):\n\n"
+             "| arm | tokens/s | × glibc's defaults | page faults a step | time in the kernel | resident MiB |\n"
+             "|---|---|---|---|---|---|\n"
              + "".join(f"| {arm} | {a['tokens_per_s']:.0f} | {a['ratio_to_system']:.2f} | {a['faults_per_step']:,.0f} | "
-                       f"{a['sys_fraction']:.1%} |\n" for arm, a in malloc_ab["arms"].items())
-             + "\n`system`: glibc's defaults (POSENC_MALLOC=system); `mallopt`: the settings applied at `import posenc`; "
-             "`env`: the same settings as environment variables, which the training scripts and the experiments' "
-             "runners restart themselves with.\n")
+                       f"{a['sys_fraction']:.1%} | {a['max_rss_mib']:,.0f} |\n" for arm, a in malloc_ab["arms"].items())
+             + "\n`system`: glibc's defaults (POSENC_MALLOC=system); `keep`: the settings, applied first in main() as "
+             "the training scripts and the experiments' runners do.\n")
 (HERE / "README.md").write_text(text)
 print(text)

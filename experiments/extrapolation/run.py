@@ -51,7 +51,7 @@ def _timed(log: dict, key: str, fn):
 
 
 def main(argv):
-    malloc.restart_with_env()  # once, before any JAX computation: posenc/malloc.py
+    malloc.keep_buffers()  # before JAX starts its threads: posenc/malloc.py
     del argv
     logging.set_verbosity(logging.ERROR)
     runs = pathlib.Path(_RUNS.value)

@@ -193,7 +193,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
 
 
 def main(argv):
-    malloc.restart_with_env()  # once, before any JAX computation: posenc/malloc.py
+    malloc.keep_buffers()  # before JAX starts its threads: posenc/malloc.py
     del argv
     logging.set_verbosity(logging.ERROR)
     t0 = time.time()

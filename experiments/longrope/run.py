@@ -33,7 +33,7 @@ RULES = ("linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn")  # tuned with t
 
 
 def main(argv):
-    malloc.restart_with_env()  # once, before any JAX computation: posenc/malloc.py
+    malloc.keep_buffers()  # before JAX starts its threads: posenc/malloc.py
     del argv
     logging.set_verbosity(logging.ERROR)
     results_dir = HERE / "results"
