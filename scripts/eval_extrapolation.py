@@ -33,7 +33,7 @@ import pathlib
 
 from absl import app, flags, logging
 
-from posenc import checkpoint
+from posenc import checkpoint, malloc
 from posenc.config import parse_lengths
 from posenc.evaluate import evaluate, markdown_table, prepare_out_dir, write_outputs
 from posenc.evaluate import ATTN_CHUNK
@@ -75,6 +75,7 @@ _OUT = flags.DEFINE_string("out", None, "Output directory (default <first workdi
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    malloc.keep_buffers()  # before JAX starts its threads: posenc/malloc.py
     logging.set_verbosity(logging.ERROR)  # Orbax warns that a read-only checkpoint directory is read-only
     for flag in (_FACTOR, _NUM_BYTES, _STRIDE):
         if flag.value is not None and not flag.value > 0:

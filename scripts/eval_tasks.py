@@ -21,7 +21,7 @@ import pathlib
 
 from absl import app, flags, logging
 
-from posenc import checkpoint
+from posenc import checkpoint, malloc
 from posenc.config import parse_lengths
 from posenc.evaluate import prepare_out_dir
 from posenc.task_eval import evaluate_tasks, markdown_table, write_outputs
@@ -48,6 +48,7 @@ _OUT = flags.DEFINE_string("out", None, "Output directory (default <first workdi
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    malloc.keep_buffers()  # before JAX starts its threads: posenc/malloc.py
     logging.set_verbosity(logging.ERROR)
     if not _WORKDIRS.value and not _HF.value:
         raise app.UsageError("give --workdir=RUN and/or --hf_model=DIR")

@@ -16,6 +16,7 @@ import json
 
 from absl import app, flags, logging
 
+from posenc import malloc
 from posenc.longrope import SearchConfig, search_run
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Trained RoPE run.")
@@ -40,6 +41,7 @@ _OUT = flags.DEFINE_string("out", None, "Output directory.")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    malloc.keep_buffers()  # before JAX starts its threads: posenc/malloc.py
     logging.set_verbosity(logging.ERROR)
     if bool(_WORKDIR.value) == bool(_HF.value):
         raise app.UsageError("give exactly one of --workdir=RUN and --hf_model=DIR")

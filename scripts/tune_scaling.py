@@ -13,7 +13,7 @@ a table; a rerun resumes from the point records under DIR.
 
 from absl import app, flags, logging
 
-from posenc import tuning
+from posenc import malloc, tuning
 from posenc.config import parse_lengths
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The trained RoPE run.", required=True)
@@ -32,6 +32,7 @@ _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    malloc.keep_buffers()  # before JAX starts its threads: posenc/malloc.py
     logging.set_verbosity(logging.ERROR)
     if (_BUDGET.value is None) == (_LONGROPE.value is None):
         raise app.UsageError("give exactly one of --budget=N and --longrope=FILE (whose evaluation count is the budget)")
