@@ -1,6 +1,7 @@
 """posenc/malloc.py: after keep_buffers(), a thread's large allocation comes from the heap, not a fresh mmap,
 and is reused once freed; the user's own settings are left alone."""
 
+import json
 import os
 import platform
 import subprocess
@@ -47,8 +48,6 @@ print(json.dumps({"applied": applied, "mapped": mapped, "reused": where[0] == wh
 
 
 def _probe(**env: str) -> dict:
-    import json  # noqa: PLC0415
-
     base = {k: v for k, v in os.environ.items() if k not in malloc.USER_VARIABLES and k not in ("POSENC_MALLOC", "GLIBC_TUNABLES")}
     proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env={**base, **env}, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
