@@ -88,3 +88,13 @@ def test_benchmark_matmul_compares_the_same_products_with_pytorch():
     rows = json.loads(out.strip().splitlines()[-1])["rows"]
     assert {r["form"] for r in rows} == {"nn", "nt", "tn"} and {r["dtype"] for r in rows} == {"float32", "bfloat16"}
     assert all(r["ratio"] > 0 and r["max_rel_diff"] < (1e-5 if r["dtype"] == "float32" else 1e-2) for r in rows)
+
+
+def test_benchmark_malloc_times_both_arms_to_the_same_parameters(tmp_path):
+    out = run("scripts/benchmark_malloc.py", "--rounds=1", "--warmup=1", "--steps=1", "--train_len=32", "--batch_size=2",
+              f"--out={tmp_path / 'ab.json'}")
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result == json.loads((tmp_path / "ab.json").read_text())
+    assert set(result["arms"]) == {"system", "keep"} and result["same_parameters"]
+    assert result["arms"]["system"]["ratio_to_system"] == 1.0 and result["arms"]["keep"]["tokens_per_s"] > 0
+    assert [r["applied"] for r in result["rounds"]["system"]] == [False]
