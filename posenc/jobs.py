@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -40,6 +41,23 @@ def write_atomic(path: pathlib.Path, text: str) -> None:
 
 
 SECONDS_KEY = "_seconds"  # in a parts file (`run_parts`): each part's own seconds
+
+
+def select(jobs: Sequence[J], only: str | None) -> list[J]:
+    """The jobs whose `name` matches `only` from its start (`re.match`): a plain prefix ("copy", "iambic-rope-s0-ft")
+    or a regular expression ("copy-(rope|none)-s[12]$", "reverse-.*-s1"); every job when `only` is empty. An
+    invalid expression, or one that matches no job, is an error that names it (never a run of nothing)."""
+    if not only:
+        return list(jobs)
+    try:
+        pattern = re.compile(only)
+    except re.error as e:
+        raise ValueError(f"--only={only!r} is not a regular expression: {e}") from None
+    chosen = [j for j in jobs if pattern.match(j.name)]
+    if not chosen:
+        names = [j.name for j in jobs]
+        raise ValueError(f"--only={only!r} matches none of the {len(names)} planned jobs (e.g. {', '.join(names[:4])})")
+    return chosen
 
 
 def run_parts(path: pathlib.Path, parts: dict[str, Callable[[], dict]], stamp: tuple[str, str] | None = None

@@ -226,3 +226,15 @@ def test_parts_resume_sum_their_own_seconds_and_restart_under_another_stamp(tmp_
     done, seconds = jobs.run_parts(path, {"a": thunk("a"), "b": thunk("b")}, ("sha", "y"))
     assert done["a"] == {"rows": ["old"]} and seconds == {"a": None, "b": 5.0}
     assert jobs.parts_timing(seconds) == {"eval_s": 5.0, "eval_untimed_parts": ["a"]}
+
+
+def test_select_takes_a_prefix_or_a_regular_expression_and_refuses_what_matches_nothing():
+    plan = [Job(n) for n in ("copy-rope-s1", "copy-none-s1", "copy-xpos-s0", "reverse-rope-s1", "iambic-rope-s0-ft-pi4x")]
+    assert jobs.select(plan, None) == plan and jobs.select(plan, "") == plan
+    assert [j.name for j in jobs.select(plan, "copy")] == ["copy-rope-s1", "copy-none-s1", "copy-xpos-s0"]
+    assert [j.name for j in jobs.select(plan, "copy-(rope|none)-s1$")] == ["copy-rope-s1", "copy-none-s1"]
+    assert [j.name for j in jobs.select(plan, "iambic-rope-s0-ft")] == ["iambic-rope-s0-ft-pi4x"]
+    with pytest.raises(ValueError, match=r"--only='rope' matches none of the 5 planned jobs \(e.g. copy-rope-s1, "):
+        jobs.select(plan, "rope")  # matched from the start of the name, as a prefix is
+    with pytest.raises(ValueError, match=r"--only='copy-\(rope' is not a regular expression"):
+        jobs.select(plan, "copy-(rope")

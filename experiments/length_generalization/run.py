@@ -81,7 +81,8 @@ _COARSE_EXAMPLES = flags.DEFINE_integer("coarse_examples", 10, "Test examples pe
                                        "scalings and methods (depths 0, 50, 100%).")
 _ALGO_EXAMPLES = flags.DEFINE_integer("algo_examples", 100, "Test examples per algorithmic cell (length).")
 _FT_STEPS = flags.DEFINE_integer("finetune_steps", FT_STEPS, "Fine-tuning steps at 4x the passkey length.")
-_ONLY = flags.DEFINE_string("only", None, "Run only the jobs whose name starts with this.")
+_ONLY = flags.DEFINE_string("only", None, "Run only the jobs whose name matches this from its start: a prefix or a "
+                             "regular expression (posenc.jobs.select).")
 _WORKERS = flags.DEFINE_integer("workers", 1, "Processes sharing the plan, each pinned to one core with one XLA "
                                 "thread (2 on 2 cores: more jobs per hour than one 2-thread process).")
 _WORKER = flags.DEFINE_integer("worker", None, "Internal: the index of one of --workers processes.")
@@ -200,7 +201,7 @@ def main(argv):
     runs = pathlib.Path(_RUNS.value)
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    planned = [j for j in plan([int(s) for s in _SEEDS.value], _FT_STEPS.value) if not _ONLY.value or j.name.startswith(_ONLY.value)]
+    planned = jobs.select(plan([int(s) for s in _SEEDS.value], _FT_STEPS.value), _ONLY.value)
     jobs.exit_on_sigterm()  # a terminated worker runs its `finally`s: its claim is removed
     if _WORKERS.value == 1 or _WORKER.value is not None:  # one process, or one of --workers started below
         jobs.work(planned, lambda job: run_job(job, runs, results), results, needs=lambda job: job.init_from,

@@ -514,7 +514,8 @@ def define_flags() -> None:
     flags.DEFINE_string("results", str(HERE / "results"), "Where the results go.")
     flags.DEFINE_float("budget_minutes", 150.0, "Start no new job after this many minutes.")
     flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the core encodings.")
-    flags.DEFINE_string("only", None, "Run only the jobs whose name starts with this.")
+    flags.DEFINE_string("only", None, "Run only the jobs whose name matches this from its start: a prefix or a "
+                        "regular expression (posenc.jobs.select).")
     flags.DEFINE_bool("tiny", False, "The tiny model and plan, for tests.")
     flags.DEFINE_integer("workers", 1, "Processes sharing the plan, each pinned to one core with one XLA thread.")
     flags.DEFINE_integer("worker", None, "Internal: the index of one of --workers processes.")
@@ -531,7 +532,7 @@ def main(argv):
     runs, results = pathlib.Path(f.runs), pathlib.Path(f.results)
     results.mkdir(parents=True, exist_ok=True)
     seeds = [int(x) for x in f.seeds]
-    planned = [j for j in plan(seeds, s) if not f.only or j.name.startswith(f.only)]
+    planned = jobs.select(plan(seeds, s), f.only)
     if f.tiny and pathlib.Path(f.results).resolve() == (HERE / "results").resolve():
         raise app.UsageError("--tiny writes its own results: give --results (and --runs) outside experiments/lm_study")
     check_settings(planned, results, s)
