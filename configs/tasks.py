@@ -39,7 +39,7 @@ import pathlib
 
 from ml_collections import config_dict
 
-from posenc.tasks import TASKS
+from posenc.tasks import TASKS, VERSIONS
 
 _default = importlib.util.spec_from_file_location("posenc_default_config", pathlib.Path(__file__).with_name("default.py"))
 default = importlib.util.module_from_spec(_default)
@@ -60,6 +60,7 @@ def get_config(arg: str | None = None):
 
     config.task = config_dict.ConfigDict()
     config.task.name = task  # passkey | recall | copy | reverse | lm
+    config.task.version = VERSIONS[task]  # the generator's layout (posenc.tasks.VERSIONS); other versions are refused
     config.task.filler = "repeat"  # passkey filler: repeat (the papers' sentence) | shakespeare (the corpus)
     config.task.min_len = config_dict.placeholder(int)  # shortest example (inputs); unset: train_len for passkey, else the task's minimum
     config.task.lm_ratio = 0.0  # fraction of each batch's rows that are LM text windows

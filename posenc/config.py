@@ -30,6 +30,9 @@ RESUMABLE_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpo
                     "model.attn_chunk", "model.attn_block", "model.attn_key_block", "model.attn_impl",
                     "mesh.fsdp")
 RESUMABLE_PREFIXES = ("eval.",)  # the defaults of the evaluation after training
+# Fields added after runs were recorded, with the value a config written before them meant (where it has the
+# field's section): a run of the old default resumes, one of another value is refused.
+IMPLIED_FIELDS = {"task.version": 1}
 # Fields a rerun may change after the run diverged, to recover from its last good checkpoint.
 RECOVERY_FIELDS = ("learning_rate", "warmup_steps", "min_lr_ratio", "grad_clip")
 
@@ -56,10 +59,14 @@ def _resumable(field: str) -> bool:
 def defining_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:
     """{dotted field: value} of what defines the run: every field but the resumable ones, train_steps and
     the options of encodings the run does not use (`model.<other encoding>.*`), with `schedule_steps`
-    resolved."""
+    resolved and IMPLIED_FIELDS filled in."""
     unused = tuple(f"model.{name}." for name, enc in ENCODINGS.items() if enc.options and name != config.model.posenc)
     flat = {k: v for k, v in _flatten(config.to_dict()).items()
             if not _resumable(k) and k != "train_steps" and not k.startswith(unused)}
+    for field, value in IMPLIED_FIELDS.items():
+        section = field.rpartition(".")[0] + "."
+        if field not in flat and any(k.startswith(section) for k in flat):
+            flat[field] = value
     flat["schedule_steps"] = schedule_steps(config)
     return flat
 

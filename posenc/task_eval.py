@@ -81,6 +81,8 @@ class TaskRun:
             def encode(text, _tok=run.tokenizer):
                 return np.asarray(hf.tokenize(_tok, text.decode("utf-8", "replace") if isinstance(text, bytes)
                                               else text)[0], np.int32)
+        if own == name:
+            tasks.check_version(name, cfg_task.get("version"), f"run {run.name!r}")
         randomize = bool(pos is not None and pos.get("randomize"))
         return cls(run, name, filler or (cfg_task.get("filler", "repeat") if cfg_task is not None else "repeat"),
                    randomize, int(pos.max_position) if randomize else None, encode)
@@ -220,7 +222,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
     rows = []
     for t, s, m, length, d in tqdm(jobs, desc="eval_tasks", disable=not progress or None, dynamic_ncols=True):
         ev = evaluators[t.run.workdir]
-        row = {**t.run.summary(), "task": t.task, "filler": t.filler if t.task == "passkey" else None,
+        row = {**t.run.summary(), "task": t.task, "task_version": tasks.VERSIONS[t.task], "filler": t.filler if t.task == "passkey" else None,
                "randomized_positions": t.randomize, "scaling": s, "method": m.label, "length": length, "depth": d,
                "split": "test", "seed": seed}
         reason = ev.undefined_reason(length, s, m)
@@ -237,7 +239,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
 # --------------------------------------------------------------------------------------------------------
 # Outputs
 
-COLUMNS = ("run", "posenc", "task", "filler", "randomized_positions", "scaling", "method", "length", "depth",
+COLUMNS = ("run", "posenc", "task", "task_version", "filler", "randomized_positions", "scaling", "method", "length", "depth",
            "status", "accuracy", "correct", "n", "ci_low", "ci_high", "tf_accuracy", "answer_logprob", "train_len",
            "step", "factor", "method_params", "seed", "reason")
 

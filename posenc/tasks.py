@@ -13,9 +13,11 @@ Tasks (`config.task.name`):
     its repeated filler), more filler, then "What is the pass key? The pass key is" on a new line, answered by
     " NNNNN" (5 digits). Filler (`task.filler`): `repeat`, the papers' repeated sentence, or
     `shakespeare`, a window of the bundled corpus' split (harder: digits and look-alike text occur).
-  * `recall` — multi-query associative recall (MQAR, Arora et al. 2023, arXiv 2312.04927): key–value
-    pairs "ab=12," (two-letter keys, distinct within a sequence; two-digit values), ";", then queries of a
-    quarter of the keys in random order, "cd=34,", answered by each value.
+  * `recall` — multi-query associative recall (MQAR, Arora et al. 2023, arXiv 2312.04927) in the Zoology
+    layout: n key–value pairs of one byte each, "a3K7x0" (keys ASCII letters, distinct within a sequence;
+    values digits), ";", then every key once more in random order, each answered by its value: "x" **0**
+    "a" **3** "K" **7**. Each query is one induction step (find the key, copy the byte after it), and half
+    of a sequence's targets past ";" are answers. (Version 2 of the task, VERSIONS.)
   * `copy` / `reverse` — a string of printable ASCII, "|", and the string again (reversed), as in
     Kazemnejad et al. 2023 (arXiv 2305.19466) and Ruoss et al. 2023 (arXiv 2305.16843).
 
@@ -45,6 +47,11 @@ ALGORITHMIC = ("copy", "reverse", "recall")  # the tasks of Kazemnejad et al. / 
 FILLERS = ("repeat", "shakespeare")
 SPLITS = data.SPLITS
 PAD = 0  # the padding byte (weight 0)
+# The layout each generator makes. A run records its task's version (config.task.version); training refuses to
+# resume, and evaluation to test, a run whose version is not the one generated now (`check_version`).
+# recall 1: "ab=12," pairs with two-letter keys and a quarter of the keys queried; 2: one-byte pairs, every key
+# queried (`recall`).
+VERSIONS = {"lm": 1, "passkey": 1, "recall": 2, "copy": 1, "reverse": 1}
 
 PASSKEY_FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 PASSKEY_NEEDLE = "\nThe pass key is {key}. Remember it. {key} is the pass key.\n"
@@ -52,7 +59,9 @@ PASSKEY_QUESTION = "\nWhat is the pass key? The pass key is"
 PASSKEY_ANSWER = " {key}"
 PASSKEY_DIGITS = 5
 COPY_ALPHABET = np.array([c for c in range(33, 127) if c != ord("|")], np.int32)  # printable ASCII but the separator
-RECALL_PAIR = 6  # bytes of "ab=12,"
+RECALL_KEYS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", np.uint8)
+RECALL_VALUES = np.frombuffer(b"0123456789", np.uint8)
+RECALL_MIN_PAIRS = 2
 
 
 def key_split(key: bytes) -> str:
@@ -80,8 +89,18 @@ def min_length(task: str) -> int:
     if task == "passkey":
         return len(PASSKEY_NEEDLE.format(key="0" * PASSKEY_DIGITS)) + len(PASSKEY_QUESTION) + PASSKEY_DIGITS + 1
     if task == "recall":
-        return 2 * RECALL_PAIR + 1
+        return 4 * RECALL_MIN_PAIRS + 1
     return 3
+
+
+def check_version(task: str, version: int | None, run: str = "the run") -> None:
+    """Raises a ValueError unless `version` (a run's config.task.version; None for a run recorded before the
+    field, that is version 1) is the layout `task` is generated in now (VERSIONS)."""
+    got = 1 if version is None else version
+    if got != VERSIONS[task]:
+        raise ValueError(f"{run} was trained on {task!r} layout version {got} (task.version); posenc generates "
+                         f"version {VERSIONS[task]} now (posenc.tasks.VERSIONS), so it can neither resume nor be "
+                         "tested on this task")
 
 
 def check_task(task: str, filler: str = "repeat") -> None:
@@ -160,27 +179,24 @@ def passkey(rng: np.random.Generator, length: int, *, split: str = "train", dept
 
 
 def recall(rng: np.random.Generator, length: int, *, split: str = "train") -> Example:
-    """MQAR within `length` tokens: n pairs and m = max(1, (n + m) // 4) queries, 6(n + m) + 1 ≤ length."""
+    """MQAR within `length` tokens: n = (length − 1) // 4 one-byte key–value pairs, ";", and the n keys again in
+    random order, each followed by its value (the answer): 4n + 1 ≤ length tokens, n ≤ 52 keys."""
     if length < min_length("recall"):
         raise ValueError(f"recall needs length >= {min_length('recall')} tokens, got {length}")
-    total = (length - 1) // RECALL_PAIR
-    m = max(1, total // 4)
-    n = total - m
-    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)
-    if n > len(letters) ** 2:
-        raise ValueError(f"recall at length {length} needs {n} distinct two-letter keys; at most {len(letters) ** 2}")
+    n = (length - 1) // 4
+    if n > len(RECALL_KEYS):
+        raise ValueError(f"recall at length {length} needs {n} distinct one-byte keys; there are {len(RECALL_KEYS)} "
+                         f"(length <= {4 * len(RECALL_KEYS) + 4})")
 
     def make(r):
-        ids = r.choice(len(letters) ** 2, size=n, replace=False)
-        values = r.integers(0, 100, size=n)
-        return b"".join(bytes([letters[i // 26], letters[i % 26]]) + b"=%02d," % v for i, v in zip(ids, values))
+        keys = RECALL_KEYS[r.choice(len(RECALL_KEYS), size=n, replace=False)]
+        values = RECALL_VALUES[r.integers(0, len(RECALL_VALUES), size=n)]
+        return np.stack([keys, values], axis=1).tobytes()
 
     key = _draw(rng, split, make)
-    pairs = [key[i:i + RECALL_PAIR] for i in range(0, len(key), RECALL_PAIR)]
-    queries = rng.choice(n, size=m, replace=False)
     parts: list[tuple[bytes, bool]] = [(key + b";", False)]
-    for q in queries:
-        parts += [(pairs[q][:3], False), (pairs[q][3:5], True), (b",", False)]
+    for q in rng.permutation(n):
+        parts += [(key[2 * q:2 * q + 1], False), (key[2 * q + 1:2 * q + 2], True)]
     return _example(parts, length, key)
 
 
@@ -226,6 +242,7 @@ class TaskSpec:
     prompt_weight: float = 0.0  # loss weight of a task row's non-answer targets (0: only the answer counts)
     randomize: bool = False
     max_position: int | None = None
+    version: int | None = None  # config.task.version (VERSIONS)
 
     @classmethod
     def from_config(cls, config) -> "TaskSpec | None":
@@ -236,6 +253,7 @@ class TaskSpec:
         spec = cls(name=task.name if task else "lm", filler=task.get("filler", "repeat") if task else "repeat",
                    min_len=task.get("min_len") if task else None, lm_ratio=float(task.get("lm_ratio", 0.0)) if task else 0.0,
                    prompt_weight=float(task.get("prompt_weight", 0.0)) if task else 0.0,
+                   version=task.get("version") if task else VERSIONS["lm"],
                    randomize=bool(pos.randomize) if pos else False, max_position=pos.get("max_position") if pos else None)
         spec.check(config.train_len, config.model.posenc)
         return spec
@@ -248,6 +266,7 @@ class TaskSpec:
             if self.name not in TASKS:
                 raise ValueError(f"task.name must be one of {('lm',) + TASKS}, got {self.name!r}")
             check_task(self.name, self.filler)
+            check_version(self.name, self.version, "this config")
             lo = min_length(self.name) - 1  # input tokens
             if self.min_len is not None and not lo <= self.min_len <= train_len:
                 raise ValueError(f"task.min_len must be in [{lo}, train_len={train_len}] for task {self.name!r}, "

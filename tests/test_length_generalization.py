@@ -9,6 +9,8 @@ import sys
 import pytest
 from absl import flags
 
+from posenc import tasks
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HERE = ROOT / "experiments" / "length_generalization"
 
@@ -119,6 +121,12 @@ def test_a_pilot_is_recorded_beside_the_others_and_rendered_with_its_cpu(tmp_pat
     assert pilot["runs"] == [entry]
     row = next(line for line in report.pilot_section(tmp_path, pilot) if line.startswith("| copy-none-4l"))
     assert "(1 core, Intel(R) Xeon(R) Processor)" in row and "16: 50%" in row and "400: 100%" in row
+    assert "| copy · none |" in row  # no task_version: layout 1, copy's current one
+    old_recall = {**entry, "name": "recall-old", "task": "recall"}  # recorded before recall's layout 2
+    run_pilot.record(tmp_path, old_recall, curve)
+    pilot = json.loads((tmp_path / "runs.json").read_text())
+    row = next(line for line in report.pilot_section(tmp_path, pilot) if line.startswith("| recall-old"))
+    assert "| recall (layout v1) · none |" in row
 
 
 def test_the_two_layer_results_are_their_own_section_and_stay_out_of_the_verdicts(tmp_path):
@@ -148,7 +156,29 @@ def test_the_two_layer_results_are_their_own_section_and_stay_out_of_the_verdict
     assert "**reproduced**: vs rope +16.7 points (z = " in kazemnejad  # the 4-layer NoPE run, not the 2-layer one below the bar
     reverse = next(line for line in text.splitlines() if "NoPE extrapolates" in line and " on reverse" in line)
     assert "**inconclusive**" in reverse and "NoPE's included, scores 0 past 32" in reverse  # zero ties zero: no test
-    assert "over 5 jobs, the 2-layer ones included" in text  # their compute is counted
+    assert "over 5 jobs, the archived ones included" in text  # their compute is counted
+
+
+def test_a_result_of_another_task_layout_is_refused_in_the_tables_and_rendered_in_its_archive(tmp_path):
+    """A recall result scored before recall's layout changed (rows without task_version: version 1) stops the
+    report in results/ and is rendered, outside the verdicts, in results/recall-v1/."""
+    report = _load("length_generalization_report", HERE / "report.py")
+    old = _algo_result((100, 69, 0, 0, 0))
+    new = _algo_result((100, 97, 20, 5, 0))
+    for row in new["rows"]:
+        row["task_version"] = tasks.VERSIONS["recall"]
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "recall-rope-s0.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match=r"results/recall-rope-s0.json was scored on 'recall' layout version 1; "
+                                         r"posenc generates version 2 .* results/recall-v1/"):
+        report.write_report(tmp_path, jobs=[])
+    (tmp_path / "results" / "recall-v1").mkdir()
+    (tmp_path / "results" / "recall-rope-s0.json").rename(tmp_path / "results" / "recall-v1" / "recall-rope-s0.json")
+    (tmp_path / "results" / "recall-rope-s0.json").write_text(json.dumps(new))
+    text = report.write_report(tmp_path, jobs=[])
+    main, archive = text.split("### Recall's first layout, task version 1")
+    assert "| recall-rope-s0 | 4 | 100 [" in main and "| 97 [" in main and "| 69 [" not in main
+    assert "| 69 [" in archive and "1 of 1 runs stayed below 90% at 32" in archive
 
 
 def _algo_result(correct, status="ok"):

@@ -63,14 +63,23 @@ def test_passkey_layout_and_depth():
 
 
 def test_recall_copy_reverse_answers_are_right():
-    ex = tasks.recall(np.random.default_rng(2), 97)
-    text = data.decode(ex.tokens).rstrip("\0")
-    context, queries = text.split(";")
-    pairs = dict(p.split("=") for p in context.strip(",").split(","))
-    assert len(pairs) == len(context.strip(",").split(","))  # distinct keys
-    asked = [q.split("=") for q in queries.strip(",").split(",")]
-    assert asked and all(pairs[k] == v for k, v in asked)
-    assert data.decode(ex.tokens[ex.answer]) == "".join(v for _, v in asked)
+    for length in (9, 12, 97, 209):
+        ex = tasks.recall(np.random.default_rng(length), length)
+        text = data.decode(ex.tokens).rstrip("\0")
+        context, queries = text.split(";")
+        n = (length - 1) // 4
+        assert len(context) == len(queries) == 2 * n and len(text) == 4 * n + 1
+        pairs = dict(zip(context[0::2], context[1::2]))
+        assert len(pairs) == n and all(k.isalpha() and v.isdigit() for k, v in pairs.items())  # distinct keys
+        asked = list(zip(queries[0::2], queries[1::2]))
+        assert sorted(k for k, _ in asked) == sorted(pairs)  # every key is queried once
+        assert all(pairs[k] == v for k, v in asked)
+        assert data.decode(ex.tokens[ex.answer]) == "".join(v for _, v in asked)
+        assert ex.answer.sum() == n and ex.answer[len(context) + 2::2][:n].all()
+    with pytest.raises(ValueError, match="recall needs length >= 9"):
+        tasks.recall(np.random.default_rng(0), 8)
+    with pytest.raises(ValueError, match="53 distinct one-byte keys; there are 52"):
+        tasks.recall(np.random.default_rng(0), 213)
     for task in ("copy", "reverse"):
         ex = tasks.make_example(task, np.random.default_rng(4), 41)
         s, answer = data.decode(ex.tokens).split("|")
@@ -93,7 +102,8 @@ def test_loss_counts_only_answer_tokens(corpus):
     w = batch["weights"]
     for b in range(3):
         digits = data.decode(batch["targets"][b][w[b] > 0])
-        assert digits.isdigit() and len(digits) % 2 == 0
+        text = data.decode(batch["inputs"][b]).rstrip("\0")
+        assert digits.isdigit() and len(digits) == text.index(";")  // 2  # one answer per key
     cfg = ModelConfig(d_model=32, num_layers=1, num_heads=2, mlp_dim=64, max_len=64)
     graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
     x, y, wj = (jnp.asarray(batch[k]) for k in ("inputs", "targets", "weights"))
@@ -341,3 +351,38 @@ def test_a_hugging_face_checkpoint_is_tested_on_passkey_in_its_own_tokens():
     np.testing.assert_array_equal(ex.tokens[ex.answer], trun.encode(" " + ex.key.decode()))
     with pytest.raises(ValueError, match="passkey only"):
         TaskRun.of(hf_run(str(path)), task="copy")
+
+
+def _forget_version(workdir):
+    """Rewrites a run's config.json as a posenc without task.version wrote it."""
+    path = workdir / "config.json"
+    stored = json.loads(path.read_text())
+    del stored["task"]["version"]
+    path.write_text(json.dumps(stored))
+
+
+def test_a_run_of_another_task_layout_neither_resumes_nor_is_tested(cache_dir, tmp_path):
+    """recall's layout changed (tasks.VERSIONS); a run recorded before task.version existed is version 1: a
+    copy run of it resumes and is tested, a recall run of it is refused by both."""
+    for task, refused in (("copy", False), ("recall", True)):
+        config = _tasks_config(cache_dir, f"task={task},posenc=rope,tiny")
+        config.train_steps, config.schedule_steps = 2, 4
+        workdir = tmp_path / task
+        train.train_and_evaluate(config, str(workdir))
+        _forget_version(workdir)
+        config.train_steps = 3
+        from posenc.evaluate import load_run  # noqa: PLC0415
+        from posenc.task_eval import TaskRun  # noqa: PLC0415
+
+        if refused:
+            with pytest.raises(train.RunMismatchError, match=r"task.version: 1 in the run, 2 now"):
+                train.train_and_evaluate(config, str(workdir))
+            with pytest.raises(ValueError, match=r"'recall' layout version 1 \(task.version\); posenc generates version 2"):
+                TaskRun.of(load_run(str(workdir)))
+        else:
+            train.train_and_evaluate(config, str(workdir))  # resumes: the missing field means version 1
+            assert TaskRun.of(load_run(str(workdir))).task == "copy"
+    config = _tasks_config(cache_dir, "task=recall,posenc=rope,tiny")
+    config.task.version = 1
+    with pytest.raises(ValueError, match="this config was trained on 'recall' layout version 1"):
+        tasks.TaskSpec.from_config(config)

@@ -20,6 +20,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from posenc.task_eval import plot_accuracy, plot_heatmap, wilson_interval  # noqa: E402
+from posenc.tasks import VERSIONS  # noqa: E402
 from posenc.verdicts import T95, strength  # noqa: E402
 from run import ALGO_LENGTHS, ALGO_TRAIN_LEN, ALGORITHMIC, PASSKEY_LENGTHS, plan  # noqa: E402
 
@@ -29,6 +30,38 @@ BEYOND = tuple(L for L in ALGO_LENGTHS if L > ALGO_TRAIN_LEN)  # the algorithmic
 
 def load(results: pathlib.Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(results.glob("*.json")) if p.stem != "timing"}
+
+
+def task_version(res: dict) -> int:
+    """The task layout a result was scored on (its rows' task_version; rows from before the field: 1)."""
+    return max(r.get("task_version", 1) for r in res["rows"])
+
+
+def check_versions(results: dict[str, dict]) -> None:
+    """Refuses results of a task layout that posenc no longer generates (tasks.VERSIONS): they belong in an
+    archive folder (ARCHIVES), never in the tables and verdicts of the current tasks."""
+    for name, res in results.items():
+        task = name.split("-")[0]
+        if task_version(res) != VERSIONS[task]:
+            raise ValueError(f"results/{name}.json was scored on {task!r} layout version {task_version(res)}; "
+                             f"posenc generates version {VERSIONS[task]} (posenc.tasks.VERSIONS): move it to an "
+                             f"archive folder of ARCHIVES, such as results/{task}-v{task_version(res)}/")
+
+
+# Earlier results kept beside the current ones, rendered after the algorithmic table and left out of the verdicts:
+# (folder under results/, heading, what they are and why they were replaced).
+ARCHIVES = (
+    ("2layers", "The first budget: 2 layers",
+     "The algorithmic jobs first ran with passkey's 2 layers; {below} of {n} runs stayed below {bar}% at "
+     "{train_len}, so the jobs above use config.py's {layers} layers (the pilots copy-none-4l and "
+     "copy-rope-rp-4l). Their recall runs are of recall's first layout (below)."),
+    ("recall-v1", "Recall's first layout, task version 1",
+     "Recall was first generated as `ab=12,` pairs (two-letter keys, two-digit values) with a quarter of the "
+     "keys queried: at length 32, 4 pairs and one query, so each training example held a few answer bytes. "
+     "{below} of {n} runs stayed below {bar}% at {train_len}, and the pilot recall-rope-4l-16k, at "
+     "twice the steps, reached 69%. The recall jobs above use version 2 (one-byte pairs, every key queried: "
+     "the Zoology layout of MQAR; pilots recall1b-*)."),
+)
 
 
 def cell(rows, *, length, scaling="none", method="none", depth="all"):
@@ -88,6 +121,7 @@ def curve_minutes(result: dict) -> float:
 
 def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     results = load(here / "results")
+    check_versions(results)
     figures = here / "figures"
     figures.mkdir(exist_ok=True)
     timing_path = here / "results" / "timing.json"
@@ -187,25 +221,28 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     lines += [f"## (b) Copy, reverse, associative recall (trained on lengths ≤ {ALGO_TRAIN_LEN})", ""]
     algo = {n: r for n, r in results.items() if n.split("-")[0] in ALGORITHMIC}
     lines += algo_table(algo) if algo else ["No algorithmic-task results yet.", ""]
-    first_budget = load(here / "results" / "2layers")
-    if first_budget:
-        below = sum(1 for r in first_budget.values() if not in_range_ok(r, ALGO_TRAIN_LEN))
-        lines += ["### The first budget: 2 layers (`results/2layers/`, not used in the verdicts)", "",
-                  f"The algorithmic jobs first ran with passkey's 2 layers; {below} of {len(first_budget)} runs stayed "
-                  f"below {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN}, so the jobs above use config.py's "
-                  f"{algo_layers()} layers (the pilots copy-none-4l and copy-rope-rp-4l).", ""]
-        lines += algo_table(first_budget)
+    archived = {}
+    for folder, heading, text in ARCHIVES:
+        kept = load(here / "results" / folder)
+        if not kept:
+            continue
+        archived.update({f"{folder}/{n}": r for n, r in kept.items()})
+        below = sum(1 for r in kept.values() if not in_range_ok(r, ALGO_TRAIN_LEN))
+        lines += [f"### {heading} (`results/{folder}/`, not used in the verdicts)", "",
+                  text.format(below=below, n=len(kept), bar=f"{100 * IN_RANGE:.0f}", train_len=ALGO_TRAIN_LEN,
+                              layers=algo_layers() if "{layers}" in text else None), ""]
+        lines += algo_table(kept)
 
     lines += ["## Verdicts", ""] + verdicts(results) + [""]
     if results:
-        spent = {**results, **{f"2layers/{n}": r for n, r in first_budget.items()}}
+        spent = {**results, **archived}
         train_min = sum(curve_minutes(r) for r in spent.values())
         eval_min = sum(r["timing"]["eval_s"] if r.get("timing") else timing.get(n, {}).get("eval_s", 0.0)
                        for n, r in spent.items()) / 60
         cpus = sorted({r.get("cpu", "unrecorded") for r in spent.values()})
         threads = sorted({r.get("threads", 2) for r in spent.values()})
         lines += [f"Compute so far: {train_min:.0f} minutes of timed training steps and {eval_min:.0f} minutes of "
-                  f"evaluation over {len(spent)} jobs, the 2-layer ones included ({', '.join(cpus)}; each job on "
+                  f"evaluation over {len(spent)} jobs, the archived ones included ({', '.join(cpus)}; each job on "
                   f"{' or '.join(map(str, threads))} of the machine's cores: with `--workers=2`, two jobs run at once, "
                   "one per core, so the wall-clock time is about half the sum).", ""]
     text = "\n".join(lines) + "\n"
@@ -319,7 +356,9 @@ def pilot_section(folder: pathlib.Path, pilot: dict) -> list[str]:
                          for k, v in p.get("test_accuracy_by_length", {}).items()) or "—"
         where = (["1 core"] if p.get("threads") == 1 else []) + ([p["cpu"]] if p.get("cpu") and p["cpu"] not in pilot["cpu"] else [])
         core = f" ({', '.join(where)})" if where else ""
-        lines.append(f"| {p['name']} | {p['task']} · {p.get('posenc', 'rope')} | {over} | {steps} | {minutes:.1f}{core} | {loss} | "
+        version = p.get("task_version", 1)  # entries from before the field: version 1
+        task = p["task"] + (f" (layout v{version})" if version != VERSIONS[p["task"]] else "")
+        lines.append(f"| {p['name']} | {task} · {p.get('posenc', 'rope')} | {over} | {steps} | {minutes:.1f}{core} | {loss} | "
                      f"{acc} | {test} |")
     return lines + [""]
 

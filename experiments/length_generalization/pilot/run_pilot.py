@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from posenc import jobs  # noqa: E402
 from posenc.config import parse_value, with_fields  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
-from posenc.tasks import TASKS  # noqa: E402
+from posenc.tasks import TASKS, VERSIONS  # noqa: E402
 from posenc.timing import cpu_model  # noqa: E402
 from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
 
@@ -76,7 +76,7 @@ def main(argv):
     lengths = [int(n) for n in str(config.eval.lengths).split(",")]
     rows = evaluate_tasks([str(workdir)], lengths, examples=f.examples, progress=False)["rows"]
     accuracy = {str(r["length"]): r["accuracy"] for r in rows if r["scaling"] == "none"}
-    entry = {"name": f.name, "task": f.task, "posenc": f.posenc, "overrides": overrides,
+    entry = {"name": f.name, "task": f.task, "task_version": VERSIONS[f.task], "posenc": f.posenc, "overrides": overrides,
              "test_accuracy_by_length": accuracy, "threads": jobs.threads(), "cpu": cpu_model()}
     record(HERE, entry, (workdir / "metrics.jsonl").read_text())
     print(json.dumps(entry))
