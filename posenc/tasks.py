@@ -15,9 +15,12 @@ Tasks (`config.task.name`):
     `shakespeare`, a window of the bundled corpus' split (harder: digits and look-alike text occur).
   * `recall` — multi-query associative recall (MQAR, Arora et al. 2023, arXiv 2312.04927) in the Zoology
     layout: n key–value pairs of one byte each, "a3K7x0" (keys ASCII letters, distinct within a sequence;
-    values digits), ";", then every key once more in random order, each answered by its value: "x" **0**
-    "a" **3** "K" **7**. Each query is one induction step (find the key, copy the byte after it), and half
-    of a sequence's targets past ";" are answers. (Version 2 of the task, VERSIONS.)
+    values digits), ";", then n keys drawn from the pairs with replacement, each answered by its value: "x"
+    **0** "a" **3** "x" **0**. Each query is one induction step (find the key, copy the byte after it), and
+    half of a sequence's targets past ";" are answers. Queries drawn with replacement leave no shortcut:
+    with every key queried once (version 2), a 4-layer model learned to answer the one pair not yet queried
+    (the last query 100%, the others near chance; pilot recall1b-rope-4l) instead of matching keys.
+    (Version 3 of the task, VERSIONS.)
   * `copy` / `reverse` — a string of printable ASCII, "|", and the string again (reversed), as in
     Kazemnejad et al. 2023 (arXiv 2305.19466) and Ruoss et al. 2023 (arXiv 2305.16843).
 
@@ -50,8 +53,8 @@ PAD = 0  # the padding byte (weight 0)
 # The layout each generator makes. A run records its task's version (config.task.version); training refuses to
 # resume, and evaluation to test, a run whose version is not the one generated now (`check_version`).
 # recall 1: "ab=12," pairs with two-letter keys and a quarter of the keys queried; 2: one-byte pairs, every key
-# queried (`recall`).
-VERSIONS = {"lm": 1, "passkey": 1, "recall": 2, "copy": 1, "reverse": 1}
+# queried once; 3: one-byte pairs, n queries drawn with replacement (`recall`).
+VERSIONS = {"lm": 1, "passkey": 1, "recall": 3, "copy": 1, "reverse": 1}
 
 PASSKEY_FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 PASSKEY_NEEDLE = "\nThe pass key is {key}. Remember it. {key} is the pass key.\n"
@@ -179,8 +182,8 @@ def passkey(rng: np.random.Generator, length: int, *, split: str = "train", dept
 
 
 def recall(rng: np.random.Generator, length: int, *, split: str = "train") -> Example:
-    """MQAR within `length` tokens: n = (length − 1) // 4 one-byte key–value pairs, ";", and the n keys again in
-    random order, each followed by its value (the answer): 4n + 1 ≤ length tokens, n ≤ 52 keys."""
+    """MQAR within `length` tokens: n = (length − 1) // 4 one-byte key–value pairs, ";", and n keys drawn from
+    them with replacement, each followed by its value (the answer): 4n + 1 ≤ length tokens, n ≤ 52 keys."""
     if length < min_length("recall"):
         raise ValueError(f"recall needs length >= {min_length('recall')} tokens, got {length}")
     n = (length - 1) // 4
@@ -195,7 +198,7 @@ def recall(rng: np.random.Generator, length: int, *, split: str = "train") -> Ex
 
     key = _draw(rng, split, make)
     parts: list[tuple[bytes, bool]] = [(key + b";", False)]
-    for q in rng.permutation(n):
+    for q in rng.integers(0, n, size=n):
         parts += [(key[2 * q:2 * q + 1], False), (key[2 * q + 1:2 * q + 2], True)]
     return _example(parts, length, key)
 

@@ -170,7 +170,7 @@ def test_a_result_of_another_task_layout_is_refused_in_the_tables_and_rendered_i
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "recall-rope-s0.json").write_text(json.dumps(old))
     with pytest.raises(ValueError, match=r"results/recall-rope-s0.json was scored on 'recall' layout version 1; "
-                                         r"posenc generates version 2 .* results/recall-v1/"):
+                                         r"posenc generates version 3 .* results/recall-v1/"):
         report.write_report(tmp_path, jobs=[])
     (tmp_path / "results" / "recall-v1").mkdir()
     (tmp_path / "results" / "recall-rope-s0.json").rename(tmp_path / "results" / "recall-v1" / "recall-rope-s0.json")

@@ -59,8 +59,8 @@ ARCHIVES = (
      "Recall was first generated as `ab=12,` pairs (two-letter keys, two-digit values) with a quarter of the "
      "keys queried: at length 32, 4 pairs and one query, so each training example held a few answer bytes. "
      "{below} of {n} runs stayed below {bar}% at {train_len}, and the pilot recall-rope-4l-16k, at "
-     "twice the steps, reached 69%. The recall jobs above use version 2 (one-byte pairs, every key queried: "
-     "the Zoology layout of MQAR; pilots recall1b-*)."),
+     "twice the steps, reached 69%. The recall jobs above use version 3 (one-byte pairs as in MQAR's Zoology "
+     "layout, queries drawn with replacement; posenc/tasks.py says why, and the pilots recall1b-* and recall3-*)."),
 )
 
 
