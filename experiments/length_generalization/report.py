@@ -59,9 +59,16 @@ ARCHIVES = (
      "Recall was first generated as `ab=12,` pairs (two-letter keys, two-digit values) with a quarter of the "
      "keys queried: at length 32, 4 pairs and one query, so each training example held a few answer bytes. "
      "{below} of {n} runs stayed below {bar}% at {train_len}, and the pilot recall-rope-4l-16k, at "
-     "twice the steps, reached 69%. The recall jobs above use version 3 (one-byte pairs as in MQAR's Zoology "
+     "twice the steps, reached {pilot_v1}% (pilot/runs.json). The recall jobs above use version 3 (one-byte pairs as in MQAR's Zoology "
      "layout, queries drawn with replacement; posenc/tasks.py says why, and the pilots recall1b-* and recall3-*)."),
 )
+
+
+def pilot_test(pilot: dict | None, name: str, length: int) -> str:
+    """A recorded pilot's test exact match (%) at `length`, or "—" where it is not recorded."""
+    entry = next((p for p in (pilot or {}).get("runs", []) if p["name"] == name), None)
+    value = entry and entry.get("test_accuracy_by_length", {}).get(str(length))
+    return f"{100 * value:.0f}" if value is not None else "—"
 
 
 def cell(rows, *, length, scaling="none", method="none", depth="all"):
@@ -230,7 +237,8 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
         below = sum(1 for r in kept.values() if not in_range_ok(r, ALGO_TRAIN_LEN))
         lines += [f"### {heading} (`results/{folder}/`, not used in the verdicts)", "",
                   text.format(below=below, n=len(kept), bar=f"{100 * IN_RANGE:.0f}", train_len=ALGO_TRAIN_LEN,
-                              layers=algo_layers() if "{layers}" in text else None), ""]
+                              layers=algo_layers() if "{layers}" in text else None,
+                              pilot_v1=pilot_test(pilot, "recall-rope-4l-16k", ALGO_TRAIN_LEN)), ""]
         lines += algo_table(kept)
 
     lines += ["## Verdicts", ""] + verdicts(results) + [""]
