@@ -59,6 +59,18 @@ def test_recall_seeds_come_after_the_other_tasks_seeds():
         assert seeds == sorted(seeds)
 
 
+def test_recall_differs_from_copy_only_in_its_learning_rate():
+    """config.py: the algorithmic tasks share model, steps and data; recall trains at RECALL_LR (its plateau at
+    the others' 2e-3, the docstring's pilots)."""
+    config = _load("lengthgen_config", HERE / "config.py")
+    copy, recall = (run.load_config_file(str(HERE / "config.py"), f"task={t},posenc=rope,seed=1") for t in ("copy", "recall"))
+    assert recall.learning_rate == config.RECALL_LR != copy.learning_rate
+    assert recall.model.num_layers == copy.model.num_layers == config.ALGO_LAYERS
+    recall.learning_rate = copy.learning_rate
+    recall.task.name, recall.task.version = copy.task.name, copy.task.version
+    assert recall.to_dict() == copy.to_dict()
+
+
 def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_path, monkeypatch):
     """run_job (training and task evaluation stubbed): the plain grid first, then each scaling and method, rows
     concatenated in that order; a sitting that stops keeps its finished parts, the next runs only the rest, and

@@ -227,6 +227,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     # (b) algorithmic tasks
     lines += [f"## (b) Copy, reverse, associative recall (trained on lengths ≤ {ALGO_TRAIN_LEN})", ""]
     algo = {n: r for n, r in results.items() if n.split("-")[0] in ALGORITHMIC}
+    lines += [algo_settings(), ""]
     lines += algo_table(algo) if algo else ["No algorithmic-task results yet.", ""]
     archived = {}
     for folder, heading, text in ARCHIVES:
@@ -266,11 +267,25 @@ def in_range_ok(res: dict, length: int) -> bool:
     return c is not None and pct(c) >= IN_RANGE
 
 
-def algo_layers() -> int:
-    """The algorithmic jobs' layers, as config.py sets them."""
+def algo_config(task: str = "copy"):
+    """An algorithmic job's training config, as config.py sets it."""
     from posenc.train import load_config_file  # noqa: PLC0415
 
-    return load_config_file(str(HERE / "config.py"), "task=copy").model.num_layers
+    return load_config_file(str(HERE / "config.py"), f"task={task}")
+
+
+def algo_layers() -> int:
+    """The algorithmic jobs' layers, as config.py sets them."""
+    return algo_config().model.num_layers
+
+
+def algo_settings() -> str:
+    """The algorithmic jobs' shared settings and each task's learning rate, as config.py sets them."""
+    configs = {t: algo_config(t) for t in ALGORITHMIC}
+    c = configs["copy"]
+    lrs = ", ".join(f"{t} {configs[t].learning_rate:g}" for t in ALGORITHMIC)
+    return (f"Every run of a task has the same model and data (config.py): {c.model.num_layers} layers, d_model "
+            f"{c.model.d_model}, {c.train_steps} steps of batch {c.batch_size}; peak learning rate: {lrs}.")
 
 
 def algo_table(algo: dict[str, dict]) -> list[str]:

@@ -62,8 +62,8 @@ ALGO_LENGTHS = (16, 32, 64, 96, 128)
 ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn")
 ROPE_METHODS = ("self_extend", "rerope", "lm_infinite", "sinks")
 NO_RANDOMIZE = ("none", "cope")  # encodings that take no positions
-LATE_TASKS = ("recall",)  # tier 4 runs their seeds after the other tasks' seeds: at seed 0 only ALiBi's recall
-# reached 90% at 32, and the pilot recall-rope-4l-16k, at twice the steps, 69%, so more seeds of it decide no verdict
+LATE_TASKS = ("recall",)  # tier 4 runs their seeds after the other tasks' seeds: copy's and reverse's seeds are
+# further along, and three seeds of them complete the Kazemnejad and Ruoss verdicts over those tasks first
 FT_LR = 5e-4  # the fine-tunes' peak learning rate. At 1e-3 for 200 steps of batch 4 (pilot rows ft*-lr1e-3-200)
 # and at 2e-4 for 300 steps of batch 8 (ft*-lr2e-4-300) they reached 21–50% at 1024, their validation accuracy
 # still rising (19% → 44% over the last 100 steps): the base run needed about 2600 steps to pass 90%. At 5e-4
