@@ -60,7 +60,10 @@ ARCHIVES = (
      "keys queried: at length 32, 4 pairs and one query, so each training example held a few answer bytes. "
      "{below} of {n} runs stayed below {bar}% at {train_len}, and the pilot recall-rope-4l-16k, at "
      "twice the steps, reached {pilot_v1}% (pilot/runs.json). The recall jobs above use version 3 (one-byte pairs as in MQAR's Zoology "
-     "layout, queries drawn with replacement; posenc/tasks.py says why, and the pilots recall1b-* and recall3-*)."),
+     "layout, queries drawn with replacement; posenc/tasks.py says why, and the pilots recall1b-* and recall3-*) "
+     "at config.py's RECALL_LR. These runs trained at the copy tasks' learning rate, at which version 3 did not "
+     "learn either (pilots recall3-rope-4l and recall3-rope-4l-16k), so the learning rate, not only the layout, "
+     "may explain their failures."),
 )
 
 
