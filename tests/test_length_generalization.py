@@ -164,6 +164,8 @@ def test_the_two_layer_results_are_their_own_section_and_stay_out_of_the_verdict
     assert "| copy-none-s0 | 4 | 99 [" in main and "| copy-rope-s0 | 4 |" in main
     assert "| copy-none-s0 | 2 | 77 [" in first and "1 of 1 runs stayed below 90% at 32" in first
     assert f"config.py's {report.algo_layers()} layers" in first
+    config = _load("lengthgen_config", HERE / "config.py")
+    assert f"peak learning rate: copy 0.002, reverse 0.002, recall {config.RECALL_LR:g}." in main  # read from config.py
     kazemnejad = next(line for line in text.splitlines() if "NoPE extrapolates" in line and " on copy" in line)
     assert "**reproduced**: vs rope +16.7 points (z = " in kazemnejad  # the 4-layer NoPE run, not the 2-layer one below the bar
     reverse = next(line for line in text.splitlines() if "NoPE extrapolates" in line and " on reverse" in line)
