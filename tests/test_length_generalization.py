@@ -108,6 +108,7 @@ def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_p
     assert [r["key"] for r in out["rows"]] == (["none|none"] + [f"{s}|none" for s in scalings]
                                               + [f"none|{m}" for m in job.methods if m != "none"])
     assert set(out["timing"]) == {"train_s", "eval_s"} and not (results / "passkey-rope-s0.partial").exists()
+    assert out["config"] == {"batch_size": 2, "train_len": 8}  # the run's own config.json, kept with its result
 
 
 def test_a_pilot_is_recorded_beside_the_others_and_rendered_with_its_cpu(tmp_path):
@@ -193,6 +194,31 @@ def test_a_result_of_another_task_layout_is_refused_in_the_tables_and_rendered_i
     main, archive = text.split("### Recall's first layout, task version 1")
     assert "| recall-rope-s0 | 4 | 100 [" in main and "| 97 [" in main and "| 69 [" not in main
     assert "| 69 [" in archive and "1 of 1 runs stayed below 90% at 32" in archive
+
+
+def test_a_result_trained_with_other_settings_than_config_py_is_refused(tmp_path):
+    """A result records its run's config; one whose learning rate (or another rendered setting) differs from
+    config.py's stops the report instead of being labelled with config.py's settings. Results from before the
+    field record no config and are rendered."""
+    report = _load("length_generalization_report_settings", HERE / "report.py")
+    config = _load("lengthgen_config_settings", HERE / "config.py")
+    recall = run.load_config_file(str(HERE / "config.py"), "task=recall,posenc=rope")
+    (tmp_path / "results").mkdir()
+    old = _algo_result((100, 97, 20, 5, 0))
+    for row in old["rows"]:
+        row["task_version"] = tasks.VERSIONS["recall"]
+    (tmp_path / "results" / "recall-rope-s0.json").write_text(json.dumps(old))
+    text = report.write_report(tmp_path, jobs=[])
+    assert "| recall-rope-s0 | 4 | 100 [" in text and "0 of the 1 results below record" in text
+    same = {**old, "config": recall.to_dict()}
+    (tmp_path / "results" / "recall-rope-s0.json").write_text(json.dumps(same))
+    text = report.write_report(tmp_path, jobs=[])
+    assert "| recall-rope-s0 | 4 | 100 [" in text and "1 of the 1 results below record" in text
+    other = {**old, "config": {**recall.to_dict(), "learning_rate": 2e-3}}
+    (tmp_path / "results" / "recall-rope-s0.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match=r"results/recall-rope-s0.json was trained with learning_rate 0.002 "
+                                         rf"\(config.py: {config.RECALL_LR!r}\)"):
+        report.write_report(tmp_path, jobs=[])
 
 
 def _algo_result(correct, status="ok"):

@@ -132,6 +132,7 @@ def curve_minutes(result: dict) -> float:
 def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     results = load(here / "results")
     check_versions(results)
+    check_settings(results)
     figures = here / "figures"
     figures.mkdir(exist_ok=True)
     timing_path = here / "results" / "timing.json"
@@ -230,7 +231,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     # (b) algorithmic tasks
     lines += [f"## (b) Copy, reverse, associative recall (trained on lengths ≤ {ALGO_TRAIN_LEN})", ""]
     algo = {n: r for n, r in results.items() if n.split("-")[0] in ALGORITHMIC}
-    lines += [algo_settings(), ""]
+    lines += [algo_settings(algo), ""]
     lines += algo_table(algo) if algo else ["No algorithmic-task results yet.", ""]
     archived = {}
     for folder, heading, text in ARCHIVES:
@@ -282,13 +283,43 @@ def algo_layers() -> int:
     return algo_config().model.num_layers
 
 
-def algo_settings() -> str:
-    """The algorithmic jobs' shared settings and each task's learning rate, as config.py sets them."""
+# The settings that algo_settings() renders from config.py; check_settings() holds each result to them.
+SETTINGS = ("model.num_layers", "model.d_model", "train_steps", "batch_size", "learning_rate")
+
+
+def _field(config, dotted: str):
+    for key in dotted.split("."):
+        config = config[key]
+    return config
+
+
+def algo_settings(algo: dict[str, dict]) -> str:
+    """The algorithmic jobs' shared settings and each task's learning rate, as config.py sets them, and how many
+    of the results `algo` record their training config (held to those settings: check_settings)."""
     configs = {t: algo_config(t) for t in ALGORITHMIC}
     c = configs["copy"]
     lrs = ", ".join(f"{t} {configs[t].learning_rate:g}" for t in ALGORITHMIC)
+    recorded = sum("config" in r for r in algo.values())
     return (f"Every run of a task has the same model and data (config.py): {c.model.num_layers} layers, d_model "
-            f"{c.model.d_model}, {c.train_steps} steps of batch {c.batch_size}; peak learning rate: {lrs}.")
+            f"{c.model.d_model}, {c.train_steps} steps of batch {c.batch_size}; peak learning rate: {lrs}. "
+            f"{recorded} of the {len(algo)} results below record their run's training config, which agrees; the "
+            f"others are from before results recorded it.")
+
+
+def check_settings(results: dict[str, dict], folder: str = "results") -> None:
+    """Refuses an algorithmic result whose recorded training config (run.py keeps the run's config.json as
+    `config`) differs from config.py's in SETTINGS, so that a changed config.py never relabels earlier results.
+    Results from before the field record none and are rendered with config.py's settings."""
+    configs = {t: algo_config(t) for t in ALGORITHMIC}
+    for name, res in results.items():
+        task = name.split("-")[0]
+        if task not in configs or "config" not in res:
+            continue
+        differ = [f"{f} {_field(res['config'], f)!r} (config.py: {_field(configs[task], f)!r})" for f in SETTINGS
+                  if _field(res["config"], f) != _field(configs[task], f)]
+        if differ:
+            raise ValueError(f"{folder}/{name}.json was trained with {', '.join(differ)}: rerun it with config.py's "
+                             f"settings, or move it to an archive folder of ARCHIVES")
 
 
 def algo_table(algo: dict[str, dict]) -> list[str]:
