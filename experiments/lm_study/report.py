@@ -191,7 +191,28 @@ def status(st: Study) -> str:
                         f"{' and '.join(names[k] for k in scaled)} (the checks' time per step times their steps; "
                         "their evaluations not measured yet)" if scaled else "")
                      + (f", plus the {', '.join(unknown)}, not measured yet" if unknown else "") + ".")
+    speed = throughput(st)
+    if speed:
+        lines.append("Training throughput of the main runs (each run's median tokens/s over its logged steps; another "
+                     "job on the machine slows a run): " + "; ".join(speed) + ".")
     return "\n\n".join(lines)
+
+
+def throughput(st: Study) -> list[str]:
+    """The main runs' training tokens/s (the median of each run's curve), by CPU and XLA threads: one entry per
+    machine kind, e.g. "AMD EPYC, 1 thread: 3,203–3,384 (2 runs)"."""
+    speeds = {}
+    for j in st.planned:
+        r = st.r.get(j.name)
+        if j.kind == "main" and r and r.get("curve"):
+            tps = [c["tokens_per_s"] for c in r["curve"] if c.get("tokens_per_s")]
+            if tps:
+                speeds.setdefault((r.get("cpu", "unrecorded"), r.get("threads", 1)), []).append(float(np.median(tps)))
+    out = []
+    for (cpu, threads), v in sorted(speeds.items()):
+        span = f"{min(v):,.0f}" if len(v) == 1 else f"{min(v):,.0f}–{max(v):,.0f}"
+        out.append(f"{cpu}, {threads} thread{'s' if threads > 1 else ''}: {span} ({len(v)} run{'s' if len(v) > 1 else ''})")
+    return out
 
 
 def lr_section(st: Study) -> str:

