@@ -119,9 +119,9 @@ class TaskEvaluator:
     def undefined_reason(self, length: int, scaling: str, method: Method | None) -> str | None:
         t = self.trun
         if t.randomize:
-            if length > t.max_position:
+            if length + 1 > t.max_position:  # a length-L example is L + 1 tokens, each with its own position
                 return (f"run {t.run.name!r} was trained with randomized positions in [0, {t.max_position}): "
-                        f"length {length} has no positions to draw")
+                        f"length {length} needs {length + 1} distinct positions")
             if scaling != "none" or (method is not None and method != Method()):
                 return "randomized-position runs are tested without scalings and training-free methods"
         return self.ev.undefined_reason(length, self.ev.resolve(method, length))

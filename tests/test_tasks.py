@@ -283,9 +283,9 @@ def test_randomized_positions_train_with_a_table_of_max_position(cache_dir, tmp_
     assert run.cfg.max_len == 512 and run.params["encoding"]["table"].shape[0] == 512
     from posenc.task_eval import evaluate_tasks  # noqa: PLC0415
 
-    result = evaluate_tasks([str(workdir)], [32, 1024], examples=2, progress=False)
+    result = evaluate_tasks([str(workdir)], [32, 511, 512, 1024], examples=2, progress=False)
     status = {r["length"]: r["status"] for r in result["rows"]}
-    assert status == {32: "ok", 1024: "undefined"}
+    assert status == {32: "ok", 511: "ok", 512: "undefined", 1024: "undefined"}  # 512 + 1 tokens need 513 positions
 
 
 def test_stop_accuracy_stops_at_the_first_evaluation_that_reaches_it_and_the_rerun_is_complete(cache_dir, tmp_path,
