@@ -262,6 +262,33 @@ def _read_metrics(path: pathlib.Path, upto_step: int) -> list[str]:
     return [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= upto_step]
 
 
+def timed_curve(curve: list[dict], tokens_per_step: int, resumed_at: int | None = None) -> list[tuple[int, int, float]]:
+    """(step, timed tokens, timed seconds) at each row of a metrics.jsonl curve that has a rate, cumulative over
+    the run's sittings.
+
+    A row's `tokens_per_s` is the mean rate of its sitting so far (the sitting's first step, which compiles, is not
+    timed), not the rate since the previous row; `sitting_start` (the step the sitting resumed from) and `timed_s`
+    (the sitting's timed seconds so far) locate the sittings. A row without them (curves written before they were
+    logged) is taken to belong to a sitting that started at `resumed_at` if its step is past it, else at step 0:
+    exact for a run trained in one sitting, or resumed once at `resumed_at`.
+    """
+    out, base_tokens, base_seconds = [], 0, 0.0
+    sitting, last = None, (0, 0.0)  # the current sitting's start and its (timed tokens, seconds) at the last row
+    for r in curve:
+        tps = r.get("tokens_per_s")
+        if not tps:
+            continue
+        start = r.get("sitting_start", resumed_at if resumed_at is not None and r["step"] > resumed_at else 0)
+        if start != sitting:
+            if sitting is not None:
+                base_tokens, base_seconds = base_tokens + last[0], base_seconds + last[1]
+            sitting = start
+        tokens = (r["step"] - start - 1) * tokens_per_step
+        last = (tokens, r.get("timed_s", tokens / tps))
+        out.append((r["step"], base_tokens + last[0], base_seconds + last[1]))
+    return out
+
+
 def read_run_info(workdir: pathlib.Path) -> dict:
     """`workdir/run.json`: the corpus fingerprint, a pending divergence, and the recovery history."""
     path = workdir / "run.json"
@@ -478,7 +505,8 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
                     raise diverged(f"non-finite {what} (loss {loss})", done)
                 tps = timed_tokens / timed_seconds if timed_seconds else None
                 row = {"step": done, "train_loss": loss, "train_bpb": loss / LN2, "grad_norm": float(out["grad_norm"]),
-                       "learning_rate": float(schedule(step)), "tokens_per_s": tps}
+                       "learning_rate": float(schedule(step)), "tokens_per_s": tps, "sitting_start": start,
+                       "timed_s": timed_seconds}
                 save_now = done % config.checkpoint_every == 0 or done == config.train_steps
                 if done % config.eval_every == 0 or done == config.train_steps:
                     val = evaluate_windows(eval_step, params, val_batch, config.batch_size, batch_sharding)

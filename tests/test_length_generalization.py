@@ -221,6 +221,20 @@ def test_a_result_trained_with_other_settings_than_config_py_is_refused(tmp_path
         report.write_report(tmp_path, jobs=[])
 
 
+def test_time_to_accuracy_and_compute_read_each_sittings_mean_rate():
+    """A curve's tokens_per_s is its sitting's mean rate so far: time to 90% is the sitting's timed seconds at that
+    row (4 s here; step gaps over each row's rate would give 3.1 s), and compute sums the sittings."""
+    report = _load("length_generalization_report_timing", HERE / "report.py")
+    curve = [{"step": 11, "tokens_per_s": 100.0, "sitting_start": 0, "timed_s": 1.0, "val_accuracy": 0.5},
+             {"step": 21, "tokens_per_s": 50.0, "sitting_start": 0, "timed_s": 4.0, "val_accuracy": 0.95},
+             {"step": 31, "tokens_per_s": 25.0, "sitting_start": 0, "timed_s": 12.0},
+             {"step": 41, "tokens_per_s": 20.0, "sitting_start": 31, "timed_s": 4.5}]
+    result = {"curve": curve, "tokens_per_step": 10}
+    assert report.time_to_accuracy(result) == (21, 4.0 / 60)
+    assert report.curve_minutes(result) == (12.0 + 4.5) / 60
+    assert report.time_to_accuracy({**result, "curve": curve[:1]}) is None
+
+
 def _algo_result(correct, status="ok"):
     """A copy result with `correct` of 100 at 16, 32, 64, 96, 128 (None: undefined there)."""
     return {"rows": [{"length": n, "scaling": "none", "method": "none", "depth": None, "n": 100, "num_layers": 4,

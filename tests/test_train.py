@@ -50,9 +50,30 @@ def test_tiny_training_learns_checkpoints_and_resumes(name, tiny_config, tmp_pat
     train.train_and_evaluate(config, str(tmp_path))
     resumed = losses(tmp_path)
     assert sorted(resumed) == list(range(1, 15)) and all(resumed[s] == curve[s] for s in curve)
+    # each row says its sitting; the timed steps add up over the two (each sitting's first step, compiling, untimed)
+    rows = {r["step"]: r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())}
+    assert [rows[s]["sitting_start"] for s in (1, 12, 13, 14)] == [0, 0, 12, 12]
+    tokens = config.batch_size * config.train_len
+    assert train.timed_curve(list(rows.values()), tokens)[-1] == (14, (11 + 1) * tokens,
+                                                                   rows[12]["timed_s"] + rows[14]["timed_s"])
     # the same model and optimizer (the schedule pinned at 12) reuse the jitted train step: one trace a process
     after = train._train_step.cache_info()
     assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+
+
+def test_timed_curve_adds_up_each_sittings_mean_rate():
+    """tokens_per_s is the mean rate of the row's sitting so far, so timed seconds come from the sitting's timed
+    tokens over it, never from the step gap to the previous row; sittings add up. Rows without the sitting fields
+    (older curves) belong to a sitting from step 0, or from `resumed_at` past it."""
+    sitting1 = [{"step": 11, "tokens_per_s": 100.0, "sitting_start": 0, "timed_s": 1.0},
+                {"step": 21, "tokens_per_s": 50.0, "sitting_start": 0, "timed_s": 4.0}]  # 200 timed tokens in 4 s
+    sitting2 = [{"step": 20, "tokens_per_s": None, "sitting_start": 15},  # no timed step yet: skipped
+                {"step": 25, "tokens_per_s": 10.0, "sitting_start": 15, "timed_s": 9.0}]
+    assert train.timed_curve(sitting1 + sitting2, 10) == [(11, 100, 1.0), (21, 200, 4.0), (25, 200 + 90, 4.0 + 9.0)]
+    old = [{"step": 11, "tokens_per_s": 100.0}, {"step": 21, "tokens_per_s": 50.0}, {"step": 31, "tokens_per_s": 25.0}]
+    assert train.timed_curve(old, 10) == [(11, 100, 1.0), (21, 200, 4.0), (31, 300, 12.0)]
+    # resumed at 21: its third row is (31 - 21 - 1) timed steps of a new sitting
+    assert train.timed_curve(old, 10, resumed_at=21)[-1] == (31, 200 + 90, 4.0 + 90 / 25.0)
 
 
 def run_script(args, env=None, **kw):

@@ -21,6 +21,7 @@ sys.path.insert(0, str(HERE))
 
 from posenc.task_eval import plot_accuracy, plot_heatmap, wilson_interval  # noqa: E402
 from posenc.tasks import VERSIONS  # noqa: E402
+from posenc.train import timed_curve  # noqa: E402
 from posenc.verdicts import T95, strength  # noqa: E402
 from run import ALGO_LENGTHS, ALGO_TRAIN_LEN, ALGORITHMIC, PASSKEY_LENGTHS, plan  # noqa: E402
 
@@ -103,30 +104,20 @@ def two_proportion_z(a, b) -> float:
 
 
 def time_to_accuracy(result: dict, threshold: float = IN_RANGE) -> tuple[int, float] | None:
-    """(first validation step with val_accuracy >= threshold, step-time minutes to it) from a result's
-    training curve (timed steps only: tokens / tokens_per_s), or None."""
-    rows, tokens = result.get("curve") or [], result.get("tokens_per_step")
-    seconds = 0.0
-    last_step, tps = 0, None
+    """(first validation step with val_accuracy >= threshold, minutes of timed training steps to it: see
+    posenc.train.timed_curve) from a result's training curve, or None."""
+    rows = result.get("curve") or []
+    seconds = {step: s for step, _, s in timed_curve(rows, result.get("tokens_per_step") or 0)}
     for r in rows:
-        tps = r.get("tokens_per_s") or tps
-        if tps:
-            seconds += (r["step"] - last_step) * tokens / tps
-        last_step = r["step"]
         if r.get("val_accuracy") is not None and r["val_accuracy"] >= threshold:
-            return r["step"], seconds / 60
+            return r["step"], seconds.get(r["step"], 0.0) / 60
     return None
 
 
 def curve_minutes(result: dict) -> float:
-    """Minutes of timed training steps in a result's curve (tokens / tokens_per_s per logged interval)."""
-    rows, tokens = result.get("curve") or [], result.get("tokens_per_step") or 0
-    seconds, last = 0.0, 0
-    for r in rows:
-        if r.get("tokens_per_s"):
-            seconds += (r["step"] - last) * tokens / r["tokens_per_s"]
-        last = r["step"]
-    return seconds / 60
+    """Minutes of timed training steps in a result's curve (posenc.train.timed_curve)."""
+    timed = timed_curve(result.get("curve") or [], result.get("tokens_per_step") or 0)
+    return timed[-1][2] / 60 if timed else 0.0
 
 
 def write_report(here: pathlib.Path = HERE, jobs=None) -> str:

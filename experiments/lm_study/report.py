@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from posenc import data, evaluate as ev  # noqa: E402
+from posenc.train import timed_curve  # noqa: E402
 from posenc.verdicts import evidence  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -193,21 +194,23 @@ def status(st: Study) -> str:
                      + (f", plus the {', '.join(unknown)}, not measured yet" if unknown else "") + ".")
     speed = throughput(st)
     if speed:
-        lines.append("Training throughput of the main runs (each run's median tokens/s over its logged steps; another "
-                     "job on the machine slows a run): " + "; ".join(speed) + ".")
+        lines.append("Training throughput of the main runs (each run's tokens/s over its timed steps, every sitting's "
+                     "first, compiling, step left out; another job on the machine slows a run): " + "; ".join(speed) + ".")
     return "\n\n".join(lines)
 
 
 def throughput(st: Study) -> list[str]:
-    """The main runs' training tokens/s (the median of each run's curve), by CPU and XLA threads: one entry per
-    machine kind, e.g. "AMD EPYC, 1 thread: 3,203–3,384 (2 runs)"."""
+    """The main runs' training tokens/s (each run's timed tokens over its timed seconds, over its sittings:
+    posenc.train.timed_curve), by CPU and XLA threads: one entry per machine kind, e.g.
+    "AMD EPYC, 1 thread: 3,203–3,384 (2 runs)"."""
     speeds = {}
     for j in st.planned:
         r = st.r.get(j.name)
         if j.kind == "main" and r and r.get("curve"):
-            tps = [c["tokens_per_s"] for c in r["curve"] if c.get("tokens_per_s")]
-            if tps:
-                speeds.setdefault((r.get("cpu", "unrecorded"), r.get("threads", 1)), []).append(float(np.median(tps)))
+            timed = timed_curve(r["curve"], r["config"]["batch_size"] * r["config"]["train_len"],
+                                r.get("timing", {}).get("train_from_step"))
+            if timed and timed[-1][2] > 0:
+                speeds.setdefault((r.get("cpu", "unrecorded"), r.get("threads", 1)), []).append(timed[-1][1] / timed[-1][2])
     out = []
     for (cpu, threads), v in sorted(speeds.items()):
         span = f"{min(v):,.0f}" if len(v) == 1 else f"{min(v):,.0f}–{max(v):,.0f}"
@@ -238,6 +241,10 @@ def lr_section(st: Study) -> str:
     return _table(["encoding"] + [f"lr {lr:g}" + (" (edge)" if lr in edge else "") for lr in lrs] + ["chosen"], rows)
 
 
+def _speed(arm: dict) -> str:
+    return f"{arm.get('tokens_per_s', arm.get('median_tokens_per_s')):,.0f}"
+
+
 def pilot_section(folder: pathlib.Path, st: Study) -> str:
     """The bf16 pilot (bf16_pilot.sh: RoPE's 3e-3 check trained in float32 and in bf16 at once, one core each)."""
     path = folder / "bf16.json"
@@ -248,8 +255,9 @@ def pilot_section(folder: pathlib.Path, st: Study) -> str:
     return (f"`{r['config']}`, step {f32['step']}, {r['cpu']}, {r['threads']} XLA thread each (`pilot/bf16.json`): "
             f"validation {f32['val_bpb']:.3f} bits per byte in float32 and {bf16['val_bpb']:.3f} in bf16 "
             f"({r['bpb_difference']:+.3f}; {'within' if r['within_bound'] else 'outside'} the {r['bound']} bound of "
-            f"the benchmarks' quality check; one seed), at {f32['median_tokens_per_s']:,.0f} and "
-            f"{bf16['median_tokens_per_s']:,.0f} tokens/s (median over logged steps): bf16 is "
+            f"the benchmarks' quality check; one seed), at {_speed(f32)} and {_speed(bf16)} tokens/s ("
+            + ("over the timed steps" if "tokens_per_s" in f32 else "the median of the logged rates, each the run's mean "
+               "so far: bf16_pilot.sh now records the mean over all timed steps") + "): bf16 is "
             f"{r['speedup']:.2f}× float32 on this CPU. "
             + "".join(f"The study's own check (`{name}`, float32, {x['cpu']}) ended at {x['val_bpb']:.3f} "
                       f"({x['val_bpb'] - f32['val_bpb']:+.3f} from this pilot's float32): the same config in float32 "
