@@ -155,13 +155,14 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def core_seconds(r: dict) -> float | None:
-    """A job's cost in core-seconds: its timed wall-clock seconds (training and evaluation) times the XLA threads
-    it ran with; None when the timing covers only part of the job (a training resumed in a later sitting, or
-    evaluation parts kept without their times)."""
+    """A job's cost in core-seconds: its timed wall-clock seconds (every `*_s` of its timing: training, the base
+    run a fine-tune starts from, a search, evaluation) times the XLA threads it ran with; None when the timing covers
+    only part of the job (a training, search or tuning resumed in a later sitting, or evaluation parts kept without
+    their times)."""
     timing = r.get("timing", {})
-    if "train_from_step" in timing or "eval_untimed_parts" in timing:
+    if {"train_from_step", "eval_untimed_parts", "search_resumed"} & set(timing):
         return None
-    return (timing.get("train_s", 0.0) + timing.get("eval_s", 0.0)) * r.get("threads", 1)
+    return sum(v for k, v in timing.items() if k.endswith("_s")) * r.get("threads", 1)
 
 
 def status(st: Study) -> str:

@@ -379,12 +379,15 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
     if job.kind in ("lr", "main", "ft"):
         config = config_for(job, results, runs, s)
         workdir = runs / job.name
+        base_s = None
         if job.kind == "ft":
             result["base_params_sha256"] = base_sha = _plain_sha(results, job.base)
-            trained_base(job, runs, results, s)  # the run it starts from
+            trained_base(job, runs, results, s)  # the run it starts from (imported, or trained again)
+            base_s = round(time.time() - t0, 1)
             stamp(workdir, base_sha)
         result["config"] = config.to_dict()
         resumed_at = _latest_step(workdir)  # train_s below times this sitting only: from this step on
+        t0 = time.time()
         try:
             train_and_evaluate(config, str(workdir))
         except NonFiniteLossError as e:
@@ -395,7 +398,8 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
             return
         result["final_metrics"] = _final(workdir)
         result["curve"] = _curve(workdir)
-        result["timing"] = {"train_s": round(time.time() - t0, 1), **({"train_from_step": resumed_at} if resumed_at else {})}
+        result["timing"] = {"train_s": round(time.time() - t0, 1), **({"train_from_step": resumed_at} if resumed_at else {}),
+                            **({"base_s": base_s} if base_s is not None else {})}
         if job.kind == "lr":
             result["val_bpb"] = result["final_metrics"]["val_bpb"]
             jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
@@ -426,7 +430,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
         workdir = trained_base(job, runs, results, s)
         w = [str(workdir)]
         t1 = time.time()
-        eval_timing = None  # the job's parts' own seconds, where it runs in parts; else this sitting's
+        eval_timing, searched = None, {}  # the job's parts' own seconds, where it runs in parts; else this sitting's
         if job.kind == "scalings":
             longest = lengths[-1]
             parts = {f"scaling:{sc}": (lambda sc=sc: ev.evaluate(w, lengths, [sc], documents=True, progress=False,
@@ -449,7 +453,10 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
         elif job.kind == "longrope":
             folder = runs / f"{job.name}-search"
             stamp(folder, sha)
+            resumed = any(folder.glob("stage*.json"))  # a search resumed from an earlier sitting's stages
             search = search_run(str(workdir), s.target, s.search, out=str(folder), progress=False)
+            searched = {"search_s": round(time.time() - t1, 1), **({"search_resumed": True} if resumed else {})}
+            t1 = time.time()
             factors = str(folder / "longrope.json")
             test = {"documents": ev.evaluate(w, lengths, ["longrope"], documents=True, longrope_file=factors,
                                              progress=False, ngram_floor=False),
@@ -460,12 +467,13 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
             budget = json.loads((results / f"{job.base}-longrope.json").read_text())["search"]["evaluations"]
             root = runs / f"{job.name}-trials"
             stamp(root, sha)
+            searched = {"search_resumed": True} if any(root.glob("*.json")) else {}  # trials of an earlier sitting
             result["rules"] = {rule: tuning.tune(str(workdir), rule, s.target, budget, str(root),
                                                  num_bytes=4 * s.target,  # as the search's fitness
                                                  test_num_bytes=_stream_bytes(workdir, s.target), progress=False,
                                                  budget_source=f"the LongRoPE search of {job.base}-longrope")
                                for rule in TUNED_RULES}
-        result["timing"] = eval_timing or {"eval_s": round(time.time() - t1, 1)}
+        result["timing"] = eval_timing or {**searched, "eval_s": round(time.time() - t1, 1)}
     jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
     (results / f"{job.name}.partial").unlink(missing_ok=True)
 
