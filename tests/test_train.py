@@ -67,9 +67,9 @@ def test_timed_curve_adds_up_each_sittings_mean_rate():
     (older curves) belong to a sitting from step 0, or from `resumed_at` past it."""
     sitting1 = [{"step": 11, "tokens_per_s": 100.0, "sitting_start": 0, "timed_s": 1.0},
                 {"step": 21, "tokens_per_s": 50.0, "sitting_start": 0, "timed_s": 4.0}]  # 200 timed tokens in 4 s
-    sitting2 = [{"step": 20, "tokens_per_s": None, "sitting_start": 15},  # no timed step yet: skipped
-                {"step": 25, "tokens_per_s": 10.0, "sitting_start": 15, "timed_s": 9.0}]
-    assert train.timed_curve(sitting1 + sitting2, 10) == [(11, 100, 1.0), (21, 200, 4.0), (25, 200 + 90, 4.0 + 9.0)]
+    sitting2 = [{"step": 22, "tokens_per_s": None, "sitting_start": 21},  # its first step compiles: no rate yet
+                {"step": 31, "tokens_per_s": 10.0, "sitting_start": 21, "timed_s": 9.0}]
+    assert train.timed_curve(sitting1 + sitting2, 10) == [(11, 100, 1.0), (21, 200, 4.0), (31, 200 + 90, 4.0 + 9.0)]
     old = [{"step": 11, "tokens_per_s": 100.0}, {"step": 21, "tokens_per_s": 50.0}, {"step": 31, "tokens_per_s": 25.0}]
     assert train.timed_curve(old, 10) == [(11, 100, 1.0), (21, 200, 4.0), (31, 300, 12.0)]
     # resumed at 21: its third row is (31 - 21 - 1) timed steps of a new sitting

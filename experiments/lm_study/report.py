@@ -155,14 +155,14 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def core_seconds(r: dict) -> float | None:
-    """A job's cost in core-seconds: its timed wall-clock seconds (every `*_s` of its timing: training, the base
-    run a fine-tune starts from, a search, evaluation) times the XLA threads it ran with; None when the timing covers
-    only part of the job (a training, search or tuning resumed in a later sitting, or evaluation parts kept without
-    their times)."""
+    """A job's cost in core-seconds: its timed wall-clock seconds (training, a search, evaluation; not a fine-tune's
+    `base_s`, the time to get its base run, which may wait for another worker or retrain a run costed already) times
+    the XLA threads it ran with; None when the timing covers only part of the job (a training, search or tuning
+    resumed in a later sitting, or evaluation parts kept without their times)."""
     timing = r.get("timing", {})
     if {"train_from_step", "eval_untimed_parts", "search_resumed"} & set(timing):
         return None
-    return sum(v for k, v in timing.items() if k.endswith("_s")) * r.get("threads", 1)
+    return sum(timing.get(k, 0.0) for k in ("train_s", "search_s", "eval_s")) * r.get("threads", 1)
 
 
 def status(st: Study) -> str:

@@ -467,7 +467,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
             budget = json.loads((results / f"{job.base}-longrope.json").read_text())["search"]["evaluations"]
             root = runs / f"{job.name}-trials"
             stamp(root, sha)
-            searched = {"search_resumed": True} if any(root.glob("*.json")) else {}  # trials of an earlier sitting
+            searched = {"search_resumed": True} if any(root.rglob("*.json")) else {}  # an earlier sitting's trials
             result["rules"] = {rule: tuning.tune(str(workdir), rule, s.target, budget, str(root),
                                                  num_bytes=4 * s.target,  # as the search's fitness
                                                  test_num_bytes=_stream_bytes(workdir, s.target), progress=False,
