@@ -234,6 +234,10 @@ def test_time_to_accuracy_and_compute_read_each_sittings_mean_rate():
     assert report.time_to_accuracy(result) == (21, 4.0 / 60)
     assert report.curve_minutes(result) == (12.0 + 4.5) / 60
     assert report.time_to_accuracy({**result, "curve": curve[:1]}) is None
+    # reached at a sitting's first step (no rate yet: it compiles): the timed seconds of the rows before it
+    resumed = curve[:3] + [{"step": 32, "tokens_per_s": None, "sitting_start": 31, "val_accuracy": 0.97}]
+    assert report.time_to_accuracy({**result, "curve": [{**r, "val_accuracy": 0.5} for r in resumed[:3]]
+                                    + resumed[3:]}) == (32, 12.0 / 60)
 
 
 def _passkey_result(at_256, at_4096):
@@ -269,7 +273,7 @@ def _algo_result(correct, status="ok"):
 def test_the_kazemnejad_verdict_pools_seeds_by_their_spread():
     """Per seed, NoPE's accuracy past 32 minus the other's; NoPE is worse when the counts pooled over the paired
     seeds give z < −1.96 and, with several seeds, the 95% t interval of the mean difference is below 0 too: a
-    consistent gap decides, one that flips sign between seeds or sits at the floor with no spread does not."""
+    consistent gap decides; one that flips sign between seeds, or sits at the floor, cannot show NoPE worse."""
     report = _load("length_generalization_report_kz", HERE / "report.py")
     consistent = {"copy-none-s0": _algo_result((100, 95, 10, 0, 0)), "copy-none-s1": _algo_result((100, 96, 12, 0, 0)),
                   "copy-none-s2": _algo_result((100, 97, 8, 0, 0)), "copy-rope-s0": _algo_result((100, 99, 40, 5, 0)),
@@ -277,8 +281,8 @@ def test_the_kazemnejad_verdict_pools_seeds_by_their_spread():
     line = report.kazemnejad(consistent, "copy")  # 30 of 900 against 141 of 900
     assert "**not reproduced**" in line and "vs rope -12.3 points (z = -8.92, seeds 0, 1, 2; 95% t interval [-14.0, -10.7]" in line
     flips = {**consistent, "copy-rope-s1": _algo_result((100, 99, 0, 0, 0))}  # per seed -11.7, +4.0, -12.3
-    line = report.kazemnejad(flips, "copy")
-    assert "**reproduced**" in line and "per seed -11.7, +4.0, -12.3" in line
+    line = report.kazemnejad(flips, "copy")  # not worse; and with that spread NoPE at 0 could not be worse either
+    assert "**inconclusive**" in line and "per seed -11.7, +4.0, -12.3" in line and "vs rope (90 of 900)" in line
     one = {"copy-none-s0": consistent["copy-none-s0"], "copy-rope-s0": consistent["copy-rope-s0"]}
     assert "**not reproduced**: vs rope -11.7 points (z = -4.95, seed 0)." in report.kazemnejad(one, "copy")
     floor = {"copy-none-s0": _algo_result((100, 95, 0, 0, 0)), "copy-none-s1": _algo_result((100, 95, 0, 0, 0)),
@@ -289,6 +293,12 @@ def test_the_kazemnejad_verdict_pools_seeds_by_their_spread():
                   "copy-alibi-s0": _algo_result((100, 95, 10, 0, 0)), "copy-alibi-s1": _algo_result((100, 95, 10, 0, 0))})
     line = report.kazemnejad(floor, "copy")  # a tie with alibi at 20 of 600, which could have shown NoPE worse
     assert "**reproduced**" in line and "vs alibi +0.0 points" in line and "vs rope (2 of 600) correct past 32." in line
+    # rope at 0 and 30 of 300: NoPE at 0 at both would give z = -5.5, but per-seed differences of 0 and -10 points
+    # whose t interval cannot lie below 0, so this comparison could not show NoPE worse either
+    spread = {"copy-none-s0": _algo_result((100, 95, 0, 0, 0)), "copy-none-s1": _algo_result((100, 95, 30, 0, 0)),
+              "copy-rope-s0": _algo_result((100, 95, 0, 0, 0)), "copy-rope-s1": _algo_result((100, 95, 30, 0, 0))}
+    line = report.kazemnejad(spread, "copy")
+    assert "**inconclusive**" in line and "cannot test the claim: vs rope (30 of 600)" in line
     two = {**one, "copy-alibi-s0": _algo_result((100, 98, 5, 0, 0))}  # worse than one of two: not reproduced
     assert "**not reproduced**" in report.kazemnejad(two, "copy") and "vs alibi +1.7 points" in report.kazemnejad(two, "copy")
 

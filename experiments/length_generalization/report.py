@@ -107,10 +107,11 @@ def time_to_accuracy(result: dict, threshold: float = IN_RANGE) -> tuple[int, fl
     """(first validation step with val_accuracy >= threshold, minutes of timed training steps to it: see
     posenc.train.timed_curve) from a result's training curve, or None."""
     rows = result.get("curve") or []
-    seconds = {step: s for step, _, s in timed_curve(rows, result.get("tokens_per_step") or 0)}
+    timed = timed_curve(rows, result.get("tokens_per_step") or 0)
     for r in rows:
         if r.get("val_accuracy") is not None and r["val_accuracy"] >= threshold:
-            return r["step"], seconds.get(r["step"], 0.0) / 60
+            # a row without a rate (a sitting's first, compiling step) adds nothing to the rows before it
+            return r["step"], max((s for step, _, s in timed if step <= r["step"]), default=0.0) / 60
     return None
 
 
@@ -293,8 +294,8 @@ def algo_settings(algo: dict[str, dict]) -> str:
     recorded = sum("config" in r for r in algo.values())
     return (f"Every run of a task has the same model and data (config.py): {c.model.num_layers} layers, d_model "
             f"{c.model.d_model}, {c.train_steps} steps of batch {c.batch_size}; peak learning rate: {lrs}. "
-            f"{recorded} of the {len(algo)} results below record their run's training config, which agrees; the "
-            f"others are from before results recorded it.")
+            f"{recorded} of the {len(algo)} results below record their run's training config, which agrees"
+            + ("; the others are from before results recorded it." if recorded < len(algo) else "."))
 
 
 def check_settings(results: dict[str, dict], folder: str = "results") -> None:
@@ -429,21 +430,33 @@ def plain_runs(results: dict[str, dict], task: str) -> dict[str, dict[int, str]]
     return out
 
 
+def nope_worse(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> tuple[bool, float, np.ndarray, float | None]:
+    """Whether NoPE's (correct, n) past training at each paired seed, `a`, is worse than the other encoding's, `b`:
+    the two-proportion z of the pooled counts below −1.96 and, with more than one seed, the 95% Student t interval
+    of the per-seed differences below 0. Returns (worse, z, the per-seed differences, the t half-width or None)."""
+    z = two_proportion_z(tuple(map(sum, zip(*a))), tuple(map(sum, zip(*b))))
+    d = np.array([pct(x) - pct(y) for x, y in zip(a, b)])
+    if len(d) < 2:
+        return bool(z < -1.96), z, d, None
+    half = T95[min(len(d) - 1, max(T95))] * d.std(ddof=1) / math.sqrt(len(d))
+    return bool(z < -1.96 and d.mean() + half < 0), z, d, half
+
+
 def kazemnejad(results: dict[str, dict], task: str) -> str:
     """Kazemnejad et al.'s claim on `task`, tested against each other encoding over the seeds where both runs
     reach the in-range bar and are defined at every length past training: per seed, d = NoPE's accuracy past
-    training minus the other's (pooled over BEYOND). NoPE is worse when the two-proportion z of the counts pooled
-    over those seeds is below −1.96 and, with more than one seed, also the 95% Student t interval of the mean d
-    over seeds lies below 0 (so that seed-to-seed spread counts as well as the test examples'). A comparison can
-    show NoPE worse only if the other encoding scores enough past training that NoPE at 0 correct would give
-    z < −1.96; one that cannot is at the floor and tests nothing: the claim is reproduced when NoPE is worse than
-    no other encoding and at least one comparison could have shown it worse, inconclusive when none could."""
+    training minus the other's (pooled over BEYOND). NoPE is worse by nope_worse: the two-proportion z of the counts
+    pooled over those seeds below −1.96 and, with more than one seed, also the 95% Student t interval of the mean d
+    over seeds below 0 (so that seed-to-seed spread counts as well as the test examples'). A comparison can show
+    NoPE worse only if NoPE at 0 correct at every seed would be worse by that rule; one that cannot is at the floor
+    and tests nothing: the claim is reproduced when NoPE is worse than no other encoding and at least one
+    comparison could have shown it worse, inconclusive when none could."""
     rule = (f"Kazemnejad et al.: NoPE extrapolates at least as well as the other encodings on {task} — rule: per "
             f"seed, NoPE's accuracy over the lengths past {ALGO_TRAIN_LEN} minus each other encoding's, among the runs "
             f"≥ {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN}; NoPE is worse where the z of the counts pooled over the "
             "paired seeds is below −1.96 and, with several seeds, the 95% t interval of the mean difference over "
             "seeds is below 0 too; reproduced when NoPE is worse than no other encoding, and at least one comparison "
-            "could have shown it worse (NoPE at 0 correct would give z < −1.96).")
+            "could have shown it worse (NoPE at 0 correct at every seed would be worse by this rule).")
     runs = plain_runs(results, task)
     if "none" not in runs:
         return f"- {rule} **not tested**: no NoPE result yet."
@@ -472,16 +485,11 @@ def kazemnejad(results: dict[str, dict], task: str) -> str:
         if not seeds:
             continue
         a, b = [far_cell(results[nope[s]]) for s in seeds], [far_cell(results[by_seed[s]]) for s in seeds]
-        pooled_a, pooled_b = tuple(map(sum, zip(*a))), tuple(map(sum, zip(*b)))
-        if two_proportion_z((0, pooled_a[1]), pooled_b) >= -1.96:
-            floor.append(f"{enc} ({pooled_b[0]} of {pooled_b[1]})")
-        z = two_proportion_z(pooled_a, pooled_b)
-        d = np.array([pct(x) - pct(y) for x, y in zip(a, b)])
+        bad, z, d, half = nope_worse(a, b)
+        if not nope_worse([(0, n) for _, n in a], b)[0]:
+            floor.append(f"{enc} ({sum(k for k, _ in b)} of {sum(n for _, n in b)})")
         how = f"z = {z:.2f}, seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
-        bad = z < -1.96
-        if len(seeds) > 1:
-            half = T95[min(len(d) - 1, max(T95))] * d.std(ddof=1) / math.sqrt(len(d))
-            bad &= d.mean() + half < 0
+        if half is not None:
             how += (f"; 95% t interval [{100 * (d.mean() - half):+.1f}, {100 * (d.mean() + half):+.1f}], per seed "
                     + ", ".join(f"{100 * x:+.1f}" for x in d))
         worse += [enc] if bad else []
@@ -489,8 +497,8 @@ def kazemnejad(results: dict[str, dict], task: str) -> str:
     if not parts:
         return f"- {rule} **not tested**: no other encoding has a run to compare with NoPE's{notes()}."
     verdict = "not reproduced" if worse else "inconclusive" if len(floor) == len(parts) else "reproduced"
-    at_floor = (f"; at the floor, where even NoPE at 0 correct would not be significantly worse, so the comparison "
-                f"cannot test the claim: vs {', '.join(floor)} correct past {ALGO_TRAIN_LEN}") if floor else ""
+    at_floor = (f"; at the floor, where even NoPE at 0 correct at every seed would not be worse by the rule, so the "
+                f"comparison cannot test the claim: vs {', '.join(floor)} correct past {ALGO_TRAIN_LEN}") if floor else ""
     return f"- {rule} **{verdict}**: " + "; ".join(parts) + notes() + at_floor + "."
 
 
