@@ -507,9 +507,9 @@ def ruoss(results: dict[str, dict]) -> str:
     twin: d = the randomized run's mean accuracy over the lengths past training minus the plain run's. The rule:
     over the pairs whose two runs reach the in-range bar, the bootstrap 95% interval of the mean d is above 0. Its
     firmness is posenc.verdicts.strength of the per-pair d, signed to the verdict reached (its t statistic: a few
-    pairs, or pairs that disagree, are not strong evidence either way); the line gives the mean d of each (task, encoding) and, since randomized positions can
-    cost in-range accuracy, the same mean with the pairs that the bar drops counted too (a run undefined past
-    training is never counted)."""
+    pairs, or pairs that disagree, are not strong evidence either way); the line gives the mean d of each (task,
+    encoding) and, since randomized positions can cost in-range accuracy, the same mean with the pairs that the bar
+    drops counted too (a run undefined past training is never counted)."""
     rule = ("Ruoss et al.: randomized positions raise mean accuracy past the training length (+12.0 points in the paper) "
             "— rule: the mean paired difference over (task, encoding, seed) has a bootstrap 95% interval above 0, over the "
             f"pairs whose two runs are ≥ {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN}.")
@@ -587,13 +587,7 @@ def alibi_far(results: dict[str, dict]) -> str:
 
 def verdicts(results: dict[str, dict]) -> list[str]:
     """Each claim, its rule, and what the results say (or that they are missing)."""
-    out = []
-
-    def in_range(name, length):
-        return name in results and in_range_ok(results[name], length)
-
-    # ALiBi: flat perplexity, failed retrieval far away
-    out.append(alibi_far(results))
+    out = [alibi_far(results)]  # ALiBi: flat perplexity, failed retrieval far away
     # YaRN vs PI after fine-tuning
     pi, yarn = "passkey-rope-s0-ftpi4x", "passkey-rope-s0-ftyarn4x"
     rule = ("YaRN retrieves at least as well as PI in its fine-tuning window (YaRN's passkey table: PI 0.44–0.76, "
