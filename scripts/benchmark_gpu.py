@@ -1,7 +1,7 @@
 r"""Training throughput on an accelerator: the reference model and a GPT-2-small-sized one, bf16, MFU.
 
     pip install -e '.[cuda]'
-    python scripts/benchmark_gpu.py [--models=reference,gpt2_small] [--steps=20] [--rounds=3] [--out=FILE.json]
+    python scripts/benchmark_gpu.py [--models=reference,gpt2_small] [--steps=20] [--rounds=3] [--attn_impl=auto] [--out=FILE.json]
 
 Models (posenc's Transformer, RoPE, AdamW, mixed precision `model.dtype=bfloat16`: float32 parameters,
 bf16 products; attention through the one chooser `posenc.attention.implementation`, i.e. cuDNN's fused
@@ -29,7 +29,7 @@ from absl import app, flags
 from flax import nnx
 
 from posenc import checkpoint
-from posenc.attention import implementation
+from posenc.attention import IMPLEMENTATIONS, implementation
 from posenc.config import validate
 from posenc.model import Transformer, count_params
 from posenc.timing import cpu_model, emit
@@ -40,6 +40,8 @@ _STEPS = flags.DEFINE_integer("steps", 20, "Timed steps per round.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Rounds (median).")
 _BATCH = flags.DEFINE_integer("batch_size", 16, "Batch size of gpt2_small.")
 _TINY = flags.DEFINE_bool("tiny", False, "Tiny shapes (the CPU test of this script).")
+_ATTN = flags.DEFINE_enum("attn_impl", "auto", list(IMPLEMENTATIONS),
+                          "model.attn_impl: auto takes cuDNN's fused kernel on a GPU, posenc this package's attention.")
 _OUT = flags.DEFINE_string("out", None, "Also write the JSON here.")
 
 # Dense bf16 tensor-core peaks (FLOP/s, without sparsity) from the vendors' data sheets.
@@ -74,6 +76,7 @@ def make_config(shape: dict) -> ml_collections.ConfigDict:
     m = config.model
     m.d_model, m.num_layers, m.num_heads, m.mlp_dim = (shape[k] for k in ("d_model", "num_layers", "num_heads", "mlp_dim"))
     m.dtype = "bfloat16"
+    m.attn_impl = _ATTN.value
     config.train_len, config.batch_size, config.train_steps = shape["train_len"], shape["batch"], 1000
     return config
 
@@ -127,7 +130,7 @@ def main(argv):
               f"{row['model_tflops_per_s']:.1f} TFLOP/s, MFU {row['mfu']:.1%} (attention: {row['attention']})")
     result = {"device": kind, "backend": jax.default_backend(), "peak_tflops": peak / 1e12, "peak_source": source,
               "measured_bf16_matmul_tflops": measured / 1e12, "rows": rows, "tiny": _TINY.value,
-              "host_cpu": cpu_model(), "jax": jax.__version__}
+              "host_cpu": cpu_model(), "jax": jax.__version__, "attn_impl": _ATTN.value}
     print(f"peak: {peak / 1e12:.0f} TFLOP/s ({source}); measured bf16 matmul {measured / 1e12:.0f} TFLOP/s")
     emit(result, _OUT.value)
 

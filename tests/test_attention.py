@@ -295,6 +295,41 @@ def test_the_fused_call_equals_posenc_attention_on_cpu(kw):
     np.testing.assert_allclose(np.asarray(fused(x)), np.asarray(model(x)), atol=2e-5, rtol=2e-5)
 
 
+@pytest.mark.skipif(jax.default_backend() != "gpu",
+                    reason="cuDNN's fused kernel runs only on an NVIDIA GPU; on a CPU the test above runs the same "
+                           "call through its 'xla' implementation")
+@pytest.mark.parametrize("kw", [{}, {"num_kv_heads": 1}, {"attn_window": 5}])
+def test_cudnn_attention_is_as_close_to_float32_as_posenc_bf16_on_gpu(kw):
+    """On a GPU, `auto` in bf16 takes cuDNN's fused kernel; its logits and its loss's gradient are as close to
+    float32 posenc attention as posenc's own bf16 attention is (both round products to bf16)."""
+    from flax import nnx
+
+    from posenc.model import ModelConfig, Transformer
+
+    cfg = ModelConfig(d_model=128, num_layers=2, num_heads=2, mlp_dim=256, **kw)  # head_dim 64
+    x = jnp.asarray(np.random.RandomState(0).randint(0, 256, (2, 48)))
+
+    def logits_and_grad(**over):
+        model = Transformer(dataclasses.replace(cfg, **over), rngs=nnx.Rngs(0))
+        graphdef, params = nnx.split(model)
+
+        def loss(p):
+            logits = nnx.merge(graphdef, p)(x).astype(jnp.float32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits[:, :-1]), x[:, 1:, None], -1)), logits
+
+        (_, logits), grad = jax.value_and_grad(loss, has_aux=True)(params)
+        return np.asarray(logits), np.concatenate([np.ravel(g) for g in jax.tree.leaves(grad)])
+
+    assert attention_mod.implementation("auto", aligned=True, has_bias=False, plain=True, dtype=jnp.bfloat16,
+                                        head_dim=64) == "cudnn"
+    ref_logits, ref_grad = logits_and_grad(attn_impl="posenc", dtype="float32")
+    bf_logits, bf_grad = logits_and_grad(attn_impl="posenc", dtype="bfloat16")
+    cu_logits, cu_grad = logits_and_grad(attn_impl="cudnn", dtype="bfloat16")
+    for ours, bf, ref in ((cu_logits, bf_logits, ref_logits), (cu_grad, bf_grad, ref_grad)):
+        bf_err, cu_err = np.abs(bf - ref).max(), np.abs(ours - ref).max()
+        assert 0 < bf_err and cu_err <= 2 * bf_err, (cu_err, bf_err)
+
+
 def test_key_tiles_give_a_query_that_sees_no_key_zero_not_nan():
     """Queries before every key (no visible pair): the tiled path returns 0 for them instead of 0 / 0."""
     q, k, v = qkv(t=12)

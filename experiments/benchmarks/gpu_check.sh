@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The GPU check of the benchmarks, one command (a few minutes on an H200):
+#   1. the fused attention's accuracy on the GPU (tests/test_attention.py: cuDNN against posenc's attention);
+#   2. scripts/benchmark_gpu.py: the reference model and the 124M one, bf16, attention chosen by `auto`
+#      (cuDNN's fused kernel) -> gpu.json;
+#   3. the 124M model again with posenc's own attention (the fused kernel's worth) -> gpu_posenc_attention.json.
+# It runs under the GPU machine's own Python stack (its jax with the CUDA plugin; `pip install -e '.[cuda]'`
+# elsewhere). Wheels in .whl/ add the packages that stack lacks (ml-collections); if posenc does not run with
+# the machine's flax / optax / orbax, the pinned ones in .whl/pins/ replace them.
+#   OUT=<folder> bash experiments/benchmarks/gpu_check.sh
+set -uo pipefail
+OUT=${OUT:?set OUT to the folder for the logs and results}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_check.log") 2>&1
+cd "$(dirname "$0")/../.."
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+export PYTHONUNBUFFERED=1 PYTHONPATH="/tmp/site:$PWD"
+install() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$@"; }
+[ -n "$(ls .whl/*.whl 2>/dev/null)" ] && install .whl/*.whl
+versions() { python3 -c "import jax, flax, optax, orbax.checkpoint as o, ml_collections
+print('python stack: jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'devices', jax.devices())"; }
+versions
+if ! timeout 90 python3 scripts/benchmark_gpu.py --tiny --steps=1 --rounds=1; then
+  echo "posenc failed under the machine's flax / optax / orbax: installing the pinned ones from .whl/pins"
+  install .whl/pins/*.whl && versions
+fi
+timeout 120 python3 -m pytest -p no:cacheprovider -n 0 -q -rA tests/test_attention.py -k "fused or cudnn or chooses"
+timeout 200 python3 scripts/benchmark_gpu.py --out="$OUT/gpu.json"
+timeout 100 python3 scripts/benchmark_gpu.py --models=gpt2_small --attn_impl=posenc --out="$OUT/gpu_posenc_attention.json"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
