@@ -32,7 +32,7 @@ from posenc import checkpoint
 from posenc.attention import IMPLEMENTATIONS, implementation
 from posenc.config import validate
 from posenc.model import Transformer, count_params
-from posenc.timing import cpu_model, emit
+from posenc.timing import code_version, cpu_model, emit
 from posenc.train import load_config_file, make_optimizer, make_train_step
 
 _MODELS = flags.DEFINE_list("models", ["reference", "gpt2_small"], "Models to time.")
@@ -130,7 +130,8 @@ def main(argv):
               f"{row['model_tflops_per_s']:.1f} TFLOP/s, MFU {row['mfu']:.1%} (attention: {row['attention']})")
     result = {"device": kind, "backend": jax.default_backend(), "peak_tflops": peak / 1e12, "peak_source": source,
               "measured_bf16_matmul_tflops": measured / 1e12, "rows": rows, "tiny": _TINY.value,
-              "host_cpu": cpu_model(), "jax": jax.__version__, "attn_impl": _ATTN.value}
+              "host_cpu": cpu_model(), "jax": jax.__version__, "attn_impl": _ATTN.value, "commit": code_version(),
+              "steps": _STEPS.value}
     print(f"peak: {peak / 1e12:.0f} TFLOP/s ({source}); measured bf16 matmul {measured / 1e12:.0f} TFLOP/s")
     emit(result, _OUT.value)
 

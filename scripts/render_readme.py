@@ -130,7 +130,7 @@ def benchmarks() -> str:
             f"{evals} of PyTorch SDPA ({ev['cpu']}); decoding with the KV cache {dec[256]['speedup']:.0f}× faster than "
             f"recomputation at a context of 256 and {dec[2048]['speedup']:.0f}× at 2048; `apply_rope` at "
             f"{rope['rope_half_vs_elementwise']:.2f} (half layout) and {rope['rope_interleaved_vs_elementwise']:.2f} "
-            "(interleaved) of a jitted elementwise pass over the same bytes." + malloc_sentence() + cpu_kinds())
+            "(interleaved) of a jitted elementwise pass over the same bytes." + malloc_sentence() + cpu_kinds() + gpu_sentence())
 
 
 def malloc_sentence() -> str:
@@ -143,6 +143,22 @@ def malloc_sentence() -> str:
             f"{keep['faults_per_step']:,.0f} page faults a step against {system['faults_per_step']:,.0f} "
             f"({100 * system['sys_fraction']:.0f}% of the time in the kernel), {keep['max_rss_mib']:,.0f} MiB resident "
             f"against {system['max_rss_mib']:,.0f}.")
+
+
+def gpu_sentence() -> str:
+    """The 124M model's MFU on a GPU (experiments/benchmarks/gpu/, gpu_check.sh), or that none was measured."""
+    folder = ROOT / "experiments/benchmarks/gpu"
+    if not (folder / "gpu.json").exists():
+        return " No GPU measured yet."
+    run = _json("experiments/benchmarks/gpu/gpu.json")
+    rows = [(p.stem, r) for p in sorted(folder.glob("gpu*.json")) for r in json.loads(p.read_text())["rows"]
+            if r["model"] == "gpt2_small"]
+    main = next(r for r in run["rows"] if r["model"] == "gpt2_small")
+    best = max((r for _, r in rows if r["attention"] == main["attention"]), key=lambda r: r["mfu"])
+    return (f" On one {run['device']} (`experiments/benchmarks/gpu/`): the 124M GPT-2-small-sized model trains in bf16 "
+            f"at {main['tokens_per_s']:,.0f} tokens/s, MFU {main['mfu']:.1%} at batch {main['batch_size']} × "
+            f"{main['train_len']} and {best['mfu']:.1%} at batch {best['batch_size']} (goal ≥ 40%), with cuDNN's "
+            "fused attention.")
 
 
 def cpu_kinds() -> str:
