@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import collections
+import glob
+import gzip
 import json
 import os
 import pathlib
 import platform
+import re
+import shutil
 import subprocess
+import tempfile
 import time
 from typing import Callable
 
@@ -73,3 +79,42 @@ def emit(result: dict, out: str | None = None) -> None:
     if out:
         pathlib.Path(out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))
+
+
+def profile_ops(step, params, opt_state, x, y, repeats: int = 3, top: int = 15,
+                keep_trace: str | None = None) -> list[dict]:
+    """The XLA ops of a jitted train step `(params, opt_state, x, y) -> (params, opt_state, metrics)` with the
+    largest total time, in ms per step, from a `jax.profiler` trace of `repeats` steps. On a GPU only the device's
+    kernel events count (named by their HLO op where the trace says, `args.hlo_op`); on a CPU, the events named
+    after the compiled module's ops. Each row: op, ms, share of the counted time, HLO shape, source (op_name).
+    `keep_trace`: also copy the Perfetto trace (`.trace.json.gz`) to this path."""
+    import jax
+
+    hlo = step.lower(params, opt_state, x, y).compile().as_text()
+    shapes = {m.group(1): m.group(2) for m in re.finditer(r"%([\w.\-]+) = (\S+) ", hlo)}
+    names = {m.group(1): m.group(2) for m in re.finditer(r'%([\w.\-]+) = .*?op_name="([^"]+)"', hlo)}
+    with tempfile.TemporaryDirectory() as tmp:
+        jax.profiler.start_trace(tmp, create_perfetto_trace=True)
+        for _ in range(repeats):
+            params, opt_state, metrics = step(params, opt_state, x, y)
+        float(metrics["loss"])
+        jax.profiler.stop_trace()
+        path = glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True)[0]
+        if keep_trace:
+            shutil.copyfile(path, keep_trace)
+        trace = json.load(gzip.open(path))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    gpu_pids = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+                and "/device:GPU" in str(e.get("args", {}).get("name", ""))}
+    totals = collections.Counter()
+    for event in events:
+        if event.get("ph") != "X":
+            continue
+        if gpu_pids:
+            if event.get("pid") in gpu_pids:
+                totals[event.get("args", {}).get("hlo_op") or event["name"]] += event["dur"] / 1e3 / repeats
+        elif event.get("name") in shapes:
+            totals[event["name"]] += event["dur"] / 1e3 / repeats
+    counted = sum(totals.values()) or 1.0
+    return [{"op": op, "ms": round(ms, 3), "share": round(ms / counted, 4), "shape": shapes.get(op, ""),
+             "source": names.get(op, "")} for op, ms in totals.most_common(top)]

@@ -12,7 +12,8 @@ kernel on a GPU):
 Each round times `steps` jitted steps on random tokens (compilation excluded); the median round is reported.
 MFU = model FLOP/s (6·N + 12·layers·d_model·T per token, PaLM App. B) / the device's dense bf16 peak: from
 the table below by `device_kind` when known, else the best bf16 matmul measured here (`peak_source` says
-which); the measured matmul is reported either way. The last line is JSON. `--tiny` shrinks everything, so
+which); the measured matmul is reported either way. `--profile=MODEL` adds the ops of that model's step with
+the most device time (`posenc.timing.profile_ops`) and keeps the trace beside `--out`. The last line is JSON. `--tiny` shrinks everything, so
 that the path runs on a CPU in tests.
 """
 
@@ -32,7 +33,7 @@ from posenc import checkpoint
 from posenc.attention import IMPLEMENTATIONS, implementation
 from posenc.config import validate
 from posenc.model import Transformer, count_params
-from posenc.timing import code_version, cpu_model, emit
+from posenc.timing import code_version, cpu_model, emit, profile_ops
 from posenc.train import load_config_file, make_optimizer, make_train_step
 
 _MODELS = flags.DEFINE_list("models", ["reference", "gpt2_small"], "Models to time.")
@@ -42,6 +43,8 @@ _BATCH = flags.DEFINE_integer("batch_size", 16, "Batch size of gpt2_small.")
 _TINY = flags.DEFINE_bool("tiny", False, "Tiny shapes (the CPU test of this script).")
 _ATTN = flags.DEFINE_enum("attn_impl", "auto", list(IMPLEMENTATIONS),
                           "model.attn_impl: auto takes cuDNN's fused kernel on a GPU, posenc this package's attention.")
+_PROFILE = flags.DEFINE_string("profile", None, "Also profile one model's step (a name from --models): its ops "
+                               "with the most device time go into its row; the trace is kept beside --out.")
 _OUT = flags.DEFINE_string("out", None, "Also write the JSON here.")
 
 # Dense bf16 tensor-core peaks (FLOP/s, without sparsity) from the vendors' data sheets.
@@ -105,13 +108,25 @@ def time_model(name: str, shape: dict) -> dict:
     impl = implementation(cfg.attn_impl, aligned=True, has_bias=False, plain=True, dtype=jnp.bfloat16,
                           head_dim=cfg.head_dim)
     tps = float(np.median(rounds))
-    return {"model": name, "params": n_params, "tokens_per_s": tps, "rounds_tokens_per_s": rounds,
-            "model_tflops_per_s": tps * flops / 1e12, "flops_per_token": flops, "batch_size": shape["batch"],
-            "train_len": shape["train_len"], "attention": impl}
+    row = {"model": name, "params": n_params, "tokens_per_s": tps, "rounds_tokens_per_s": rounds,
+           "model_tflops_per_s": tps * flops / 1e12, "flops_per_token": flops, "batch_size": shape["batch"],
+           "train_len": shape["train_len"], "attention": impl}
+    if _PROFILE.value == name:
+        trace = _OUT.value.removesuffix(".json") + f"_{name}.trace.json.gz" if _OUT.value else None
+        row["profile"] = profile_ops(step, params, opt_state, x, x, top=25, keep_trace=trace)
+        for op in row["profile"]:
+            print(f"  {op['ms']:8.3f} ms {op['share']:6.1%}  {op['op'][:50]:50s} {op['shape'][:36]:36s} "
+                  f"{op['source'][-60:]}")
+    return row
 
 
 def main(argv):
     del argv
+    for name in _MODELS.value:
+        if name not in SHAPES:
+            raise app.UsageError(f"--models: unknown {name!r}; valid: {sorted(SHAPES)}")
+    if _PROFILE.value is not None and _PROFILE.value not in _MODELS.value:
+        raise app.UsageError(f"--profile: {_PROFILE.value!r} is not among --models {_MODELS.value}")
     dev = jax.devices()[0]
     kind = getattr(dev, "device_kind", dev.platform)
     measured = bf16_matmul_peak(256 if _TINY.value else 8192)
@@ -119,8 +134,6 @@ def main(argv):
     peak, source = (table, f"data sheet ({kind})") if table else (measured, "measured bf16 matmul")
     rows = []
     for name in _MODELS.value:
-        if name not in SHAPES:
-            raise app.UsageError(f"--models: unknown {name!r}; valid: {sorted(SHAPES)}")
         shape = dict(TINY) if _TINY.value else dict(SHAPES[name])
         shape["batch"] = shape["batch"] or _BATCH.value
         row = time_model(name, shape)

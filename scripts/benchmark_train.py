@@ -28,13 +28,8 @@ more than the step). The last line is JSON.
 
 from __future__ import annotations
 
-import collections
-import glob
-import gzip
 import json
 import os
-import re
-import tempfile
 import time
 
 import jax
@@ -43,7 +38,7 @@ import numpy as np
 from absl import app, flags
 
 from posenc import checkpoint, data, malloc
-from posenc.timing import code_version, cpu_bf16_flags, cpu_model
+from posenc.timing import code_version, cpu_bf16_flags, cpu_model, profile_ops
 from posenc.config import validate
 from posenc.model import count_params
 from posenc.train import load_config_file, make_optimizer, make_train_step
@@ -189,28 +184,6 @@ def torch_runner(config):
     return run, torch.get_num_threads()
 
 
-def profile_ops(step, state, batch, repeats: int = 3, top: int = 15) -> list[dict]:
-    """The XLA ops of one train step with the largest total time (ms per step), from a jax.profiler trace."""
-    x, y = batch
-    params, opt_state = state["params"], state["opt"]
-    hlo = step.lower(params, opt_state, x, y).compile().as_text()
-    shapes = {m.group(1): m.group(2) for m in re.finditer(r"%([\w.\-]+) = (\S+) ", hlo)}
-    names = {m.group(1): m.group(2) for m in re.finditer(r'%([\w.\-]+) = .*?op_name="([^"]+)"', hlo)}
-    with tempfile.TemporaryDirectory() as tmp:
-        jax.profiler.start_trace(tmp, create_perfetto_trace=True)
-        for _ in range(repeats):
-            params, opt_state, metrics = step(params, opt_state, x, y)
-        float(metrics["loss"])
-        jax.profiler.stop_trace()
-        trace = json.load(gzip.open(glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True)[0]))
-    totals = collections.Counter()
-    for event in trace["traceEvents"] if isinstance(trace, dict) else trace:
-        if event.get("ph") == "X" and event.get("name") in shapes:
-            totals[event["name"]] += event["dur"] / 1e3 / repeats
-    return [{"op": op, "ms": round(ms, 2), "shape": shapes[op], "source": names.get(op, "")}
-            for op, ms in totals.most_common(top)]
-
-
 def main(argv):
     del argv
     malloc.keep_buffers()  # as the training scripts run: posenc/malloc.py
@@ -248,7 +221,7 @@ def main(argv):
         print(f"PyTorch eager ({torch_threads} threads): {result['torch_tokens_per_s']:.0f} tokens/s "
               f"(rounds: {', '.join(f'{r:.0f}' for r in torch_tps)}); JAX / PyTorch = {ratio:.2f} (median of rounds)")
     if _PROFILE.value:
-        result["profile"] = profile_ops(step, state, batch)
+        result["profile"] = profile_ops(step, state["params"], state["opt"], *batch)
         print("XLA ops with the most time per step (ms, shape, source):")
         for row in result["profile"]:
             print(f"  {row['ms']:7.2f}  {row['op']:32s} {row['shape']:28s} {row['source'][:70]}")

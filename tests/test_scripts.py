@@ -65,12 +65,18 @@ def test_benchmark_methods_prints_ratios_against_plain_attention():
     assert all(r["within_bound"] == (r["ratio_to_plain"] <= r["bound"]) for r in by.values()) and result["cpu"]
 
 
-def test_benchmark_gpu_runs_its_path_on_cpu_with_tiny_shapes():
-    out = run("scripts/benchmark_gpu.py", "--tiny", "--steps=1", "--rounds=1")
+def test_benchmark_gpu_runs_its_path_on_cpu_with_tiny_shapes(tmp_path):
+    out = run("scripts/benchmark_gpu.py", "--tiny", "--steps=1", "--rounds=1", "--profile=gpt2_small",
+              f"--out={tmp_path / 'gpu.json'}")
     result = json.loads(out.strip().splitlines()[-1])
     assert [r["model"] for r in result["rows"]] == ["reference", "gpt2_small"]
     assert all(r["tokens_per_s"] > 0 and 0 < r["mfu"] for r in result["rows"])
     assert result["peak_source"] == "measured bf16 matmul" and result["rows"][0]["attention"] == "posenc"  # a CPU
+    profile = result["rows"][1]["profile"]  # the profiled model's ops, with their HLO shapes; its trace kept
+    assert "profile" not in result["rows"][0] and (tmp_path / "gpu_gpt2_small.trace.json.gz").stat().st_size > 0
+    assert profile and all(op["ms"] >= 0 and "[" in op["shape"] for op in profile)
+    shares = [op["share"] for op in profile]  # of all counted time: the top ops, largest first
+    assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-3
 
 
 def test_benchmark_eval_agrees_with_pytorch_and_prints_ratios():
