@@ -3,7 +3,9 @@
 #   1. the fused attention's accuracy on the GPU (tests/test_attention.py: cuDNN against posenc's attention);
 #   2. scripts/benchmark_gpu.py: the reference model and the 124M one, bf16, attention chosen by `auto`
 #      (cuDNN's fused kernel) -> gpu.json;
-#   3. the 124M model again with posenc's own attention (the fused kernel's worth) -> gpu_posenc_attention.json.
+#   3. the 124M model again with posenc's own attention (the fused kernel's worth) -> gpu_posenc_attention.json;
+#   4. the 124M model at batch 64 -> gpu_gpt2_batch64.json;
+#   5. its step profiled, CUDA graphs off so that the trace shows each kernel -> gpu_gpt2_profile*.
 # It runs under the GPU machine's own Python stack (its jax with the CUDA plugin; `pip install -e '.[cuda]'`
 # elsewhere). Wheels in .whl/ add the packages that stack lacks (ml-collections); if posenc does not run with
 # the machine's flax / optax / orbax, the pinned ones in .whl/pins/ replace them.
@@ -27,4 +29,7 @@ fi
 timeout 120 python3 -m pytest -p no:cacheprovider -n 0 -q -rA tests/test_attention.py -k "fused or cudnn or chooses"
 timeout 200 python3 scripts/benchmark_gpu.py --out="$OUT/gpu.json"
 timeout 100 python3 scripts/benchmark_gpu.py --models=gpt2_small --attn_impl=posenc --out="$OUT/gpu_posenc_attention.json"
+timeout 90 python3 scripts/benchmark_gpu.py --models=gpt2_small --batch_size=64 --out="$OUT/gpu_gpt2_batch64.json"
+XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 90 python3 scripts/benchmark_gpu.py --models=gpt2_small \
+  --profile=gpt2_small --out="$OUT/gpu_gpt2_profile.json"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv

@@ -1,7 +1,11 @@
 """Writes experiments/benchmarks/README.md from the JSON lines that run.sh saved."""
 
+import ast
+import collections
+import gzip
 import json
 import pathlib
+import statistics
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROWS = [
@@ -397,7 +401,54 @@ def gpu_section() -> str:
            if plain else "")
         + f"- Accuracy on the GPU (`tests/test_attention.py`, in the check's log): {passed} of {len(cudnn_tests)} "
         "cuDNN tests passed — the fused kernel's logits and gradients are as close to float32 as posenc's own bf16 "
-        "attention (plain, grouped heads, sliding window).\n")
+        "attention (plain, grouped heads, sliding window).\n" + gpu_profile(runs))
+
+
+def gpu_shapes() -> dict:
+    """scripts/benchmark_gpu.py's SHAPES (read from its source: the report needs no jax)."""
+    tree = ast.parse((HERE.parent.parent / "scripts" / "benchmark_gpu.py").read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "SHAPES")
+    return {ast.literal_eval(key): {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+            for key, call in zip(node.value.keys, node.value.values)}
+
+
+def gpu_profile(runs: dict) -> str:
+    """Where a profiled step's device time goes (`benchmark_gpu.py --profile`, its kept Perfetto trace): matrix
+    products (cuBLAS custom-calls and Triton GEMM fusions), cuDNN attention, and every other kernel (elementwise, reductions, converts,
+    the optimizer), then the profile's top ops."""
+    name = next((n for n, run in runs.items() if any("profile" in r for r in run["rows"])), None)
+    if name is None:
+        return ""
+    run = runs[name]
+    row = next(r for r in run["rows"] if "profile" in r)
+    trace = json.load(gzip.open(HERE / "gpu" / f"{name}_{row['model']}.trace.json.gz"))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    gpu = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+           and "/device:GPU" in e["args"]["name"]}
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("pid") in gpu]
+    share = collections.Counter()
+    for e in kernels:
+        op = e["args"].get("hlo_op", e["name"])
+        share["cuDNN attention" if "attention" in op else "matrix products"
+              if op.startswith(("custom-call", "gemm_fusion")) else "everything else"] += e["dur"]
+    busy, span = sum(share.values()), max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
+    step_ms = 1e3 * row["batch_size"] * row["train_len"] / row["tokens_per_s"]
+    steps = statistics.mode(collections.Counter(e["args"].get("hlo_op", e["name"]) for e in kernels).values())
+    shape = gpu_shapes()[row["model"]]  # 6·N = FLOPs a token less attention's 12·layers·d_model·T
+    dense_flops = row["flops_per_token"] - 12 * shape["num_layers"] * shape["d_model"] * row["train_len"]
+    product_rate = dense_flops * row["batch_size"] * row["train_len"] / (share["matrix products"] / steps / 1e6) / 1e12
+    top = ["| ms per step | share | op | shape | source |", "|---|---|---|---|---|"]
+    top += [f"| {op['ms']:.2f} | {op['share']:.1%} | `{op['op']}` | `{op['shape'].strip('(,')}` | `{op['source']}` |"
+            for op in row["profile"][:10]]
+    return (f"- Where the time goes (`{name}.json`, `--profile={row['model']}` with `XLA_FLAGS={run['xla_flags']}` so "
+            f"that the trace shows each kernel; {row['mfu']:.1%} MFU in that run): the GPU is busy "
+            f"{busy / span:.0%} of the traced span ({span / 3e3:.1f} ms a step of 3; timed step {step_ms:.1f} ms). "
+            "Of its kernel time: " + ", ".join(f"{k} {v / busy:.0%}" for k, v in share.most_common())
+            + f". The products' FLOPs (6 FLOPs a parameter a token, the input embedding excluded) over their kernel "
+            f"time: {product_rate:.0f} TFLOP/s, against {run['measured_bf16_matmul_tflops']:.0f} for the 8192² "
+            "matmul of the same run; the non-product kernels (casts between the float32 "
+            "activations and the bf16 operands, norms, the float32 loss over 50,304 logits, the optimizer) hold MFU "
+            "down.\n\n  " + "\n  ".join(top) + "\n")
 
 
 text += gpu_section()
