@@ -80,6 +80,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.attn_block = 128  # block-causal attention block (skips future key blocks; 0 = off): +19% train speed
     config.model.attn_key_block = 512  # with attn_chunk: key tiles, online softmax, invisible tiles skipped (0 = off)
     config.model.dtype = "float32"  # products' operands: float32 | bfloat16 (mixed precision)
+    config.model.act_dtype = "auto"  # activations between products: auto (dtype on a GPU, else float32) | float32 | dtype
 
     config.model.rope = ml_collections.ConfigDict()
     config.model.rope.base = 10000.0  # RoPE base b: θ_i = b^(-2i/d)

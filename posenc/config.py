@@ -32,7 +32,7 @@ RESUMABLE_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpo
 RESUMABLE_PREFIXES = ("eval.",)  # the defaults of the evaluation after training
 # Fields added after runs were recorded, with the value a config written before them meant (where it has the
 # field's section): a run of the old default resumes, one of another value is refused.
-IMPLIED_FIELDS = {"task.version": 1}
+IMPLIED_FIELDS = {"task.version": 1, "model.act_dtype": "auto"}
 # Fields a rerun may change after the run diverged, to recover from its last good checkpoint.
 RECOVERY_FIELDS = ("learning_rate", "warmup_steps", "min_lr_ratio", "grad_clip")
 
@@ -183,7 +183,7 @@ def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
         rope_base=float(m.rope.base), rope_layout=m.rope.layout, rope_fraction=float(m.rope.fraction),
         rope_scaling=rope_scaling_from_config(m.rope.scaling) if encoding.takes_rope_scaling else RopeScaling(),
         attn_chunk=m.attn_chunk, attn_block=m.get("attn_block", 0), attn_key_block=m.get("attn_key_block", 512),
-        attn_impl=m.get("attn_impl", "auto"), dtype=m.dtype,
+        attn_impl=m.get("attn_impl", "auto"), dtype=m.dtype, act_dtype=m.get("act_dtype", "auto"),
         encoding_options=tuple(sorted(m[m.posenc].to_dict().items())) if encoding.options and m.posenc in m else (),
     )
 

@@ -33,6 +33,16 @@ from posenc.learned import LEARNED_BEYOND
 from posenc.rope_scaling import RopeScaling
 
 DTYPES = ("float32", "bfloat16")
+
+
+def activation_dtype(cfg: "ModelConfig", backend: str | None = None):
+    """The dtype of the activations between products (`cfg.act_dtype`): `auto` is `cfg.dtype` on a GPU (bf16
+    elementwise arithmetic is native there, and halves the memory traffic of the non-product kernels) and
+    float32 elsewhere (XLA:CPU emulates bf16 elementwise arithmetic, rounding after every operation)."""
+    if cfg.act_dtype != "auto":
+        return jnp.dtype(cfg.act_dtype)
+    on_gpu = (backend or jax.default_backend()) == "gpu"
+    return jnp.dtype(cfg.dtype) if on_gpu else jnp.promote_types(cfg.dtype, jnp.float32)
 MLP_ACTS = ("gelu_tanh", "gelu", "swiglu")  # GELU (tanh approximation), exact GELU, silu(gate) · up
 NORMS = ("rms", "layer")
 
@@ -59,9 +69,11 @@ class ModelConfig:
     attn_key_block: int = 512  # with attn_chunk: keys in tiles of this size, online softmax, invisible tiles skipped; 0 = all at once
     attn_impl: str = "auto"  # posenc.attention.IMPLEMENTATIONS: auto = the fused cuDNN kernel on a GPU where it applies
     # Products' operands; parameters are `param_dtype`. bfloat16 is mixed precision: every product takes bf16
-    # operands and accumulates in float32; the activations between products (residual stream, norms, RoPE,
-    # softmax, MLP activation) and the loss stay float32 (`dense`: XLA:CPU's bf16 elementwise is emulated).
+    # operands and accumulates in float32; softmax, norms' statistics, RoPE's rotation and the loss run in float32.
     dtype: str = "float32"
+    # The activations between products (residual stream, MLP activation, projections' outputs): `activation_dtype`.
+    # auto = `dtype` on a GPU, float32 elsewhere (XLA:CPU emulates bf16 elementwise arithmetic: see `dense`).
+    act_dtype: str = "auto"
     encoding_options: tuple = ()  # sorted (option, value) pairs of `model.<posenc>` (see Encoding.options)
     # Architecture options of the Hugging Face families (posenc/hf.py); the byte LM keeps the defaults.
     num_kv_heads: int = 0  # grouped-query attention: key/value heads, dividing num_heads (0 = num_heads)
@@ -105,6 +117,10 @@ class ModelConfig:
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"model.{name} must be one of {DTYPES}, got {getattr(self, name)!r}")
+        if self.act_dtype not in ("auto", "float32", self.dtype):
+            raise ValueError(f"model.act_dtype must be one of {sorted({'auto', 'float32', self.dtype})} with "
+                             f"model.dtype={self.dtype!r} (activations no narrower than the products' operands), "
+                             f"got {self.act_dtype!r}")
         if self.attn_chunk < 0:
             raise ValueError(f"model.attn_chunk must be >= 0 (0 = no chunking), got {self.attn_chunk!r}")
         if self.attn_block < 0:
@@ -245,7 +261,8 @@ class Attention(nnx.Module):
         cfg = self.cfg
         b, t, _ = x.shape
         n, nkv = cfg.num_heads, cfg.kv_heads
-        q, k, v = jnp.split(self.qkv(x).reshape(b, t, n + 2 * nkv, cfg.head_dim), (n, n + nkv), axis=2)
+        qkv = self.qkv(x).astype(x.dtype)  # the activations' dtype (`activation_dtype`)
+        q, k, v = jnp.split(qkv.reshape(b, t, n + 2 * nkv, cfg.head_dim), (n, n + nkv), axis=2)
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         mode = "plain" if method is None else method.mode
@@ -343,20 +360,24 @@ class Block(nnx.Module):
                            param_dtype=pd, dtype=cfg.dtype)
 
     def mlp(self, x):
-        act = self.cfg.mlp_act
+        """The MLP of `x [B, T, d]`, its activation and output in x's dtype (`activation_dtype`)."""
+        act, dt = self.cfg.mlp_act, x.dtype
         if act == "swiglu":
-            return self.proj(jax.nn.silu(self.gate(x)) * self.fc(x))
-        return self.proj(jax.nn.gelu(self.fc(x), approximate=act == "gelu_tanh"))
+            return self.proj(jax.nn.silu(self.gate(x).astype(dt)) * self.fc(x).astype(dt)).astype(dt)
+        return self.proj(jax.nn.gelu(self.fc(x).astype(dt), approximate=act == "gelu_tanh")).astype(dt)
 
     def __call__(self, x, positions, enc, ctx, layer: int, cache=None, aligned=False, method=None):
+        # norms compute their statistics in float32 and return the activations' dtype (x's: `activation_dtype`)
+        h = self.norm1(x).astype(x.dtype)
         if cache is None:
-            y, new_cache = self.attn(self.norm1(x), positions, enc, ctx, layer, aligned=aligned, method=method), None
+            y, new_cache = self.attn(h, positions, enc, ctx, layer, aligned=aligned, method=method), None
         else:
-            y, new_cache = self.attn(self.norm1(x), positions, enc, ctx, layer, cache, method=method)
+            y, new_cache = self.attn(h, positions, enc, ctx, layer, cache, method=method)
+        y = y.astype(x.dtype)
         if self.cfg.parallel_residual:
-            return x + y + self.mlp(self.norm2(x)), new_cache
+            return x + y + self.mlp(self.norm2(x).astype(x.dtype)), new_cache
         x = x + y
-        return x + self.mlp(self.norm2(x)), new_cache
+        return x + self.mlp(self.norm2(x).astype(x.dtype)), new_cache
 
 
 class Transformer(nnx.Module):
@@ -413,7 +434,7 @@ class Transformer(nnx.Module):
             # positions rotated: 0 … seq_len−1, shifted down by up to seq_len−1 when sinks re-index the cache
             reindex = method is not None and method.reindex
             ctx = enc.tabulate(ctx, 1 - seq_len if reindex else 0, seq_len)
-        act = jnp.promote_types(dtype, jnp.float32)  # activations: float32 also under bf16 (see `dense`)
+        act = activation_dtype(cfg)
         x = self.embed(tokens).astype(act)
         absolute = enc.absolute(training_free.embed_positions(method, positions), ctx)
         if absolute is not None:

@@ -32,7 +32,7 @@ from flax import nnx
 from posenc import checkpoint
 from posenc.attention import IMPLEMENTATIONS, implementation
 from posenc.config import validate
-from posenc.model import Transformer, count_params
+from posenc.model import Transformer, activation_dtype, count_params
 from posenc.timing import code_version, cpu_model, emit, profile_ops
 from posenc.train import load_config_file, make_optimizer, make_train_step
 
@@ -45,6 +45,8 @@ _ATTN = flags.DEFINE_enum("attn_impl", "auto", list(IMPLEMENTATIONS),
                           "model.attn_impl: auto takes cuDNN's fused kernel on a GPU, posenc this package's attention.")
 _PROFILE = flags.DEFINE_string("profile", None, "Also profile one model's step (a name from --models): its ops "
                                "with the most device time go into its row; the trace is kept beside --out.")
+_ACT = flags.DEFINE_enum("act_dtype", "auto", ["auto", "float32", "bfloat16"],
+                         "model.act_dtype: the activations between products (auto: bf16 on a GPU, float32 on a CPU).")
 _OUT = flags.DEFINE_string("out", None, "Also write the JSON here.")
 
 # Dense bf16 tensor-core peaks (FLOP/s, without sparsity) from the vendors' data sheets.
@@ -80,6 +82,7 @@ def make_config(shape: dict) -> ml_collections.ConfigDict:
     m.d_model, m.num_layers, m.num_heads, m.mlp_dim = (shape[k] for k in ("d_model", "num_layers", "num_heads", "mlp_dim"))
     m.dtype = "bfloat16"
     m.attn_impl = _ATTN.value
+    m.act_dtype = _ACT.value
     config.train_len, config.batch_size, config.train_steps = shape["train_len"], shape["batch"], 1000
     return config
 
@@ -110,7 +113,7 @@ def time_model(name: str, shape: dict) -> dict:
     tps = float(np.median(rounds))
     row = {"model": name, "params": n_params, "tokens_per_s": tps, "rounds_tokens_per_s": rounds,
            "model_tflops_per_s": tps * flops / 1e12, "flops_per_token": flops, "batch_size": shape["batch"],
-           "train_len": shape["train_len"], "attention": impl}
+           "train_len": shape["train_len"], "attention": impl, "activations": str(activation_dtype(cfg))}
     if _PROFILE.value == name:
         trace = _OUT.value.removesuffix(".json") + f"_{name}.trace.json.gz" if _OUT.value else None
         row["profile"] = profile_ops(step, params, opt_state, x, x, top=25, keep_trace=trace)

@@ -188,6 +188,50 @@ def test_bfloat16_training_step_compiles_to_bf16_products_on_cpu(tie):
     assert [o for o in operands if o != ("bf16", "bf16")] == [("f32", "f32")]  # RoPE's exact 2×2 identity
 
 
+def test_activation_dtype_resolves_auto_by_backend_and_rejects_narrowing():
+    from posenc.model import activation_dtype
+
+    cfg = ModelConfig(d_model=32, num_layers=1, num_heads=2, mlp_dim=64, dtype="bfloat16")
+    assert activation_dtype(cfg, backend="gpu") == jnp.bfloat16 and activation_dtype(cfg, backend="cpu") == jnp.float32
+    assert activation_dtype(dataclasses.replace(cfg, act_dtype="float32"), backend="gpu") == jnp.float32
+    assert activation_dtype(dataclasses.replace(cfg, act_dtype="bfloat16"), backend="cpu") == jnp.bfloat16
+    assert activation_dtype(dataclasses.replace(cfg, dtype="float32"), backend="gpu") == jnp.float32
+    with pytest.raises(ValueError, match=r"model.act_dtype must be one of \['auto', 'float32'\] with model.dtype='float32'"):
+        ModelConfig(d_model=32, num_layers=1, num_heads=2, mlp_dim=64, act_dtype="bfloat16")
+    with pytest.raises(ValueError, match="model.act_dtype must be one of"):
+        dataclasses.replace(cfg, act_dtype="float16")
+
+
+@pytest.mark.parametrize("kw", [{}, {"mlp_act": "swiglu", "parallel_residual": True}])
+def test_bf16_activations_keep_the_residual_stream_in_bf16_close_to_float32(kw):
+    """act_dtype=bfloat16 (what `auto` gives on a GPU): every block's output, so the residual stream, is bf16;
+    the logits stay float32 and close to the float32-activation model's; gradients are float32 and finite.
+    On a CPU, `auto` is float32 activations: the same numbers as act_dtype=float32."""
+    import optax
+
+    cfg = ModelConfig(d_model=32, num_layers=2, num_heads=2, mlp_dim=64, dtype="bfloat16", **kw)
+    x = jnp.asarray(np.random.RandomState(0).randint(0, 256, (2, 32)))
+    models = {a: Transformer(dataclasses.replace(cfg, act_dtype=a), rngs=nnx.Rngs(0)) for a in
+              ("auto", "float32", "bfloat16")}
+    block_out = models["bfloat16"].blocks[0](jnp.ones((2, 32, 32), jnp.bfloat16), jnp.arange(32)[None],
+                                             models["bfloat16"].encoding, models["bfloat16"].encoding.context(
+                                                 jnp.arange(32)[None], 32, None), 0)[0]
+    assert block_out.dtype == jnp.bfloat16
+    logits = {a: m(x) for a, m in models.items()}
+    assert all(v.dtype == jnp.float32 for v in logits.values())
+    if jax.default_backend() == "cpu":
+        np.testing.assert_array_equal(logits["auto"], logits["float32"])
+    err = float(jnp.abs(logits["bfloat16"] - logits["float32"]).max())
+    assert 0 < err < 0.05 * float(jnp.abs(logits["float32"]).max())  # rounded, and only by bf16's precision
+
+    def loss(model):
+        return optax.softmax_cross_entropy_with_integer_labels(model(x), x).mean()
+
+    grads = nnx.grad(loss)(models["bfloat16"])
+    assert all(g.dtype == jnp.float32 and jnp.isfinite(g).all() for g in jax.tree.leaves(nnx.state(grads, nnx.Param)))
+    assert abs(float(loss(models["bfloat16"])) - float(loss(models["float32"]))) < 0.02 * float(loss(models["float32"]))
+
+
 def test_dense_dot_general_rejects_other_products():
     with pytest.raises(NotImplementedError, match="plain"):
         posenc.model.dense_dot_general(jnp.ones((2, 3)), jnp.ones((2, 4)), (((0,), (0,)), ((), ())))

@@ -73,6 +73,7 @@ def test_benchmark_gpu_runs_its_path_on_cpu_with_tiny_shapes(tmp_path):
     assert all(r["tokens_per_s"] > 0 and 0 < r["mfu"] for r in result["rows"])
     assert result["peak_source"] == "measured bf16 matmul" and result["rows"][0]["attention"] == "posenc"  # a CPU
     profile = result["rows"][1]["profile"]  # the profiled model's ops, with their HLO shapes; its trace kept
+    assert all(r["activations"] == "float32" for r in result["rows"])  # auto on a CPU
     assert "profile" not in result["rows"][0] and (tmp_path / "gpu_gpt2_small.trace.json.gz").stat().st_size > 0
     assert profile and all(op["ms"] >= 0 and "[" in op["shape"] for op in profile)
     shares = [op["share"] for op in profile]  # of all counted time: the top ops, largest first
