@@ -229,13 +229,28 @@ posenc float32 against posenc bf16, alternating `scripts/benchmark_train.py` run
 (`dtype_ab.json`, {ab['cpu']}): float32 {ab['float32']:.0f} tokens/s, bf16 {ab['bfloat16']:.0f} tokens/s
 (bf16 / float32 = {ab['bfloat16'] / ab['float32']:.2f}); so the default stays float32 on this machine.
 """)
-quality = optional("bf16_quality.json")
-text += ("" if not quality else f"""
-Quality (`bash experiments/benchmarks/bf16_quality.sh`, `bf16_quality.json`, {quality['cpu']}): the default 400-step run ends at
-{quality['float32']['val_bpb']:.4f} validation bits per byte in float32 and {quality['bfloat16']['val_bpb']:.4f} in bf16
-(difference {quality['bpb_difference']:+.4f}; the bound is ±{quality['bound']}: {'within' if quality['within_bound'] else 'NOT within'}).
-""")
 
+
+def quality_lines() -> str:
+    """The bf16 quality check of each CPU kind (`bf16_quality.sh` → cpu/<kind>/bf16_quality.json): the default
+    400-step run's final validation bits per byte in float32 and in each bf16 arm, against the ±bound."""
+    out, bounds = [], set()
+    for path in sorted((HERE / "cpu").glob("*/bf16_quality.json")):
+        q = json.loads(path.read_text())
+        bounds.add(q["bound"])
+        base = q["float32"]["val_bpb"]
+        arms = [(label, q[key]["val_bpb"]) for key, label in (("bfloat16", "bf16 products, float32 activations"),
+                                                               ("bfloat16_activations", "bf16 activations too")) if key in q]
+        verdicts = ", ".join(f"{label}: {bpb:.4f} ({bpb - base:+.4f}, "
+                             f"{'within' if abs(bpb - base) <= q['bound'] else 'NOT within'})" for label, bpb in arms)
+        out.append(f"- {q['cpu']} (`{path.relative_to(HERE)}`): float32 {base:.4f}; {verdicts}.")
+    if not out:
+        return ""
+    return ("\nQuality (`bash experiments/benchmarks/bf16_quality.sh`): the default 400-step run's final validation "
+            f"bits per byte, and the difference from float32 against the bound of ±{'/'.join(map(str, sorted(bounds)))}:\n\n" + "\n".join(out) + "\n")
+
+
+text += quality_lines()
 text += "\n## Evaluation forward against PyTorch SDPA (`scripts/benchmark_eval.py`, `eval_throughput.json`)\n\n" + (
     f"""The reference model (random weights) scoring one window of L tokens: posenc's evaluation forward
 (queries in chunks of {evalbench['attn_chunk']}, each over the keys in tiles of {evalbench.get('attn_key_block', 0)} with the
