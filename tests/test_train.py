@@ -178,6 +178,7 @@ def test_init_from_copies_weights_and_extends_learned_table(tiny_config, tmp_pat
     ({"model.d_model": 64}, "model.d_model: 32 in the run, 64 now"),
     ({"learning_rate": 1e-2}, "learning_rate"),
     ({"init_from": "/elsewhere"}, "init_from: None in the run, '/elsewhere' now"),
+    ({"model.act_dtype": "float32"}, "model.act_dtype: 'auto' in the run, 'float32' now"),
 ])
 def test_rerun_with_another_config_is_refused(copy_run, tiny_config, overrides, field):
     workdir = copy_run()
@@ -205,6 +206,17 @@ def test_rerun_may_change_cadences_and_layout(copy_run, tiny_config):
                           **{"model.attn_block": 0, "eval.lengths": "32"})
     assert train.train_and_evaluate(changed, str(workdir)) == {}  # complete already: resumes, nothing to do
     assert json.loads((workdir / "config.json").read_text())["log_every"] == 2
+
+
+def test_a_run_recorded_before_act_dtype_resumes_as_auto(copy_run, tiny_config):
+    """config.json written before model.act_dtype existed meant float32 activations on a CPU: `auto` now."""
+    workdir = copy_run()
+    recorded = json.loads((workdir / "config.json").read_text())
+    del recorded["model"]["act_dtype"]
+    (workdir / "config.json").write_text(json.dumps(recorded))
+    assert train.train_and_evaluate(tiny_config("tiny"), str(workdir)) == {}  # the same run, complete already
+    with pytest.raises(train.RunMismatchError, match="model.act_dtype: 'auto' in the run, 'float32' now"):
+        train.train_and_evaluate(tiny_config("tiny", **{"model.act_dtype": "float32"}), str(workdir))
 
 
 def test_train_steps_change_needs_a_pinned_schedule(copy_run, tiny_config):
