@@ -28,11 +28,11 @@ from posenc.tasks import TaskSpec
 # Fields a rerun may change: how often things happen and how the same math is laid out, not what it computes.
 RESUMABLE_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "data.cache_dir",
                     "model.attn_chunk", "model.attn_block", "model.attn_key_block", "model.attn_impl",
-                    "mesh.fsdp")
+                    "mesh.fsdp", "model.act_dtype")  # act_dtype: its resolved dtype is checked (train.check_rerun)
 RESUMABLE_PREFIXES = ("eval.",)  # the defaults of the evaluation after training
 # Fields added after runs were recorded, with the value a config written before them meant (where it has the
 # field's section): a run of the old default resumes, one of another value is refused.
-IMPLIED_FIELDS = {"task.version": 1, "model.act_dtype": "auto"}
+IMPLIED_FIELDS = {"task.version": 1}
 # Fields a rerun may change after the run diverged, to recover from its last good checkpoint.
 RECOVERY_FIELDS = ("learning_rate", "warmup_steps", "min_lr_ratio", "grad_clip")
 

@@ -42,7 +42,7 @@ from posenc import checkpoint, data, sharding, tasks
 from posenc.config import RECOVERY_FIELDS, RESUMABLE_FIELDS, run_changes, schedule_steps, stop_accuracy, validate
 from posenc.evaluate import LN2, MAX_NLL
 from posenc.learned import interpolate_table
-from posenc.model import ModelConfig
+from posenc.model import ModelConfig, activation_dtype
 
 
 
@@ -312,8 +312,11 @@ def _fmt_changes(changes: dict) -> str:
 
 
 def check_rerun(workdir: pathlib.Path, config: ml_collections.ConfigDict, corpus: data.Corpus, info: dict,
-                latest_step: int) -> dict:
+                latest_step: int, activations: str) -> dict:
     """Refuses a rerun that is not the run in `workdir`; returns the recovery changes it may apply.
+
+    `activations`: the dtype `model.act_dtype` resolves to here (`auto` depends on the backend); it must be the
+    one `run.json` recorded (a run recorded without it had float32 activations, the only ones then).
 
     Raises:
       RunMismatchError: naming each differing field with both values, or the corpus whose bytes changed.
@@ -339,6 +342,12 @@ def check_rerun(workdir: pathlib.Path, config: ml_collections.ConfigDict, corpus
     if fingerprint and fingerprint != corpus.sha256:
         raise RunMismatchError(f"workdir {workdir}: data.path={config.data.path!r} now holds other bytes than the "
                                f"run was trained on (corpus sha256 {corpus.sha256} now, {fingerprint} in the run)")
+    recorded = info.get("activations", "float32")
+    if recorded != activations:
+        raise RunMismatchError(
+            f"workdir {workdir} was trained with {recorded} activations; model.act_dtype="
+            f"{config.model.get('act_dtype', 'auto')!r} gives {activations} on this {jax.default_backend()}: pass "
+            f"--config.model.act_dtype={recorded} to resume the same run")
     if config.train_steps < latest_step:
         raise RunMismatchError(f"workdir {workdir} is at step {latest_step} already; config.train_steps="
                                f"{config.train_steps} is behind it (a run cannot be shortened after the fact)")
@@ -427,7 +436,7 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
     info = read_run_info(workdir_path)
     recovery = {}
     if mngr.all_steps():
-        recovery = check_rerun(workdir_path, config, corpus, info, mngr.latest_step())
+        recovery = check_rerun(workdir_path, config, corpus, info, mngr.latest_step(), str(activation_dtype(cfg)))
     else:
         info = {}  # nothing trained yet: whatever ran here before left no state to resume
     start, params, opt_state, mngr = _restore_or_init(workdir_path, mngr, cfg, config, tx, abstract_params, mesh)
@@ -437,6 +446,7 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
         info.setdefault("history", []).append({"resumed_at": start, "after_divergence": info.pop("diverged"),
                                                "changed": {k: list(v) for k, v in recovery.items()}})
     info["corpus"] = {"path": config.data.path, "sha256": corpus.sha256}
+    info["activations"] = str(activation_dtype(cfg))  # what model.act_dtype resolved to (auto: by backend)
     stop = stop_accuracy(config)
     end = config.train_steps
     if info.get("stopped", {}).get("step") == start:

@@ -178,7 +178,6 @@ def test_init_from_copies_weights_and_extends_learned_table(tiny_config, tmp_pat
     ({"model.d_model": 64}, "model.d_model: 32 in the run, 64 now"),
     ({"learning_rate": 1e-2}, "learning_rate"),
     ({"init_from": "/elsewhere"}, "init_from: None in the run, '/elsewhere' now"),
-    ({"model.act_dtype": "float32"}, "model.act_dtype: 'auto' in the run, 'float32' now"),
 ])
 def test_rerun_with_another_config_is_refused(copy_run, tiny_config, overrides, field):
     workdir = copy_run()
@@ -208,15 +207,24 @@ def test_rerun_may_change_cadences_and_layout(copy_run, tiny_config):
     assert json.loads((workdir / "config.json").read_text())["log_every"] == 2
 
 
-def test_a_run_recorded_before_act_dtype_resumes_as_auto(copy_run, tiny_config):
-    """config.json written before model.act_dtype existed meant float32 activations on a CPU: `auto` now."""
+def test_a_rerun_must_resolve_act_dtype_to_the_recorded_activations(copy_run, tiny_config):
+    """run.json records the dtype model.act_dtype resolved to (auto: by backend); a rerun resolving to another
+    is refused with the value that resumes it. A run recorded before act_dtype existed had float32 activations."""
     workdir = copy_run()
+    info = json.loads((workdir / "run.json").read_text())
+    assert info["activations"] == "float32"  # auto on a CPU
+    del info["activations"]
     recorded = json.loads((workdir / "config.json").read_text())
     del recorded["model"]["act_dtype"]
+    (workdir / "run.json").write_text(json.dumps(info))
     (workdir / "config.json").write_text(json.dumps(recorded))
     assert train.train_and_evaluate(tiny_config("tiny"), str(workdir)) == {}  # the same run, complete already
-    with pytest.raises(train.RunMismatchError, match="model.act_dtype: 'auto' in the run, 'float32' now"):
-        train.train_and_evaluate(tiny_config("tiny", **{"model.act_dtype": "float32"}), str(workdir))
+    assert train.train_and_evaluate(tiny_config("tiny", **{"model.act_dtype": "float32"}), str(workdir)) == {}
+    info = json.loads((workdir / "run.json").read_text())
+    (workdir / "run.json").write_text(json.dumps({**info, "activations": "bfloat16"}))  # as a GPU's auto records
+    with pytest.raises(train.RunMismatchError, match=r"trained with bfloat16 activations; model.act_dtype='auto' "
+                                                     r"gives float32 on this cpu: pass --config.model.act_dtype=bfloat16"):
+        train.train_and_evaluate(tiny_config("tiny"), str(workdir))
 
 
 def test_train_steps_change_needs_a_pinned_schedule(copy_run, tiny_config):
