@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# The GPU check of the benchmarks, one command (a few minutes on an H200):
+# The GPU check of the benchmarks, one command (under 10 minutes on an H200; each step has its own timeout):
 #   1. the fused attention's accuracy on the GPU (tests/test_attention.py: cuDNN against posenc's attention);
-#   2. scripts/benchmark_gpu.py: the reference model and the 124M one, bf16, attention chosen by `auto`
-#      (cuDNN's fused kernel) -> gpu.json;
+#   2. scripts/benchmark_gpu.py: the reference model and the 124M one, bf16, attention and activations chosen by
+#      `auto` (cuDNN's fused kernel, bf16 activations) -> gpu.json;
 #   3. the 124M model again with posenc's own attention (the fused kernel's worth) -> gpu_posenc_attention.json;
 #   4. the 124M model at batch 64 -> gpu_gpt2_batch64.json;
-#   5. its step profiled, CUDA graphs off so that the trace shows each kernel -> gpu_gpt2_profile*.
+#   5. its step profiled, CUDA graphs off so that the trace shows each kernel -> gpu_gpt2_profile*;
+#   6. provenance.json: the commit measured ($COMMIT if set: a copied checkout's git may not be the code's).
 # It runs under the GPU machine's own Python stack (its jax with the CUDA plugin; `pip install -e '.[cuda]'`
 # elsewhere). Wheels in .whl/ add the packages that stack lacks (ml-collections); if posenc does not run with
-# the machine's flax / optax / orbax, the pinned ones in .whl/pins/ replace them.
-#   OUT=<folder> bash experiments/benchmarks/gpu_check.sh
+# the machine's flax / optax / orbax, the pinned ones in .whl/pins/ replace them. Exits non-zero if a step failed.
+#   OUT=<folder> [COMMIT=<hash>] bash experiments/benchmarks/gpu_check.sh
 set -uo pipefail
 OUT=${OUT:?set OUT to the folder for the logs and results}
 mkdir -p "$OUT"
-exec > >(tee "$OUT/gpu_check.log") 2>&1
+OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/../.."
+exec > >(tee "$OUT/gpu_check.log") 2>&1
+failed=()
+step() { local name=$1; shift; "$@" || failed+=("$name (exit $?)"); }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 export PYTHONUNBUFFERED=1 PYTHONPATH="/tmp/site:$PWD"
 install() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$@"; }
@@ -22,14 +26,21 @@ install() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cac
 versions() { python3 -c "import jax, flax, optax, orbax.checkpoint as o, ml_collections
 print('python stack: jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'devices', jax.devices())"; }
 versions
-if ! timeout 90 python3 scripts/benchmark_gpu.py --tiny --steps=1 --rounds=1; then
+if ! timeout 60 python3 scripts/benchmark_gpu.py --tiny --steps=1 --rounds=1; then
   echo "posenc failed under the machine's flax / optax / orbax: installing the pinned ones from .whl/pins"
   install .whl/pins/*.whl && versions
 fi
-timeout 120 python3 -m pytest -p no:cacheprovider -n 0 -q -rA tests/test_attention.py -k "fused or cudnn or chooses"
-timeout 200 python3 scripts/benchmark_gpu.py --out="$OUT/gpu.json"
-timeout 100 python3 scripts/benchmark_gpu.py --models=gpt2_small --attn_impl=posenc --out="$OUT/gpu_posenc_attention.json"
-timeout 90 python3 scripts/benchmark_gpu.py --models=gpt2_small --batch_size=64 --out="$OUT/gpu_gpt2_batch64.json"
-XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 90 python3 scripts/benchmark_gpu.py --models=gpt2_small \
-  --profile=gpt2_small --out="$OUT/gpu_gpt2_profile.json"
+bench() { timeout "$1" python3 scripts/benchmark_gpu.py "${@:2}"; }
+step accuracy timeout 100 python3 -m pytest -p no:cacheprovider -n 0 -q -rA tests/test_attention.py -k "fused or cudnn or chooses"
+step benchmark bench 200 --out="$OUT/gpu.json"
+step posenc_attention bench 70 --models=gpt2_small --attn_impl=posenc --out="$OUT/gpu_posenc_attention.json"
+step batch64 bench 70 --models=gpt2_small --batch_size=64 --out="$OUT/gpu_gpt2_batch64.json"
+step profile env XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 70 python3 scripts/benchmark_gpu.py \
+  --models=gpt2_small --profile=gpt2_small --out="$OUT/gpu_gpt2_profile.json"
+commit=${COMMIT:-$(python3 -c "from posenc.timing import code_version; print(code_version())")}
+echo "{\"commit\": \"$commit\", \"how\": \"OUT=... bash experiments/benchmarks/gpu_check.sh\"}" > "$OUT/provenance.json"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
+if [ ${#failed[@]} -gt 0 ]; then echo "failed: ${failed[*]}"; status=1; else status=0; fi
+exec >&- 2>&-  # close the pipe to tee, and let it finish writing the log
+wait
+exit $status
