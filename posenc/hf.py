@@ -295,8 +295,9 @@ def load_pretrained(path, *, dtype: str | None = None):
 
     The model's RoPE is the checkpoint's own (base, partial rotary, scaling: `rope_setup`); `model(tokens)`
     gives transformers' logits to float32 precision (tests/test_hf_models.py). `dtype`: None keeps float32
-    parameters and activations; 'bfloat16' loads the weights as bf16 and runs in bf16 (softmax, norms and
-    the logits in float32).
+    parameters and activations; 'bfloat16' loads the weights as bf16 and multiplies in bf16, the activations
+    between products in bf16 on a GPU and float32 on a CPU (`model.activation_dtype`); softmax, norms'
+    statistics and the logits in float32.
 
     Raises:
       ValueError: not a checkpoint directory, an unsupported family or feature (named), a missing tensor,

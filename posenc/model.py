@@ -43,6 +43,8 @@ def activation_dtype(cfg: "ModelConfig", backend: str | None = None):
         return jnp.dtype(cfg.act_dtype)
     on_gpu = (backend or jax.default_backend()) == "gpu"
     return jnp.dtype(cfg.dtype) if on_gpu else jnp.promote_types(cfg.dtype, jnp.float32)
+
+
 MLP_ACTS = ("gelu_tanh", "gelu", "swiglu")  # GELU (tanh approximation), exact GELU, silu(gate) · up
 NORMS = ("rms", "layer")
 
@@ -172,7 +174,8 @@ def dense(x, kernel):
     rounded), and the gradient arriving in float32 is rounded to bfloat16 for the two backward products. XLA:CPU
     runs a bfloat16 product natively (AMX where the CPU has it) only with a float32 result; asked for a bfloat16
     result it upcasts both operands and multiplies in float32. Its elementwise bfloat16 arithmetic is emulated
-    in float32 with a rounding after every operation, so the activations between products stay float32.
+    in float32 with a rounding after every operation, so on a CPU the activations between products stay float32
+    (`activation_dtype`; on a GPU `auto` keeps them in bf16).
     For float32 and float64 operands the values are those of `jnp.dot`'s rule (tested against a float64
     oracle); the kernel's gradient is returned in the kernel's dtype (bf16 for bf16 operands, as custom_vjp needs).
     """

@@ -159,7 +159,7 @@ def gpu_sentence() -> str:
         if r["batch_size"] not in best or r["mfu"] > best[r["batch_size"]]["mfu"]:
             best[r["batch_size"]] = r
     return (f" On one {runs[0]['device']} (`experiments/benchmarks/gpu/`): the 124M GPT-2-small-sized model trains in "
-            "bf16 (bf16 activations, cuDNN's fused attention) at MFU "
+            "bf16 (bf16 activations, cuDNN's fused attention) at MFU (the best run of each batch size) "
             + " and ".join(f"{r['mfu']:.1%} at batch {b} × {r['train_len']} ({r['tokens_per_s']:,.0f} tokens/s)"
                            for b, r in sorted(best.items())) + " (goal ≥ 40%).")
 

@@ -229,7 +229,37 @@ def test_bf16_activations_keep_the_residual_stream_in_bf16_close_to_float32(kw):
 
     grads = nnx.grad(loss)(models["bfloat16"])
     assert all(g.dtype == jnp.float32 and jnp.isfinite(g).all() for g in jax.tree.leaves(nnx.state(grads, nnx.Param)))
+    flat = [np.concatenate([np.ravel(g) for g in jax.tree.leaves(nnx.state(nnx.grad(loss)(models[a]), nnx.Param))])
+            for a in ("bfloat16", "float32")]
+    cosine = flat[0] @ flat[1] / np.linalg.norm(flat[0]) / np.linalg.norm(flat[1])
+    assert 0.99 < cosine < 1 - 1e-9  # the same direction, bf16-rounded
     assert abs(float(loss(models["bfloat16"])) - float(loss(models["float32"]))) < 0.02 * float(loss(models["float32"]))
+
+
+@pytest.mark.parametrize("kw", [{}, {"tie_embeddings": True, "norm": "layer", "qk_norm": True},
+                                {"posenc": "alibi"}, {"posenc": "sinusoidal"}], ids=str)
+def test_bf16_activations_run_every_path_within_bf16_of_float32_activations(kw):
+    """act_dtype=bfloat16 through the full pass, cached decoding (a prefill, then one token at a time) and a
+    training-free method (RoPE: Self-Extend): each within bf16's precision of the same path with float32
+    activations, and cached decoding as close to the full pass."""
+    from posenc import decode
+    from posenc.training_free import Method
+
+    cfg = ModelConfig(d_model=32, num_layers=2, num_heads=2, mlp_dim=64, dtype="bfloat16", max_len=16, **kw)
+    x = jnp.asarray(np.random.RandomState(1).randint(0, 256, (2, 24)), jnp.int32)
+    paths = {}
+    for act in ("float32", "bfloat16"):
+        model = Transformer(dataclasses.replace(cfg, act_dtype=act), rngs=nnx.Rngs(0))
+        graphdef, params = nnx.split(model)
+        paths[act] = {"full": decode.recompute_logits(graphdef, params, x),
+                      "cached": decode.teacher_forced_logits(graphdef, params, x, prefill_len=5)}
+        if cfg.posenc == "rope":
+            paths[act]["self_extend"] = model(x, method=Method("self_extend", window=8, group=3).args(cfg.encoding))
+    scale = float(jnp.abs(paths["float32"]["full"]).max())
+    for path, ref in paths["float32"].items():
+        err = float(jnp.abs(paths["bfloat16"][path] - ref).max())
+        assert 0 < err < 0.05 * scale, (path, err, scale)
+    assert float(jnp.abs(paths["bfloat16"]["cached"] - paths["bfloat16"]["full"]).max()) < 0.05 * scale
 
 
 def test_dense_dot_general_rejects_other_products():
