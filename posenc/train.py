@@ -289,6 +289,20 @@ def timed_curve(curve: list[dict], tokens_per_step: int, resumed_at: int | None 
     return out
 
 
+def run_summary(workdir: str | pathlib.Path) -> dict:
+    """A finished run's last validation (step, bits per byte), its mean training rate over the timed steps of
+    every sitting (`timed_curve`), and its dtypes: what the bf16 checks compare (experiments/benchmarks/
+    bf16_quality.sh, experiments/lm_study/bf16_pilot.sh)."""
+    workdir = pathlib.Path(workdir)
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    val = [r for r in rows if "val_bpb" in r][-1]
+    config = json.loads((workdir / "config.json").read_text())
+    _, tokens, seconds = timed_curve(rows, config["batch_size"] * config["train_len"])[-1]
+    return {"step": val["step"], "val_bpb": val["val_bpb"], "tokens_per_s": tokens / seconds,
+            "dtype": config["model"]["dtype"], "act_dtype": config["model"].get("act_dtype", "auto"),
+            "activations": read_run_info(workdir).get("activations", "float32")}
+
+
 def read_run_info(workdir: pathlib.Path) -> dict:
     """`workdir/run.json`: the corpus fingerprint, a pending divergence, and the recovery history."""
     path = workdir / "run.json"

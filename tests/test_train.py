@@ -227,6 +227,18 @@ def test_a_rerun_must_resolve_act_dtype_to_the_recorded_activations(copy_run, ti
         train.train_and_evaluate(tiny_config("tiny"), str(workdir))
 
 
+def test_run_summary_reads_the_last_validation_and_the_timed_rate(copy_run):
+    workdir = copy_run()
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in rows if "val_bpb" in r][-1]
+    summary = train.run_summary(workdir)
+    assert (summary["step"], summary["val_bpb"]) == (last["step"], last["val_bpb"])
+    config = json.loads((workdir / "config.json").read_text())
+    _, tokens, seconds = train.timed_curve(rows, config["batch_size"] * config["train_len"])[-1]
+    assert summary["tokens_per_s"] == tokens / seconds > 0
+    assert (summary["dtype"], summary["act_dtype"], summary["activations"]) == ("float32", "auto", "float32")
+
+
 def test_train_steps_change_needs_a_pinned_schedule(copy_run, tiny_config):
     workdir = copy_run()
     before = losses(workdir)

@@ -19,14 +19,7 @@ wait $bf16
 .venv/bin/python - <<'PY'
 import json, pathlib
 from posenc.timing import cpu_model
-from posenc.train import timed_curve
-
-def final(workdir):
-    rows = [json.loads(l) for l in pathlib.Path(workdir, "metrics.jsonl").read_text().splitlines()]
-    val = [r for r in rows if "val_bpb" in r][-1]
-    config = json.loads(pathlib.Path(workdir, "config.json").read_text())
-    _, tokens, seconds = timed_curve(rows, config["batch_size"] * config["train_len"])[-1]
-    return {"step": val["step"], "val_bpb": val["val_bpb"], "tokens_per_s": tokens / seconds}  # over the timed steps
+from posenc.train import run_summary as final
 
 f32, bf16 = final("runs/lm_study_pilot/rope-float32"), final("runs/lm_study_pilot/rope-bfloat16")
 out = {"config": "experiments/lm_study/config.py:posenc=rope,lr=0.003,steps=1000", "threads": 1,
