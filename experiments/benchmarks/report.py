@@ -233,21 +233,39 @@ posenc float32 against posenc bf16, alternating `scripts/benchmark_train.py` run
 
 def quality_lines() -> str:
     """The bf16 quality check of each CPU kind (`bf16_quality.sh` → cpu/<kind>/bf16_quality.json): the default
-    400-step run's final validation bits per byte in float32 and in each bf16 arm, against the ±bound."""
-    out, bounds = [], set()
+    400-step run's final validation bits per byte in float32 and in each bf16 arm by seed, each bf16 arm's
+    difference from float32 at the same seed against the ±bound, and two yardsticks of run-to-run variation:
+    float32 between seeds, and float32 at seed 0 between CPU kinds."""
+    labels = {"bfloat16": "bf16 products, float32 activations (a CPU's auto)",
+              "bfloat16_activations": "bf16 activations too (a GPU's auto; on a CPU its emulation)"}
+    out, bounds, seed0 = [], set(), {}
     for path in sorted((HERE / "cpu").glob("*/bf16_quality.json")):
         q = json.loads(path.read_text())
         bounds.add(q["bound"])
-        base = q["float32"]["val_bpb"]
-        arms = [(label, q[key]["val_bpb"]) for key, label in (("bfloat16", "bf16 products, float32 activations"),
-                                                               ("bfloat16_activations", "bf16 activations too")) if key in q]
-        verdicts = ", ".join(f"{label}: {bpb:.4f} ({bpb - base:+.4f}, "
-                             f"{'within' if abs(bpb - base) <= q['bound'] else 'NOT within'})" for label, bpb in arms)
-        out.append(f"- {q['cpu']} (`{path.relative_to(HERE)}`): float32 {base:.4f}; {verdicts}.")
+        arms = ({arm: {s: r["val_bpb"] for s, r in by_seed.items()} for arm, by_seed in q["arms"].items()}
+                if "arms" in q else {arm: {"0": q[arm]["val_bpb"]} for arm in ("float32", *labels) if arm in q})
+        base = arms["float32"]
+        seed0[q["cpu"]] = base.get("0")
+        parts = [f"float32 {', '.join(f'{v:.4f}' for v in base.values())} (seed{'s' if len(base) > 1 else ''} "
+                 f"{', '.join(base)})"]
+        for arm, label in labels.items():
+            if arm in arms:
+                diffs = [arms[arm][s] - base[s] for s in arms[arm]]
+                ok = all(abs(d) <= q["bound"] for d in diffs)
+                parts.append(f"{label}: " + ", ".join(f"{d:+.4f}" for d in diffs)
+                             + (" (within)" if ok else " (**not within**" + (", lower than float32" if all(
+                                 d < 0 for d in diffs) else "") + ")"))
+        if len(base) > 1:
+            parts.append(f"float32 itself from seed to seed: {max(base.values()) - min(base.values()):.4f}")
+        out.append(f"- {q['cpu']} (`{path.relative_to(HERE)}`): " + "; ".join(parts) + ".")
     if not out:
         return ""
+    kinds = {k: v for k, v in seed0.items() if v is not None}
+    across = (f"- Float32 at seed 0 differs between the CPU kinds by {max(kinds.values()) - min(kinds.values()):.4f} "
+              "(the same run, other kernels).\n" if len(kinds) > 1 else "")
     return ("\nQuality (`bash experiments/benchmarks/bf16_quality.sh`): the default 400-step run's final validation "
-            f"bits per byte, and the difference from float32 against the bound of ±{'/'.join(map(str, sorted(bounds)))}:\n\n" + "\n".join(out) + "\n")
+            f"bits per byte, and each bf16 arm's difference from float32 at the same seed against the bound of "
+            f"±{'/'.join(map(str, sorted(bounds)))}:\n\n" + "\n".join(out) + "\n" + across + "\n")
 
 
 text += quality_lines()
