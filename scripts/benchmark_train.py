@@ -51,6 +51,8 @@ _BATCH = flags.DEFINE_integer("batch_size", 8, "Batch size.")
 _LEN = flags.DEFINE_integer("train_len", 512, "Sequence length.")
 _BLOCK = flags.DEFINE_integer("attn_block", None, "model.attn_block (block-causal attention); default: the config's.")
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Training precision (bfloat16: mixed).")
+_ACT = flags.DEFINE_enum("act_dtype", "auto", ["auto", "float32", "bfloat16"],
+                         "model.act_dtype: the activations between products (auto: bf16 on a GPU, float32 on a CPU).")
 _WITHOUT = flags.DEFINE_list("without", [], "Ablations, to measure what each optimisation is worth: dense_vjp "
                              "(nnx.Linear's plain product and autodiff; under bf16 also bf16 results, which XLA:CPU "
                              "upcasts), attention_vjp (autodiff through the softmax).")
@@ -91,6 +93,7 @@ def reference_config():
     config.model.d_model, config.model.num_layers, config.model.num_heads, config.model.mlp_dim = 256, 4, 4, 1024
     config.train_steps = 1000
     config.model.dtype = _DTYPE.value
+    config.model.act_dtype = _ACT.value
     if _BLOCK.value is not None:
         config.model.attn_block = _BLOCK.value
     return config
@@ -207,7 +210,7 @@ def main(argv):
               "model_gflops_per_s": tps * flops_per_token / 1e9, "flops_per_token": flops_per_token,
               "params": n_params, "rounds_tokens_per_s": jax_tps, "steps": _STEPS.value,
               "batch_size": config.batch_size, "train_len": config.train_len, "attn_block": m.attn_block,
-              "without": _WITHOUT.value, "dtype": _DTYPE.value, "cpu": cpu_model(), "xla_flags": os.environ.get("XLA_FLAGS", ""), "commit": code_version(), "cpu_bf16": cpu_bf16_flags(), "backend": jax.default_backend(),
+              "without": _WITHOUT.value, "dtype": _DTYPE.value, "act_dtype": _ACT.value, "cpu": cpu_model(), "xla_flags": os.environ.get("XLA_FLAGS", ""), "commit": code_version(), "cpu_bf16": cpu_bf16_flags(), "backend": jax.default_backend(),
               "devices": len(jax.devices()), "jax": jax.__version__}
     print(f"JAX: {tps:.0f} tokens/s (rounds: {', '.join(f'{r:.0f}' for r in jax_tps)}), "
           f"{result['model_gflops_per_s']:.1f} GFLOP/s of model FLOPs; {_DTYPE.value} matmul peak {peak / 1e9:.1f} GFLOP/s; "

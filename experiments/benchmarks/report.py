@@ -356,7 +356,8 @@ def by_cpu_kind() -> str:
         rows.append(f"| {cpu_name} | `{where}` | {', '.join(commits)} | "
                     + (f"{f32['tokens_per_s']:.0f} / {f32['torch_tokens_per_s']:.0f} | {f32['jax_over_torch']:.2f} | " if f32 else "— | — | ")
                     + (f"{b16['tokens_per_s']:.0f} / {b16['torch_tokens_per_s']:.0f} | {b16['jax_over_torch']:.2f} | " if b16 else "— | — | ")
-                    + (f"{ab['bfloat16'] / ab['float32']:.2f} | " if ab else "— | ")
+                    + (f"{ab['bfloat16'] / ab['float32']:.2f}" + (f" (bf16 activations: {ab['bfloat16_activations'] / ab['float32']:.2f})"
+                                                                   if "bfloat16_activations" in ab else "") + " | " if ab else "— | ")
                     + (", ".join(f"{r['length']}: {r['ratio']:.2f}" for r in ev["rows"]) if ev else "—") + " |")
         met = [name for name, r in (("float32", f32), ("bf16", b16)) if r and r["jax_over_torch"] >= 1.0]
         unmet = [name for name, r in (("float32", f32), ("bf16", b16)) if r and r["jax_over_torch"] < 1.0]
