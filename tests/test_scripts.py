@@ -28,11 +28,13 @@ def test_benchmark_decode_prints_speedup():
     assert [r["context"] for r in rows] == [32, 64] and all(r["speedup"] > 0 for r in rows)
 
 
-@pytest.mark.parametrize("without", ["attention_vjp"])  # one ablation beside the default dense backward (suite time)
-def test_benchmark_train_prints_mfu(without):
+@pytest.mark.parametrize("without,dtype,act", [("attention_vjp", "float32", "auto"),  # one ablation (suite time)
+                                               ("", "bfloat16", "bfloat16")])  # dtype_ab.py's third arm
+def test_benchmark_train_prints_mfu(without, dtype, act):
     out = run("scripts/benchmark_train.py", "--steps=1", "--rounds=1", "--train_len=32", "--batch_size=2", "--profile",
-              f"--without={without}")
+              f"--without={without}", f"--dtype={dtype}", f"--act_dtype={act}")
     result = json.loads(out.strip().splitlines()[-1])
+    assert (result["dtype"], result["act_dtype"]) == (dtype, act)
     assert result["tokens_per_s"] > 0 and 0 < result["mfu"] < 1 and len(result["rounds_tokens_per_s"]) == 1
     assert result["without"] == [w for w in without.split(",") if w]
     assert result["profile"] and all(row["ms"] >= 0 and "[" in row["shape"] for row in result["profile"])
