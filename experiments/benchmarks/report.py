@@ -251,10 +251,12 @@ def quality_lines() -> str:
         for arm, label in labels.items():
             if arm in arms:
                 diffs = [arms[arm][s] - base[s] for s in arms[arm]]
-                ok = all(abs(d) <= q["bound"] for d in diffs)
+                within = sum(abs(d) <= q["bound"] for d in diffs)
+                side = ("; lower than float32 at every seed" if all(d < 0 for d in diffs) else
+                        "; higher than float32 at every seed" if all(d > 0 for d in diffs) else "")
                 parts.append(f"{label}: " + ", ".join(f"{d:+.4f}" for d in diffs)
-                             + (" (within)" if ok else " (**not within**" + (", lower than float32" if all(
-                                 d < 0 for d in diffs) else "") + ")"))
+                             + (" (within" if within == len(diffs) else f" (**within at {within} of {len(diffs)} "
+                                f"seed{'s' if len(diffs) > 1 else ''}**") + (side if len(diffs) > 1 else "") + ")")
         if len(base) > 1:
             parts.append(f"float32 itself from seed to seed: {max(base.values()) - min(base.values()):.4f}")
         out.append(f"- {q['cpu']} (`{path.relative_to(HERE)}`): " + "; ".join(parts) + ".")
