@@ -271,6 +271,31 @@ def quality_lines() -> str:
 
 
 text += quality_lines()
+
+def activations_ab_lines() -> str:
+    """bf16 activations against float32 activations under bf16 products, timed on a CPU (`dtype_ab.py` pinned to
+    one core: cpu/<kind>/dtype_ab_one_core.json): why `model.act_dtype=auto` keeps float32 activations there."""
+    out = []
+    for path in sorted((HERE / "cpu").glob("*/dtype_ab_one_core.json")):
+        ab = json.loads(path.read_text())
+        by = {arm: [r["tokens_per_s"] for r in ab["runs"] if r["arm"] == arm] for arm in ab if arm in (
+            "float32", "bfloat16", "bfloat16_activations")}
+        spans = {arm: f"{min(v):,.0f}–{max(v):,.0f}" for arm, v in by.items()}
+        overlap = min(by["bfloat16"]) <= max(by["bfloat16_activations"])
+        out.append(f"- {ab['cpu']} (`{path.relative_to(HERE)}`, one core, one XLA thread, {len(by['float32'])} "
+                   f"alternating runs an arm, commit {ab['commit']}): float32 {spans['float32']} tokens/s, bf16 products "
+                   f"{spans['bfloat16']}, bf16 activations too {spans['bfloat16_activations']}: bf16 activations "
+                   f"{ab['bfloat16_activations'] / ab['bfloat16']:.2f}× float32 activations (medians; "
+                   + ("the ranges overlap" if overlap else "every run slower" if max(by["bfloat16_activations"]) <
+                      min(by["bfloat16"]) else "every run faster") + ").")
+    if not out:
+        return ""
+    return ("\nbf16 activations on a CPU (`python experiments/benchmarks/dtype_ab.py OUT.json 3` under `taskset -c 1` "
+            "with one XLA thread):\n\n" + "\n".join(out) + "\n")
+
+
+text += activations_ab_lines()
+
 text += "\n## Evaluation forward against PyTorch SDPA (`scripts/benchmark_eval.py`, `eval_throughput.json`)\n\n" + (
     f"""The reference model (random weights) scoring one window of L tokens: posenc's evaluation forward
 (queries in chunks of {evalbench['attn_chunk']}, each over the keys in tiles of {evalbench.get('attn_key_block', 0)} with the
