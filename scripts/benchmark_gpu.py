@@ -1,7 +1,8 @@
 r"""Training throughput on an accelerator: the reference model and a GPT-2-small-sized one, bf16, MFU.
 
     pip install -e '.[cuda]'
-    python scripts/benchmark_gpu.py [--models=reference,gpt2_small] [--steps=20] [--rounds=3] [--attn_impl=auto] [--out=FILE.json]
+    python scripts/benchmark_gpu.py [--models=reference,gpt2_small] [--steps=20] [--rounds=3] [--batch_size=16]
+        [--attn_impl=auto] [--act_dtype=auto] [--profile=MODEL] [--out=FILE.json]
 
 Models (posenc's Transformer, RoPE, AdamW, mixed precision `model.dtype=bfloat16`: float32 parameters,
 bf16 products; attention through the one chooser `posenc.attention.implementation`, i.e. cuDNN's fused
@@ -32,7 +33,7 @@ from flax import nnx
 from posenc import checkpoint
 from posenc.attention import IMPLEMENTATIONS, implementation
 from posenc.config import validate
-from posenc.model import Transformer, activation_dtype, count_params
+from posenc.model import DTYPES, Transformer, activation_dtype, count_params
 from posenc.timing import code_version, cpu_model, emit, profile_ops
 from posenc.train import load_config_file, make_optimizer, make_train_step
 
@@ -45,7 +46,7 @@ _ATTN = flags.DEFINE_enum("attn_impl", "auto", list(IMPLEMENTATIONS),
                           "model.attn_impl: auto takes cuDNN's fused kernel on a GPU, posenc this package's attention.")
 _PROFILE = flags.DEFINE_string("profile", None, "Also profile one model's step (a name from --models): its ops "
                                "with the most device time go into its row; the trace is kept beside --out.")
-_ACT = flags.DEFINE_enum("act_dtype", "auto", ["auto", "float32", "bfloat16"],
+_ACT = flags.DEFINE_enum("act_dtype", "auto", ["auto", *DTYPES],
                          "model.act_dtype: the activations between products (auto: bf16 on a GPU, float32 on a CPU).")
 _OUT = flags.DEFINE_string("out", None, "Also write the JSON here.")
 

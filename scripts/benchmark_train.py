@@ -40,7 +40,7 @@ from absl import app, flags
 from posenc import checkpoint, data, malloc
 from posenc.timing import code_version, cpu_bf16_flags, cpu_model, profile_ops
 from posenc.config import validate
-from posenc.model import count_params
+from posenc.model import DTYPES, count_params
 from posenc.train import load_config_file, make_optimizer, make_train_step
 
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per round.")
@@ -51,7 +51,7 @@ _BATCH = flags.DEFINE_integer("batch_size", 8, "Batch size.")
 _LEN = flags.DEFINE_integer("train_len", 512, "Sequence length.")
 _BLOCK = flags.DEFINE_integer("attn_block", None, "model.attn_block (block-causal attention); default: the config's.")
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Training precision (bfloat16: mixed).")
-_ACT = flags.DEFINE_enum("act_dtype", "auto", ["auto", "float32", "bfloat16"],
+_ACT = flags.DEFINE_enum("act_dtype", "auto", ["auto", *DTYPES],
                          "model.act_dtype: the activations between products (auto: bf16 on a GPU, float32 on a CPU).")
 _WITHOUT = flags.DEFINE_list("without", [], "Ablations, to measure what each optimisation is worth: dense_vjp "
                              "(nnx.Linear's plain product and autodiff; under bf16 also bf16 results, which XLA:CPU "
