@@ -72,6 +72,8 @@ def test_chosen_lr_is_the_lowest_validation_bpb_and_skips_divergence(tmp_path):
     (tmp_path / "lr-rope-0.03.json").write_text(json.dumps({"val_bpb": None, "skipped": "not at its high end"}))
     assert run.chosen_lr(tmp_path, "rope", s) == (3e-4, {"0.001": 2.5, "0.003": None, "0.01": None, "0.0003": 2.0})
     assert run.chosen_lr(tmp_path, "rope", s, grid_only=True)[0] == 1e-3
+    with pytest.raises(RuntimeError, match=r"lr-rope-0.003 has not run: rope's learning rate is chosen after its grid"):
+        run.lowest_lr({run.lr_name("rope", 1e-3): {"val_bpb": 2.5}}, "rope", s)
 
 
 def _corpus(path: pathlib.Path) -> str:
@@ -152,6 +154,10 @@ def test_study_jobs_end_to_end(tmp_path):
     cells = [f"{checks[f'{lr:g}']:.3f}" if f"{lr:g}" in checks else "not needed" for lr in sorted(
         (*s.lrs, *run.edge_lrs(s).values()))]
     assert f"| RoPE | {' | '.join(cells)} | {chosen}" in text
+    pi = {r["length"]: r["bpb"] for r in read["iambic-rope-s0-ft-pi4x"]["eval"]["rows"]
+          if r["scaling"] == "run" and r["protocol"] == "nonoverlap" and r["method"] == "none"}
+    assert (f"| PI, s = 4, fine-tuned at {4 * s.lengths[0]} | " + " | ".join(f"{pi[n]:.3f}" for n in s.lengths)
+            + " |") in text  # scored with the scaling it was fine-tuned with
     floor = next(b["bpb"] for b in main["eval"]["baselines"] if b["length"] == s.lengths[0])
     model = next(r["bpb"] for r in rows if r["length"] == s.lengths[0] and r["protocol"] == "nonoverlap")
     assert f"RoPE is {floor - model:.3f} bits per byte below the n-gram floor ({floor:.3f})" in text

