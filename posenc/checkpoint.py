@@ -19,6 +19,7 @@ the previous one is used instead (`restore_latest_good`).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import fcntl
 import functools
@@ -281,6 +282,24 @@ def restore_latest_good(mngr: ocp.CheckpointManager, abstract_params, abstract_o
     return None, None, None, skipped
 
 
+def read_run_info(workdir: str | pathlib.Path) -> dict:
+    """`workdir/run.json`: the corpus fingerprint, a pending divergence, and the recovery history."""
+    path = pathlib.Path(workdir) / "run.json"
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); it records the run's identity, restore it or start "
+                         "the run in another --workdir") from None
+
+
+def trained_activations(workdir: str | pathlib.Path) -> str:
+    """The dtype `model.act_dtype` resolved to when the run trained (`run.json`'s `activations`; float32 for a run
+    recorded without it, the only activations then)."""
+    return read_run_info(workdir).get("activations", "float32")
+
+
 def restore_params(workdir: str | pathlib.Path, step: int | None = None):
     """Loads a run for evaluation: (config, ModelConfig, graphdef, params, step).
 
@@ -292,6 +311,8 @@ def restore_params(workdir: str | pathlib.Path, step: int | None = None):
     """
     config = load_config(workdir)
     cfg = validate(config)
+    if cfg.act_dtype == "auto":  # the activations it trained with, not this backend's default (activation_dtype)
+        cfg = dataclasses.replace(cfg, act_dtype=trained_activations(workdir))
     mngr = manager(workdir, read_only=True)
     graphdef, abstract = abstract_model(cfg)
     try:

@@ -300,19 +300,7 @@ def run_summary(workdir: str | pathlib.Path) -> dict:
     _, tokens, seconds = timed_curve(rows, config["batch_size"] * config["train_len"])[-1]
     return {"step": val["step"], "val_bpb": val["val_bpb"], "tokens_per_s": tokens / seconds,
             "dtype": config["model"]["dtype"], "act_dtype": config["model"].get("act_dtype", "auto"),
-            "activations": read_run_info(workdir).get("activations", "float32")}
-
-
-def read_run_info(workdir: pathlib.Path) -> dict:
-    """`workdir/run.json`: the corpus fingerprint, a pending divergence, and the recovery history."""
-    path = workdir / "run.json"
-    if not path.exists():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON ({e}); it records the run's identity, restore it or start "
-                         "the run in another --workdir") from None
+            "activations": checkpoint.trained_activations(workdir)}
 
 
 def write_run_info(workdir: pathlib.Path, info: dict) -> None:
@@ -447,7 +435,7 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
     schedule = _jit(schedule)
     graphdef, abstract_params = checkpoint.abstract_model(cfg)
     mngr = checkpoint.manager(workdir_path, keep=config.keep_checkpoints)
-    info = read_run_info(workdir_path)
+    info = checkpoint.read_run_info(workdir_path)
     recovery = {}
     if mngr.all_steps():
         recovery = check_rerun(workdir_path, config, corpus, info, mngr.latest_step(), str(activation_dtype(cfg)))

@@ -10,8 +10,10 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from posenc import checkpoint, train
 from posenc import evaluate as ev
@@ -194,3 +196,26 @@ def test_export_refuses_a_dtype_npz_cannot_store(trained_run, tmp_path, monkeypa
     with pytest.raises(ValueError, match=r"parameter .* is bfloat16, which .npz does not store"):
         checkpoint.export_params(trained_run, tmp_path / "half.npz")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_run_is_evaluated_with_the_activations_it_trained_with(copy_run):
+    """`restore_params` (every evaluation's loader) resolves model.act_dtype='auto' to the activations run.json
+    records, not to this backend's default: a GPU-trained bf16-activation run evaluated on a CPU keeps bf16
+    activations, and a CPU-trained run evaluated on a GPU float32 ones. Without a record: float32."""
+    workdir = copy_run()
+    config = json.loads((workdir / "config.json").read_text())
+    assert config["model"]["act_dtype"] == "auto"
+    assert checkpoint.restore_params(workdir)[1].act_dtype == "float32"  # recorded by a CPU's auto
+    info = json.loads((workdir / "run.json").read_text())
+    (workdir / "run.json").write_text(json.dumps({k: v for k, v in info.items() if k != "activations"}))
+    assert checkpoint.restore_params(workdir)[1].act_dtype == "float32"  # recorded before act_dtype existed
+    (workdir / "config.json").write_text(json.dumps({**config, "model": {**config["model"], "dtype": "bfloat16"}}))
+    (workdir / "run.json").write_text(json.dumps({**info, "activations": "bfloat16"}))  # as a GPU's auto records
+    run = ev.load_run(str(workdir))
+    assert run.cfg.act_dtype == "bfloat16" and run.cfg.dtype == "bfloat16"
+    (workdir / "run.json").write_text(json.dumps({**info, "activations": "float32"}))
+    again = ev.load_run(str(workdir))
+    assert again.cfg.act_dtype == "float32"
+    tokens = jnp.arange(16)[None]
+    bf16, f32 = (np.asarray(nnx.merge(r.graphdef, r.params)(tokens), np.float32) for r in (run, again))
+    assert 0 < np.abs(bf16 - f32).max() < 0.5  # the models differ in their activations only
