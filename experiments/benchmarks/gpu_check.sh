@@ -7,9 +7,8 @@
 #   4. the 124M model at batch 64 -> gpu_gpt2_batch64.json;
 #   5. its step profiled, CUDA graphs off so that the trace shows each kernel -> gpu_gpt2_profile*;
 #   6. provenance.json: the commit measured ($COMMIT if set: a copied checkout's git may not be the code's).
-# It runs under the GPU machine's own Python stack (its jax with the CUDA plugin; `pip install -e '.[cuda]'`
-# elsewhere). Wheels in .whl/ add the packages that stack lacks (ml-collections); if posenc does not run with
-# the machine's flax / optax / orbax, the pinned ones in .whl/pins/ replace them. Exits non-zero if a step failed.
+# It runs under the GPU machine's own Python stack, with the wheels of .whl/ (scripts/device_env.sh, which says
+# how to fill it). Exits non-zero if a step failed.
 #   OUT=<folder> [COMMIT=<hash>] bash experiments/benchmarks/gpu_check.sh
 set -uo pipefail
 OUT=${OUT:?set OUT to the folder for the logs and results}
@@ -20,16 +19,7 @@ exec > >(tee "$OUT/gpu_check.log") 2>&1
 failed=()
 step() { local name=$1; shift; "$@" || failed+=("$name (exit $?)"); }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-export PYTHONUNBUFFERED=1 PYTHONPATH="/tmp/site:$PWD"
-install() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$@"; }
-[ -n "$(ls .whl/*.whl 2>/dev/null)" ] && install .whl/*.whl
-versions() { python3 -c "import jax, flax, optax, orbax.checkpoint as o, ml_collections
-print('python stack: jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'devices', jax.devices())"; }
-versions
-if ! timeout 60 python3 scripts/benchmark_gpu.py --tiny --steps=1 --rounds=1; then
-  echo "posenc failed under the machine's flax / optax / orbax: installing the pinned ones from .whl/pins"
-  install .whl/pins/*.whl && versions
-fi
+source scripts/device_env.sh  # the machine's Python stack, with .whl/
 bench() { timeout "$1" python3 scripts/benchmark_gpu.py "${@:2}"; }
 step accuracy timeout 100 python3 -m pytest -p no:cacheprovider -n 0 -q -rA tests/test_attention.py -k "fused or cudnn or chooses"
 step benchmark bench 200 --out="$OUT/gpu.json"

@@ -21,6 +21,7 @@ sys.path.insert(0, str(HERE))
 
 from posenc.task_eval import plot_accuracy, plot_heatmap, wilson_interval  # noqa: E402
 from posenc.tasks import VERSIONS  # noqa: E402
+from posenc.timing import machine  # noqa: E402
 from posenc.train import timed_curve  # noqa: E402
 from posenc.verdicts import T95, evidence, strength  # noqa: E402
 from run import ALGO_LENGTHS, ALGO_TRAIN_LEN, ALGORITHMIC, PASSKEY_LENGTHS, plan  # noqa: E402
@@ -240,16 +241,23 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
 
     lines += ["## Verdicts", ""] + verdicts(results) + [""]
     if results:
-        spent = {**results, **archived}
+        every = {**results, **archived}
+        spent = {n: r for n, r in every.items() if "device" not in r}  # on CPUs; an accelerator's below
         train_min = sum(curve_minutes(r) for r in spent.values())
         eval_min = sum(r["timing"]["eval_s"] if r.get("timing") else timing.get(n, {}).get("eval_s", 0.0)
                        for n, r in spent.items()) / 60
-        cpus = sorted({r.get("cpu", "unrecorded") for r in spent.values()})
+        cpus = sorted({machine(r) for r in spent.values()})
         threads = sorted({r.get("threads", 2) for r in spent.values()})
+        devices = {}
+        for n, r in every.items():
+            if n not in spent:
+                devices.setdefault(r["device"], []).append(job_minutes(r, r.get("timing")))
         lines += [f"Compute so far: {train_min:.0f} minutes of timed training steps and {eval_min:.0f} minutes of "
                   f"evaluation over {len(spent)} jobs, the archived ones included ({', '.join(cpus)}; each job on "
                   f"{' or '.join(map(str, threads))} of the machine's cores: with `--workers=2`, two jobs run at once, "
-                  "one per core, so the wall-clock time is about half the sum).", ""]
+                  "one per core, so the wall-clock time is about half the sum)" + "".join(
+                      f"; {sum(v):.0f} minutes of training and evaluation over {len(v)} jobs on {kind}"
+                      for kind, v in sorted(devices.items())) + ".", ""]
     text = "\n".join(lines) + "\n"
     (here / "README.md").write_text(text)
     return text
@@ -354,7 +362,7 @@ def job_minutes(res: dict, timing: dict | None) -> float:
 def tier_cost(results: dict, timing: dict, names: list[str]) -> str:
     """What the finished first tier cost, as job time and as wall-clock time with one job per core on 2 cores."""
     hours = sum(job_minutes(results[n], timing.get(n)) for n in names) / 60
-    cpus = ", ".join(sorted({results[n].get("cpu", "unrecorded") for n in names}))
+    cpus = ", ".join(sorted({machine(results[n]) for n in names}))
     return (f"Its jobs took {hours:.1f} hours of job time (timed training steps and evaluation; {cpus}): about "
             f"{hours / 2:.1f} hours of wall-clock time with `--workers=2` on 2 cores; the tiers after it add seeds and "
             "encodings.") if names else ""
@@ -362,10 +370,10 @@ def tier_cost(results: dict, timing: dict, names: list[str]) -> str:
 
 def remaining_estimate(results: dict, timing: dict, missing: list[str]) -> str:
     """The compute the missing jobs would take at the mean training + evaluation time of the finished jobs of
-    their kind (timed steps from the curves, evaluation from timing.json), on the machines that ran them."""
+    their kind (timed steps from the curves, evaluation from timing.json), on the CPUs that ran them."""
     per: dict[str, list[float]] = {}
     for name, res in results.items():
-        if isinstance(timing.get(name), dict):
+        if isinstance(timing.get(name), dict) and "device" not in res:  # the CPUs' cost: an accelerator's differs
             per.setdefault(job_kind(name), []).append(job_minutes(res, timing[name]))
     left: dict[str, int] = {}
     for name in missing:

@@ -29,6 +29,11 @@ records its threads and timing). Workers claim jobs in plan order (`results/<nam
 processes can share the plan too (say one per core, each started with `taskset` and a one-threaded XLA);
 a fine-tune waits for its base run. The report (report.py) is written at the end from whatever results
 exist, and says which jobs are missing.
+
+On the GPU machine (the `device` tool), `scripts/device_jobs.sh run length_generalization <minutes> --only=<jobs>` runs a selection of
+the plan in one call (several workers sharing the GPU, float32 products in float32, deterministic kernels) and
+brings their results back; `bash scripts/device_jobs.sh add length_generalization <folder>` adds them here. Such a result records
+its device (`posenc.timing.device_record`), and the report counts its time apart from the CPUs'.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from posenc.config import with_fields  # noqa: E402
 from posenc.encodings import POSENCS, get_encoding  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
 from posenc.tasks import ALGORITHMIC  # noqa: E402
-from posenc.timing import cpu_model  # noqa: E402
+from posenc.timing import cpu_model, device_record  # noqa: E402
 from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
 
 CORE = ("rope", "alibi", "none", "learned", "sinusoidal")
@@ -190,6 +195,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     attach_curve(result, runs / job.name)
     result["cpu"] = cpu_model()
     result["threads"] = jobs.threads()
+    result.update(device_record())
     result["timing"] = {"train_s": round(trained, 1), **jobs.parts_timing(seconds)}
     jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
     partial_path.unlink(missing_ok=True)

