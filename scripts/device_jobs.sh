@@ -15,6 +15,9 @@
 # posenc.timing.device_record; COMMIT is the code's commit, since the copy's git may be stale) and each exported
 # parameter file (<name>.params.npz) as it is.
 #
+# What travels to the machine (tracked and untracked files, .whl) must stay under 64 MiB:
+#   git ls-files -z | xargs -0 du -cb | tail -n 1; du -sb .whl
+#
 # Here, with the folder the files came back to (files_at):
 #   bash scripts/device_jobs.sh add <study> <folder>
 # unpacks them into experiments/<study>/results (never over a result already here: that is an error) and
