@@ -256,7 +256,8 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
                   f"evaluation over {len(spent)} jobs, the archived ones included ({', '.join(cpus)}; each job on "
                   f"{' or '.join(map(str, threads))} of the machine's cores: with `--workers=2`, two jobs run at once, "
                   "one per core, so the wall-clock time is about half the sum)" + "".join(
-                      f"; {sum(v):.0f} minutes of training and evaluation over {len(v)} jobs on {kind}"
+                      f"; {sum(v):.0f} minutes of training and evaluation over {len(v)} job{'s' if len(v) > 1 else ''} "
+                      f"on {kind}"
                       for kind, v in sorted(devices.items())) + ".", ""]
     text = "\n".join(lines) + "\n"
     (here / "README.md").write_text(text)

@@ -803,7 +803,8 @@ def write_report(results: pathlib.Path, planned: list, s, out: pathlib.Path | No
     for r in st.r.values():
         if "device" in r and "timing" in r:
             on_device.setdefault(r["device"], []).append(job_seconds(r))
-    partly += "".join(f"; {sum(s for s in v if s is not None) / 60:.1f} minutes of job time on {kind} ({len(v)} jobs"
+    partly += "".join(f"; {sum(s for s in v if s is not None) / 60:.1f} minutes of job time on {kind} ({len(v)} "
+                      f"job{'s' if len(v) > 1 else ''}"
                       + (f", {sum(s is None for s in v)} timed in part only and not counted" if None in v else "") + ")"
                       for kind, v in sorted(on_device.items()))
     corpora = list(dict.fromkeys(j.corpus for j in planned if j.kind == "main"))
