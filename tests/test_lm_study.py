@@ -340,12 +340,22 @@ def test_device_jobs_runs_jobs_packs_their_results_and_adds_them_once(tmp_path):
     result = json.loads((there / "lr-rope-0.001.json").read_text())
     assert "device" not in result and result["cpu"]  # a CPU's run records no device (posenc.timing.device_record)
     assert "train_from_step" not in result["timing"] and (tmp_path / "runs" / "lr-rope-0.001").is_dir()  # a fresh run
+    (out / "iambic-rope-s0.params.npz").write_bytes(b"exported")  # as a main run that others start from exports
     added = sh("add", "lm_study", str(out), "--tiny", f"--results={here}", RESULTS=str(here))
     assert added.returncode == 0, added.stdout + added.stderr
     assert (here / "lr-rope-0.001.json").read_text() == (there / "lr-rope-0.001.json").read_text()
+    assert (here / "iambic-rope-s0.params.npz").read_bytes() == b"exported"
     assert "| RoPE | " in (here.parent / "README.md").read_text()  # the report rendered, no job run
+    (here / "lr-rope-0.001.json").unlink()  # one of the files is here, the other is not: nothing is added
     again = sh("add", "lm_study", str(out), "--tiny", f"--results={here}", RESULTS=str(here))
-    assert again.returncode != 0 and "not added: a result above is here already" in again.stderr
+    assert again.returncode != 0 and "iambic-rope-s0.params.npz is here already (nothing was added)" in again.stderr
+    assert not (here / "lr-rope-0.001.json").exists()
+    # stopped at STOP_SECONDS (here before run.py has trained anything): not a failure, and nothing is packed
+    stopped = sh("run", "lm_study", "5", "--tiny", f"--results={there}", "--only=lr-rope-0.003$", STOP_SECONDS="1",
+                 OUT=str(tmp_path / "out2"))
+    log = (tmp_path / "out2" / "device_jobs.log").read_text()
+    assert stopped.returncode == 0 and "run.py stopped at STOP_SECONDS" in log and "results written: 0" in log, log
+    assert not (tmp_path / "out2" / "results.tgz").exists() and not (there / "lr-rope-0.003.json").exists()
     assert sh("run", "lm_study", "5", COMMIT="").returncode != 0  # COMMIT must be given
     wrong = sh("run", "nostudy", "5")
     assert wrong.returncode == 2 and "study must be lm_study or length_generalization, got 'nostudy'" in wrong.stderr

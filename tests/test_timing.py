@@ -43,6 +43,7 @@ def test_emit_records_the_xla_flags_it_ran_under(tmp_path, monkeypatch, capsys):
 def test_device_record_names_the_accelerator_and_its_numerics_and_machine_reads_it(monkeypatch):
     import jax  # noqa: PLC0415
 
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
     assert timing.device_record() == {}  # on a CPU: the result's "cpu" says it all
     assert timing.machine({"cpu": "AMD EPYC 9R14"}) == "AMD EPYC 9R14" and timing.machine({}) == "unrecorded"
 

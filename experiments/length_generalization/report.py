@@ -171,7 +171,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
             reached = time_to_accuracy(res)
             if reached is not None:
                 lines.append(f"- `{name}` first reached {100 * IN_RANGE:.0f}% validation exact match at step {reached[0]} "
-                             f"({reached[1]:.1f} minutes of timed steps, {res.get('cpu', 'CPU unrecorded')}).")
+                             f"({reached[1]:.1f} minutes of timed steps, {machine(res)}).")
             elif res.get("curve"):
                 lines.append(f"- `{name}` never reached {100 * IN_RANGE:.0f}% validation exact match in training.")
         lines += ["", "Each cell sums its run's needle depths (`depths`; n = examples in the cell). In range = 256.", "",
@@ -361,7 +361,9 @@ def job_minutes(res: dict, timing: dict | None) -> float:
 
 
 def tier_cost(results: dict, timing: dict, names: list[str]) -> str:
-    """What the finished first tier cost, as job time and as wall-clock time with one job per core on 2 cores."""
+    """What the finished first tier cost on CPUs, as job time and as wall-clock time with one job per core on 2
+    cores (its jobs run on an accelerator left out)."""
+    names = [n for n in names if "device" not in results[n]]
     hours = sum(job_minutes(results[n], timing.get(n)) for n in names) / 60
     cpus = ", ".join(sorted({machine(results[n]) for n in names}))
     return (f"Its jobs took {hours:.1f} hours of job time (timed training steps and evaluation; {cpus}): about "

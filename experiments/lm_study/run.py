@@ -9,7 +9,7 @@ jobs, so the same command goes on in the next sitting. The report (report.py) is
 `--workers=1` (the default) runs one job at a time with every core; `--workers=2` runs two, each on one core
 with one XLA thread. Both train about as many tokens an hour in all, but a job under `--workers=2` takes about
 twice as long, and a main run must finish within a sitting (runs/ is not kept between machines). The report's
-Status gives the main runs' measured tokens/s by CPU and threads: on the AMD EPYC machines one core trains a
+Status gives the main runs' measured tokens/s by CPU and threads (or accelerator): on the AMD EPYC machines one core trains a
 main run within a sitting, while on the Intel Xeon machines a one-core worker was much slower than one job on
 both cores, so use `--workers=2` on the AMD machines only.
 
@@ -75,7 +75,7 @@ from posenc import checkpoint, jobs, malloc, tuning  # noqa: E402
 from posenc import evaluate as ev  # noqa: E402
 from posenc.encodings import POSENCS  # noqa: E402
 from posenc.longrope import SearchConfig, search_run  # noqa: E402
-from posenc.timing import cpu_model, device_record, machine  # noqa: E402
+from posenc.timing import cpu_model, device_record  # noqa: E402
 from posenc.train import NonFiniteLossError, load_config_file, train_and_evaluate  # noqa: E402
 
 CORE = ("rope", "alibi", "none", "learned", "sinusoidal")
@@ -290,11 +290,12 @@ def trained_base(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Setting
         except checkpoint.WorkdirBusyError:  # another worker trains or imports it for another job: wait for it
             time.sleep(jobs.POLL_SECONDS)
     if params_sha256(workdir) != recorded:
+        where = (f"{recorded_run['device']}, scripts/device_jobs.sh" if "device" in recorded_run else
+                 f"{recorded_run['cpu']}, {recorded_run['threads']} XLA thread(s): --workers=2 gives each worker one")
         raise RuntimeError(f"{workdir} was trained again (its checkpoint was not in --runs) and its parameters differ "
                            f"from those {job.base}.json was scored with (params_sha256 {recorded}). Retraining is "
                            "deterministic on one machine kind, thread count and code version only: rerun where it was "
-                           f"made ({machine(recorded_run)}, {recorded_run['threads']} XLA thread(s): --workers=2 gives each "
-                           f"worker one), or delete {job.base}.json and the results that depend on it to redo them here")
+                           f"made ({where}), or delete {job.base}.json and the results that depend on it to redo them here")
     return workdir
 
 
@@ -587,7 +588,6 @@ def main(argv):
             return
     else:
         jobs.spawn_workers(f.workers, sys.argv)
-    sys.modules.setdefault("run", sys.modules["__main__"])  # report.py imports this module as `run`
     from report import write_report  # noqa: PLC0415  (experiments/lm_study/report.py)
 
     print(write_report(results, plan(seeds, s), s))
