@@ -35,8 +35,13 @@ POLL_SECONDS = 20.0  # how often a worker waiting for another worker's job looks
 
 def write_atomic(path: pathlib.Path, text: str) -> None:
     """Writes `text` to `path` through a temporary file and a rename: readers see the old file or the new one."""
+    write_bytes_atomic(path, text.encode())
+
+
+def write_bytes_atomic(path: pathlib.Path, data: bytes) -> None:
+    """write_atomic for bytes."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    tmp.write_bytes(data)
     os.replace(tmp, path)
 
 

@@ -359,3 +359,24 @@ def test_device_jobs_runs_jobs_packs_their_results_and_adds_them_once(tmp_path):
     assert sh("run", "lm_study", "5", COMMIT="").returncode != 0  # COMMIT must be given
     wrong = sh("run", "nostudy", "5")
     assert wrong.returncode == 2 and "study must be lm_study or length_generalization, got 'nostudy'" in wrong.stderr
+
+
+def test_an_exported_file_removed_from_the_tree_comes_back_from_the_git_history(tmp_path):
+    """run.from_history: the version the last deleting commit removed; False where no commit removed it or
+    outside git (trained_base then imports it, and import_params' hash check decides)."""
+    import subprocess  # noqa: PLC0415
+
+    results = tmp_path / "results"
+    results.mkdir()
+    exported = run.params_file(results, "iambic-rope-s0")
+    assert not run.from_history(exported)  # not a git checkout
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    for content in (b"first", b"second"):
+        exported.write_bytes(content)
+        subprocess.run(git + ["add", "-A"], check=True)
+        subprocess.run(git + ["commit", "-q", "-m", "export"], check=True)
+    assert not run.from_history(run.params_file(results, "never"))
+    subprocess.run(git + ["rm", "-q", str(exported)], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "its jobs are done"], check=True)
+    assert not exported.exists() and run.from_history(exported) and exported.read_bytes() == b"second"

@@ -52,7 +52,9 @@ results/<name>.params.npz (`checkpoint.export_params`, committed with the result
 between machines. A job that needs it and finds no checkpoint in --runs imports that file
 (`checkpoint.import_params`: parameters only, no optimiser state) or, without it, trains the run again; either
 way it refuses to go on unless the parameters hash to the value that the main job recorded (`params_sha256`):
-a rerun is the same run, or an error.
+a rerun is the same run, or an error. Once every job that starts from a main run has its result, its file may
+leave the tree (`git rm`: each is 12 MB, and what travels to the GPU machine is bounded); a job that needs it
+again takes it back from the git history (`from_history`).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ import dataclasses
 import json
 import pathlib
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -281,6 +284,8 @@ def trained_base(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Setting
                            "to redo them, or restore the old settings")
     exported = params_file(results, job.base)
     recorded = recorded_run["params_sha256"]
+    if not exported.exists() and from_history(exported):
+        print(f"{exported.name}: taken back from the git history")
     while _latest_step(workdir) != config.train_steps:
         try:
             if exported.exists():
@@ -301,6 +306,26 @@ def trained_base(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Setting
 
 def params_file(results: pathlib.Path, name: str) -> pathlib.Path:
     return results / f"{name}.params.npz"
+
+
+def from_history(path: pathlib.Path) -> bool:
+    """Writes `path` back as the last commit that had it held it, if it left the tree in a later commit (an
+    exported parameter file removed once its jobs were done); False outside git or where no commit had it.
+    The caller checks what it holds (import_params' hash)."""
+    git = ["git", "-C", str(next(d for d in path.absolute().parents if d.exists()))]
+    try:
+        top = subprocess.run(git + ["rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True)
+        rel = path.resolve().relative_to(pathlib.Path(top.stdout.strip()).resolve()).as_posix()
+        removed = subprocess.run(git + ["log", "-1", "--diff-filter=D", "--format=%H", "--", rel], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+        if not removed:
+            return False
+        data = subprocess.run(git + ["show", f"{removed}^:{rel}"], capture_output=True, check=True).stdout
+    except (OSError, ValueError, subprocess.CalledProcessError):
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    jobs.write_bytes_atomic(path, data)
+    return True
 
 
 def _import_base(exported: pathlib.Path, workdir: pathlib.Path, config, recorded: str) -> None:
