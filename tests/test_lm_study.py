@@ -377,6 +377,12 @@ def test_an_exported_file_removed_from_the_tree_comes_back_from_the_git_history(
         subprocess.run(git + ["add", "-A"], check=True)
         subprocess.run(git + ["commit", "-q", "-m", "export"], check=True)
     assert not run.from_history(run.params_file(results, "never"))
+    (results / "kept.json").write_text("{}")  # results/ stays (git -C there reads pathspecs from there)
+    subprocess.run(git + ["add", "-A"], check=True)
     subprocess.run(git + ["rm", "-q", str(exported)], check=True)
     subprocess.run(git + ["commit", "-q", "-m", "its jobs are done"], check=True)
     assert not exported.exists() and run.from_history(exported) and exported.read_bytes() == b"second"
+    exported.unlink()
+    (results / "kept.json").unlink()
+    subprocess.run(git + ["commit", "-q", "-a", "-m", "results/ gone"], check=True)
+    assert run.from_history(exported) and exported.read_bytes() == b"second"

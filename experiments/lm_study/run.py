@@ -315,7 +315,9 @@ def from_history(path: pathlib.Path) -> bool:
     git = ["git", "-C", str(next(d for d in path.absolute().parents if d.exists()))]
     try:
         top = subprocess.run(git + ["rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True)
-        rel = path.resolve().relative_to(pathlib.Path(top.stdout.strip()).resolve()).as_posix()
+        top = pathlib.Path(top.stdout.strip()).resolve()
+        rel = path.resolve().relative_to(top).as_posix()
+        git = ["git", "-C", str(top)]  # (pathspecs are relative to -C's folder)
         removed = subprocess.run(git + ["log", "-1", "--diff-filter=D", "--format=%H", "--", rel], capture_output=True,
                                  text=True, check=True).stdout.strip()
         if not removed:
