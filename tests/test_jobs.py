@@ -2,6 +2,7 @@
 dropped, a failing job stops its worker and releases its claim, and the deadline stops new jobs."""
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -238,3 +239,14 @@ def test_select_takes_a_prefix_or_a_regular_expression_and_refuses_what_matches_
         jobs.select(plan, "rope")  # matched from the start of the name, as a prefix is
     with pytest.raises(ValueError, match=r"--only='copy-\(rope' is not a regular expression"):
         jobs.select(plan, "copy-(rope")
+
+
+def test_packed_rows_come_back_exactly_and_a_result_reads_either_form():
+    rows = [{"step": 1, "train_loss": 5.506735801696777, "tokens_per_s": None},
+            {"step": 20, "val_bpb": 1.0 / 3.0, "note": "é"}]
+    packed = jobs.pack_rows(rows)
+    assert jobs.unpack_rows(packed) == rows and packed == jobs.pack_rows(rows)  # exact, and the same bytes each time
+    assert jobs.result_curve({"curve_gz": packed}) == rows == jobs.result_curve({"curve": rows})
+    assert jobs.result_curve({}) == [] and jobs.unpack_rows(jobs.pack_rows([])) == []
+    long = [{"step": s, "train_loss": 1.0 / s} for s in range(1, 400)]
+    assert len(jobs.pack_rows(long)) < len(json.dumps(long)) / 2

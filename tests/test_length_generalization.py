@@ -9,7 +9,7 @@ import sys
 import pytest
 from absl import flags
 
-from posenc import tasks
+from posenc import jobs, tasks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HERE = ROOT / "experiments" / "length_generalization"
@@ -109,6 +109,7 @@ def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_p
                                               + [f"none|{m}" for m in job.methods if m != "none"])
     assert set(out["timing"]) == {"train_s", "eval_s"} and not (results / "passkey-rope-s0.partial").exists()
     assert out["config"] == {"batch_size": 2, "train_len": 8}  # the run's own config.json, kept with its result
+    assert "curve" not in out and jobs.result_curve(out) == [{"step": 1, "train_loss": 1.0}]  # its metrics, packed
 
 
 def test_a_pilot_is_recorded_beside_the_others_and_rendered_with_its_cpu(tmp_path):

@@ -19,6 +19,7 @@ import numpy as np
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from posenc.jobs import result_curve  # noqa: E402
 from posenc.task_eval import plot_accuracy, plot_heatmap, wilson_interval  # noqa: E402
 from posenc.tasks import VERSIONS  # noqa: E402
 from posenc.timing import machine  # noqa: E402
@@ -107,7 +108,7 @@ def two_proportion_z(a, b) -> float:
 def time_to_accuracy(result: dict, threshold: float = IN_RANGE) -> tuple[int, float] | None:
     """(first validation step with val_accuracy >= threshold, minutes of timed training steps to it: see
     posenc.train.timed_curve) from a result's training curve, or None."""
-    rows = result.get("curve") or []
+    rows = result_curve(result)
     timed = timed_curve(rows, result.get("tokens_per_step") or 0)
     for r in rows:
         if r.get("val_accuracy") is not None and r["val_accuracy"] >= threshold:
@@ -118,7 +119,7 @@ def time_to_accuracy(result: dict, threshold: float = IN_RANGE) -> tuple[int, fl
 
 def curve_minutes(result: dict) -> float:
     """Minutes of timed training steps in a result's curve (posenc.train.timed_curve)."""
-    timed = timed_curve(result.get("curve") or [], result.get("tokens_per_step") or 0)
+    timed = timed_curve(result_curve(result), result.get("tokens_per_step") or 0)
     return timed[-1][2] / 60 if timed else 0.0
 
 
@@ -172,7 +173,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
             if reached is not None:
                 lines.append(f"- `{name}` first reached {100 * IN_RANGE:.0f}% validation exact match at step {reached[0]} "
                              f"({reached[1]:.1f} minutes of timed steps, {machine(res)}).")
-            elif res.get("curve"):
+            elif result_curve(res):
                 lines.append(f"- `{name}` never reached {100 * IN_RANGE:.0f}% validation exact match in training.")
         lines += ["", "Each cell sums its run's needle depths (`depths`; n = examples in the cell). In range = 256.", "",
                   "| run | scaling · method | depths | n | " + " | ".join(f"{n} ({n // 256}×)" for n in lengths) + " |",

@@ -154,12 +154,13 @@ def _config(job: Job, runs: pathlib.Path):
 
 
 def attach_curve(result: dict, workdir: pathlib.Path) -> dict:
-    """The run's training config (config.json), training curve (metrics.jsonl) and tokens per step, kept with
-    its results: the report checks each result's settings against config.py and computes time-to-accuracy from
-    the curve."""
+    """The run's training config (config.json), training curve (metrics.jsonl, packed: `jobs.pack_rows`; read it
+    with `jobs.result_curve`) and tokens per step, kept with its results: the report checks each result's settings
+    against config.py and computes time-to-accuracy from the curve."""
     config = json.loads((workdir / "config.json").read_text())
     result["config"] = config
-    result["curve"] = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines() if line]
+    result["curve_gz"] = jobs.pack_rows([json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()
+                                         if line])
     result["tokens_per_step"] = config["batch_size"] * config["train_len"]
     return result
 
