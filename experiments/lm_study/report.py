@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from posenc import data, evaluate as ev  # noqa: E402
+from posenc.jobs import result_curve  # noqa: E402
 from posenc.timing import machine  # noqa: E402
 from posenc.train import timed_curve  # noqa: E402
 
@@ -247,8 +248,8 @@ def throughput(st: Study) -> list[str]:
     speeds = {}
     for j in st.planned:
         r = st.r.get(j.name)
-        if j.kind == "main" and r and r.get("curve"):
-            timed = timed_curve(r["curve"], r["config"]["batch_size"] * r["config"]["train_len"],
+        if j.kind == "main" and r and result_curve(r):
+            timed = timed_curve(result_curve(r), r["config"]["batch_size"] * r["config"]["train_len"],
                                 r.get("timing", {}).get("train_from_step"))
             if timed and timed[-1][2] > 0:
                 threads = None if "device" in r else r.get("threads", 1)  # an accelerator's: its host's are not its speed

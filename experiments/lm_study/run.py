@@ -456,11 +456,11 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
         except NonFiniteLossError as e:
             if job.kind != "lr":
                 raise
-            result.update(val_bpb=None, diverged=str(e), curve=_curve(workdir))
+            result.update(val_bpb=None, diverged=str(e), curve_gz=jobs.pack_rows(_curve(workdir)))
             jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
             return
         result["final_metrics"] = _final(workdir)
-        result["curve"] = _curve(workdir)
+        result["curve_gz"] = jobs.pack_rows(_curve(workdir))  # (jobs.result_curve reads it)
         result["timing"] = {"train_s": round(time.time() - t0, 1), **({"train_from_step": resumed_at} if resumed_at else {}),
                             **({"base_s": base_s} if base_s is not None else {})}
         if job.kind == "lr":
