@@ -25,7 +25,6 @@ from posenc import data, evaluate as ev  # noqa: E402
 from posenc.jobs import result_curve  # noqa: E402
 from posenc.timing import machine  # noqa: E402
 from posenc.train import timed_curve  # noqa: E402
-
 from posenc.verdicts import evidence  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent

@@ -311,8 +311,8 @@ def params_file(results: pathlib.Path, name: str) -> pathlib.Path:
 
 
 def from_history(path: pathlib.Path) -> bool:
-    """Writes `path` back as the last commit that had it held it, if it left the tree in a later commit (an
-    exported parameter file removed once its jobs were done); False outside git or where no commit had it.
+    """Writes `path` back from the git history, as it was before the last commit that removed it (an exported
+    parameter file that left the tree once its jobs were done); False outside git or where no commit removed it.
     The caller checks what it holds (import_params' hash)."""
     git = ["git", "-C", str(next(d for d in path.absolute().parents if d.exists()))]
     try:
