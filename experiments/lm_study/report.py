@@ -247,8 +247,9 @@ def throughput(st: Study) -> list[str]:
     speeds = {}
     for j in st.planned:
         r = st.r.get(j.name)
-        if j.kind == "main" and r and result_curve(r):
-            timed = timed_curve(result_curve(r), r["config"]["batch_size"] * r["config"]["train_len"],
+        curve = result_curve(r) if j.kind == "main" and r else []
+        if curve:
+            timed = timed_curve(curve, r["config"]["batch_size"] * r["config"]["train_len"],
                                 r.get("timing", {}).get("train_from_step"))
             if timed and timed[-1][2] > 0:
                 threads = None if "device" in r else r.get("threads", 1)  # an accelerator's: its host's are not its speed
