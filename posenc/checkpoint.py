@@ -294,6 +294,13 @@ def read_run_info(workdir: str | pathlib.Path) -> dict:
                          "the run in another --workdir") from None
 
 
+def write_run_info(workdir: str | pathlib.Path, info: dict) -> None:
+    """Replaces `workdir/run.json` with `info`, atomically."""
+    tmp = pathlib.Path(workdir) / "run.json.tmp"
+    tmp.write_text(json.dumps(info, indent=1))
+    tmp.replace(pathlib.Path(workdir) / "run.json")
+
+
 def trained_activations(workdir: str | pathlib.Path) -> str:
     """The dtype `model.act_dtype` resolved to when the run trained (`run.json`'s `activations`; float32 for a run
     recorded without it, the only activations then)."""
@@ -330,11 +337,14 @@ def restore_params(workdir: str | pathlib.Path, step: int | None = None):
     return config, cfg, graphdef, params, step
 
 
+ACTIVATIONS_KEY = "__activations__"  # an exported file's entry naming the activations the run trained with
+
+
 def export_params(workdir: str | pathlib.Path, path: str | pathlib.Path) -> str:
     """Writes the newest good checkpoint's parameters of `workdir` to `path` (a compressed `.npz`, one array per
-    parameter named by its key path, written atomically and read back to check); returns their SHA-256
-    (`tree_sha256`), the same `import_params` gives back. For keeping a run's weights where its workdir is not
-    kept (a repository).
+    parameter named by its key path, plus `ACTIVATIONS_KEY`: the run's `trained_activations`; written atomically
+    and read back to check); returns their SHA-256 (`tree_sha256`), the same `import_params` gives back. For
+    keeping a run's weights where its workdir is not kept (a repository).
 
     Raises:
       ValueError: a parameter's dtype is not one NumPy stores (bfloat16), or the file read back differs.
@@ -351,9 +361,11 @@ def export_params(workdir: str | pathlib.Path, path: str | pathlib.Path) -> str:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             with open(tmp, "wb") as f:
-                np.savez_compressed(f, **arrays)
+                np.savez_compressed(f, **arrays, **{ACTIVATIONS_KEY: np.array(trained_activations(workdir))})
             with np.load(tmp) as f:
                 back = dict(f)
+            if str(back.pop(ACTIVATIONS_KEY)) != trained_activations(workdir):
+                raise ValueError(f"export_params: {tmp} does not read back the run's activations")
             if back.keys() != arrays.keys() or any(
                     back[n].dtype != a.dtype or back[n].shape != a.shape or back[n].tobytes() != a.tobytes()
                     for n, a in arrays.items()):
@@ -367,8 +379,9 @@ def export_params(workdir: str | pathlib.Path, path: str | pathlib.Path) -> str:
 def import_params(path: str | pathlib.Path, workdir: str | pathlib.Path, config: ml_collections.ConfigDict,
                   step: int) -> str:
     """Makes `workdir` a run directory of `config` whose checkpoint `step` holds the parameters of `path`
-    (`export_params`) and no optimiser state: it evaluates, and `init_from` starts a run from it, but it
-    cannot be resumed (`ParamsOnlyError`). Returns the parameters' SHA-256.
+    (`export_params`) and no optimiser state: it evaluates (with the activations the file records, in
+    `run.json`; float32 for a file without them), and `init_from` starts a run from it, but it cannot be resumed
+    (`ParamsOnlyError`). Returns the parameters' SHA-256.
 
     Raises:
       ValueError: `workdir` already has checkpoints, or the file's parameters are not `config`'s model's
@@ -378,6 +391,7 @@ def import_params(path: str | pathlib.Path, workdir: str | pathlib.Path, config:
     _, abstract = abstract_model(validate(config))
     with np.load(path) as f:
         arrays = dict(f)
+    activations = str(arrays.pop(ACTIVATIONS_KEY, "float32"))
     flat, treedef = jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(abstract))
     names = [jax.tree_util.keystr(k) for k, _ in flat]
     if set(names) != set(arrays):
@@ -395,6 +409,7 @@ def import_params(path: str | pathlib.Path, workdir: str | pathlib.Path, config:
         if mngr.all_steps():
             raise ValueError(f"workdir={str(workdir)!r} already has checkpoints {mngr.all_steps()}: import into a new one")
         save_config(workdir, config)
+        write_run_info(workdir, {"activations": activations})
         save(mngr, step, params, None)
     finally:
         mngr.close()

@@ -303,12 +303,6 @@ def run_summary(workdir: str | pathlib.Path) -> dict:
             "activations": checkpoint.trained_activations(workdir)}
 
 
-def write_run_info(workdir: pathlib.Path, info: dict) -> None:
-    tmp = workdir / "run.json.tmp"
-    tmp.write_text(json.dumps(info, indent=1))
-    tmp.replace(workdir / "run.json")
-
-
 def _fmt_changes(changes: dict) -> str:
     return "; ".join(f"{k}: {a!r} in the run, {b!r} now" for k, (a, b) in changes.items())
 
@@ -456,7 +450,7 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
     else:
         info.pop("stopped", None)  # resumed before the stop (an older checkpoint): it is reached again
     if is_main:
-        write_run_info(workdir_path, info)
+        checkpoint.write_run_info(workdir_path, info)
         checkpoint.save_config(workdir_path, config)  # the latest command's config (eval reads it)
     state_shardings = (sharding.tree_shardings(mesh, params), sharding.tree_shardings(mesh, opt_state))
     params, opt_state = jax.device_put((params, opt_state), state_shardings)
@@ -474,7 +468,7 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
         last = mngr.latest_step()
         info["diverged"] = {"step": step, "last_good": last, "reason": reason}
         if is_main:
-            write_run_info(workdir_path, info)
+            checkpoint.write_run_info(workdir_path, info)
         where = (f"its last good checkpoint (step {last}) is kept in {workdir_path / 'checkpoints'}. Rerun the same "
                  f"command with a lower --config.learning_rate (or a larger --config.warmup_steps) to resume from "
                  f"step {last}: after a divergence a rerun may change {', '.join(RECOVERY_FIELDS)}, and run.json "
@@ -546,7 +540,7 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
                 last = row
                 if "stopped" in info:
                     if is_main:
-                        write_run_info(workdir_path, info)
+                        checkpoint.write_run_info(workdir_path, info)
                     tqdm.write(f"stopped at step {done}: validation exact match {row['val_accuracy']:.3f} >= "
                                f"task.stop_accuracy={stop}")
                     break

@@ -165,6 +165,27 @@ def test_exported_parameters_import_to_the_same_hash_evaluate_alike_and_refuse_t
     assert np.isfinite(finetune["val_loss"])
 
 
+def test_an_imported_run_evaluates_with_the_activations_its_export_recorded(copy_run, tmp_path):
+    """The exported file carries the run's activations (`ACTIVATIONS_KEY`) and the imported run.json records
+    them, so a bf16-activation run is evaluated with bf16 activations after export and import; a file written
+    without the entry imports as float32 (the activations of every run exported before it existed)."""
+    workdir = copy_run()
+    stored = json.loads((workdir / "config.json").read_text())
+    (workdir / "config.json").write_text(json.dumps({**stored, "model": {**stored["model"], "dtype": "bfloat16"}}))
+    config = checkpoint.load_config(workdir)
+    info = json.loads((workdir / "run.json").read_text())
+    (workdir / "run.json").write_text(json.dumps({**info, "activations": "bfloat16"}))  # as a GPU's auto records
+    checkpoint.export_params(workdir, tmp_path / "run.npz")
+    with np.load(tmp_path / "run.npz") as f:
+        assert str(f[checkpoint.ACTIVATIONS_KEY]) == "bfloat16"
+        arrays = {k: v for k, v in f.items() if k != checkpoint.ACTIVATIONS_KEY}
+    checkpoint.import_params(tmp_path / "run.npz", tmp_path / "imported", config, step=8)
+    assert checkpoint.restore_params(tmp_path / "imported")[1].act_dtype == "bfloat16"
+    np.savez(tmp_path / "old.npz", **arrays)
+    checkpoint.import_params(tmp_path / "old.npz", tmp_path / "old", config, step=8)
+    assert checkpoint.restore_params(tmp_path / "old")[1].act_dtype == "float32"
+
+
 def test_importing_another_models_parameters_names_the_difference(trained_run, tmp_path, tiny_config):
     checkpoint.export_params(trained_run, tmp_path / "rope.npz")
     wider = tiny_config("tiny")
