@@ -93,6 +93,7 @@ def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_p
 
     monkeypatch.setattr(run, "train_and_evaluate", fake_train)
     monkeypatch.setattr(run, "evaluate_tasks", fake_eval)
+    monkeypatch.setattr(run, "params_sha256", lambda workdir: f"sha of {pathlib.Path(workdir).name}")
     results = tmp_path / "results"
     results.mkdir()
     try:
@@ -110,6 +111,7 @@ def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_p
     assert set(out["timing"]) == {"train_s", "eval_s"} and not (results / "passkey-rope-s0.partial").exists()
     assert out["config"] == {"batch_size": 2, "train_len": 8}  # the run's own config.json, kept with its result
     assert "curve" not in out and jobs.result_curve(out) == [{"step": 1, "train_loss": 1.0}]  # its metrics, packed
+    assert out["params_sha256"] == "sha of passkey-rope-s0" and "init_sha256" not in out  # not a fine-tune
 
 
 def test_a_pilot_is_recorded_beside_the_others_and_rendered_with_its_cpu(tmp_path):
@@ -219,8 +221,62 @@ def test_a_result_trained_with_other_settings_than_config_py_is_refused(tmp_path
     other = {**old, "config": {**recall.to_dict(), "learning_rate": 2e-3}}
     (tmp_path / "results" / "recall-rope-s0.json").write_text(json.dumps(other))
     with pytest.raises(ValueError, match=r"results/recall-rope-s0.json was trained with learning_rate 0.002 "
-                                         rf"\(config.py: {config.RECALL_LR!r}\)"):
+                                         rf"\(now: {config.RECALL_LR!r}\)"):
         report.write_report(tmp_path, jobs=[])
+
+
+def test_passkey_stops_at_its_criterion_and_the_fine_tunes_run_their_steps():
+    """configs/tasks.py's passkey budget: up to 8000 steps, stopping at 99% validation exact match; the
+    fine-tunes at 4x override the stop and train all their steps."""
+    plan = {j.name: j for j in run.plan([0])}
+    main = run.job_config(plan["passkey-rope-s0"], pathlib.Path("runs"))
+    assert (main.train_steps, main.task.stop_accuracy) == (8000, 0.99)
+    for name in ("passkey-rope-s0-ftnoscale4x", "passkey-rope-s0-ftpi4x", "passkey-rope-s0-ftyarn4x"):
+        ft = run.job_config(plan[name], pathlib.Path("runs"))
+        assert (ft.train_steps, ft.task.stop_accuracy) == (run.FT_STEPS, None)
+        assert ft.init_from == str(pathlib.Path("runs") / "passkey-rope-s0")
+
+
+def test_passkey_results_of_another_budget_are_refused_and_render_in_their_archive(tmp_path):
+    """A passkey result trained for a fixed 3000 steps (no stop) stops the report in results/; in
+    results/passkey-3000/ it is rendered with its fine-tunes, outside the verdicts. A fine-tune whose starting
+    parameters are not its base result's is refused too: its base was trained again."""
+    report = _load("length_generalization_report_passkey", HERE / "report.py")
+    plan = {j.name: j for j in run.plan([0])}
+    config = run.job_config(plan["passkey-alibi-s0"], pathlib.Path("runs")).to_dict()
+    old = {**_passkey_result(20, 0), "config": {**config, "train_steps": 3000,
+                                                  "task": {**config["task"], "stop_accuracy": None}}}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "passkey-alibi-s0.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match=r"passkey-alibi-s0.json was trained with train_steps 3000 \(now: 8000\), "
+                                         r"task.stop_accuracy None \(now: 0.99\)"):
+        report.write_report(tmp_path, jobs=[])
+    archive = tmp_path / "results" / "passkey-3000"
+    archive.mkdir()
+    (tmp_path / "results" / "passkey-alibi-s0.json").rename(archive / "passkey-alibi-s0.json")
+    ft = {"rows": [{"length": n, "depth": None, "scaling": "run", "method": "none", "n": 10, "status": "ok",
+                    "correct": 9} for n in run.PASSKEY_LENGTHS]}
+    (archive / "passkey-rope-s0-ftpi4x.json").write_text(json.dumps(ft))
+    (tmp_path / "results" / "passkey-alibi-s0.json").write_text(json.dumps(
+        {**_passkey_result(3, 0), "config": config}))  # the current budget, below the bar
+    text = report.write_report(tmp_path, jobs=[])
+    main, kept = text.split("### Passkey's first budget: a fixed 3000 steps")
+    assert "`passkey-alibi-s0` (15% at 256)" in main and "(100% at 256)" not in main
+    assert "0 of its 1 runs ended below 90% at 256" in kept and "| passkey-rope-s0-ftpi4x | run | 90 [" in kept
+    alibi = next(line for line in text.splitlines() if "ALiBi" in line and "**" in line)
+    assert "**not tested**: in-range accuracy below 90% (passkey-alibi-s0)" in alibi  # the current result only
+
+    base = {**_passkey_result(20, 0), "config": run.job_config(plan["passkey-rope-s0"], pathlib.Path("runs")).to_dict(),
+            "params_sha256": "a"}
+    (tmp_path / "results" / "passkey-rope-s0.json").write_text(json.dumps(base))
+    tune = {**ft, "job": {"init_from": "passkey-rope-s0"}, "init_sha256": "b",
+            "config": run.job_config(plan["passkey-rope-s0-ftpi4x"], pathlib.Path("runs")).to_dict()}
+    (tmp_path / "results" / "passkey-rope-s0-ftpi4x.json").write_text(json.dumps(tune))
+    with pytest.raises(ValueError, match=r"passkey-rope-s0-ftpi4x.json started from parameters b, not from "
+                                         r"results/passkey-rope-s0.json whose parameters differ \(params_sha256 a\)"):
+        report.write_report(tmp_path, jobs=[])
+    (tmp_path / "results" / "passkey-rope-s0-ftpi4x.json").write_text(json.dumps({**tune, "init_sha256": "a"}))
+    assert "| passkey-rope-s0-ftpi4x | run | 90 [" in report.write_report(tmp_path, jobs=[]).split("### Passkey's first")[0]
 
 
 def test_time_to_accuracy_and_compute_read_each_sittings_mean_rate():
@@ -249,9 +305,9 @@ def test_time_to_accuracy_and_compute_read_each_sittings_mean_rate():
 
 def _passkey_result(at_256, at_4096):
     """A passkey result with `at_256` of 20 correct at 256 and `at_4096` of 20 at 4096, at depths 0 and 1."""
-    return {"rows": [{"length": n, "depth": d, "scaling": "none", "method": "none", "n": 10, "status": "ok",
-                      "correct": k // 2 + (k % 2 if d == 0.0 else 0)}
-                     for n, k in ((256, at_256), (4096, at_4096)) for d in (0.0, 1.0)]}
+    rows = [{"length": n, "depth": d, "scaling": "none", "method": "none", "n": 10, "status": "ok",
+             "correct": k // 2 + (k % 2 if d == 0.0 else 0)} for n, k in ((256, at_256), (4096, at_4096)) for d in (0.0, 1.0)]
+    return {"rows": [{**r, "accuracy": r["correct"] / r["n"]} for r in rows]}
 
 
 def test_the_alibi_verdict_reads_every_seed_in_range():

@@ -25,7 +25,7 @@ from posenc.tasks import VERSIONS  # noqa: E402
 from posenc.timing import machine  # noqa: E402
 from posenc.train import timed_curve  # noqa: E402
 from posenc.verdicts import T95, evidence, strength  # noqa: E402
-from run import ALGO_LENGTHS, ALGO_TRAIN_LEN, ALGORITHMIC, PASSKEY_LENGTHS, plan  # noqa: E402
+from run import ALGO_LENGTHS, ALGO_TRAIN_LEN, ALGORITHMIC, PASSKEY_LENGTHS, job_config, plan  # noqa: E402
 
 IN_RANGE = 0.9  # in-range accuracy a run must reach before its extrapolation is interpreted
 BEYOND = tuple(L for L in ALGO_LENGTHS if L > ALGO_TRAIN_LEN)  # the algorithmic lengths past training
@@ -67,6 +67,11 @@ ARCHIVES = (
      "at config.py's RECALL_LR. These runs trained at the copy tasks' learning rate, at which version 3 did not "
      "learn either (pilots recall3-rope-4l and recall3-rope-4l-16k), so the learning rate, not only the layout, "
      "may explain their failures."),
+    ("passkey-3000", "Passkey's first budget: a fixed 3000 steps",
+     "Passkey first trained for a fixed 3000 steps; {below} of its {n} runs ended below {bar}% at {train_len}, "
+     "seed 1 of RoPE and of ALiBi among them where seed 0 had passed, so passkey now trains on an 8000-step "
+     "schedule and stops at 99% validation exact match (configs/tasks.py; pilots pk-8000-rope-s1 and "
+     "pk-8000-alibi-s1). The fine-tunes here start from this budget's passkey-rope-s0."),
 )
 
 
@@ -127,6 +132,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     results = load(here / "results")
     check_versions(results)
     check_settings(results)
+    check_bases(results)
     figures = here / "figures"
     figures.mkdir(exist_ok=True)
     timing_path = here / "results" / "timing.json"
@@ -165,41 +171,24 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     pk = {n: r for n, r in results.items() if n.startswith("passkey-") and "-ft" not in n}
     for stale in set(figures.glob("heatmap_*.png")) - {figures / f"heatmap_{n}.png" for n in pk}:
         stale.unlink()  # a heatmap is drawn from a committed result only
-    lengths = list(PASSKEY_LENGTHS)
     lines += ["## (a) Passkey retrieval (trained at 256 bytes)", ""]
     if pk:
         for name, res in pk.items():
             reached = time_to_accuracy(res)
+            stopped = result_curve(res)[-1]["step"] if result_curve(res) else None
             if reached is not None:
                 lines.append(f"- `{name}` first reached {100 * IN_RANGE:.0f}% validation exact match at step {reached[0]} "
-                             f"({reached[1]:.1f} minutes of timed steps, {machine(res)}).")
+                             f"({reached[1]:.1f} minutes of timed steps, {machine(res)}); trained {stopped} steps.")
             elif result_curve(res):
-                lines.append(f"- `{name}` never reached {100 * IN_RANGE:.0f}% validation exact match in training.")
-        lines += ["", "Each cell sums its run's needle depths (`depths`; n = examples in the cell). In range = 256.", "",
-                  "| run | scaling · method | depths | n | " + " | ".join(f"{n} ({n // 256}×)" for n in lengths) + " |",
-                  "|---|---|---|---|" + "---|" * len(lengths)]
-        failed = []
-        for name, res in pk.items():
-            rows = res["rows"]
-            combos = list(dict.fromkeys((r["scaling"], r["method"]) for r in rows))
-            for s, m in combos:
-                cells = [cell(rows, length=n, scaling=s, method=m) for n in lengths]
-                sel = [r for r in rows if r["scaling"] == s and r["method"] == m and r["length"] == lengths[0]]
-                depths = ", ".join(f"{100 * d:.0f}" for d in sorted({r["depth"] for r in sel}))
-                lines.append(f"| {name} | {s} · {m} | {depths} | {sum(r['n'] for r in sel)} | "
-                             + " | ".join(fmt(c) for c in cells) + " |")
-            base = cell(rows, length=256)
-            if base is not None and pct(base) < IN_RANGE:
-                failed.append(f"`{name}` ({100 * pct(base):.0f}% at 256)")
-        lines.append("")
-        if failed:
-            lines += [f"In-range accuracy below {100 * IN_RANGE:.0f}% (extrapolation not interpreted): " + ", ".join(failed) + ".", ""]
+                lines.append(f"- `{name}` never reached {100 * IN_RANGE:.0f}% validation exact match in training "
+                             f"({stopped} steps).")
+        lines += [""] + passkey_table(pk)
         for name, res in pk.items():
             sel = [r for r in res["rows"] if r["scaling"] == "none" and r["method"] == "none"]
             plot_heatmap(sel, f"{name} · none", figures / f"heatmap_{name}.png", unit="bytes")
             lines.append(f"![{name}](figures/heatmap_{name}.png)")
         lines.append("")
-        plot_accuracy({n: [(L, cell(r["rows"], length=L)) for L in lengths] for n, r in pk.items()}, [256],
+        plot_accuracy({n: [(L, cell(r["rows"], length=L)) for L in PASSKEY_LENGTHS] for n, r in pk.items()}, [256],
                       figures / "passkey_vs_length.png", unit="bytes")
         lines += ["![passkey against length](figures/passkey_vs_length.png)", ""]
     else:
@@ -207,20 +196,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
 
     ft = {n: r for n, r in results.items() if "-ft" in n}
     if ft:
-        lines += ["### Fine-tuned at 4× (1024) from the RoPE run", "",
-                  "| run | scaling | " + " | ".join(str(n) for n in lengths) + " |", "|---|---|" + "---|" * len(lengths)]
-        failed = []
-        for name, res in ft.items():
-            for s in dict.fromkeys(r["scaling"] for r in res["rows"]):
-                lines.append(f"| {name} | {s} | " + " | ".join(fmt(cell(res["rows"], length=n, scaling=s))
-                                                            for n in lengths) + " |")
-            own = ft_in_range(res)
-            if own is not None and pct(own) < IN_RANGE:
-                failed.append(f"`{name}` ({100 * pct(own):.0f}% at {FT_LEN})")
-        lines.append("")
-        if failed:
-            lines += [f"In-range accuracy (its own scaling at its fine-tuning length, {FT_LEN}) below "
-                      f"{100 * IN_RANGE:.0f}%: not interpreted for " + ", ".join(failed) + ".", ""]
+        lines += ["### Fine-tuned at 4× (1024) from the RoPE run", ""] + ft_table(ft)
 
     # (b) algorithmic tasks
     lines += [f"## (b) Copy, reverse, associative recall (trained on lengths ≤ {ALGO_TRAIN_LEN})", ""]
@@ -233,12 +209,19 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
         if not kept:
             continue
         archived.update({f"{folder}/{n}": r for n, r in kept.items()})
-        below = sum(1 for r in kept.values() if not in_range_ok(r, ALGO_TRAIN_LEN))
+        main = {n: r for n, r in kept.items() if "-ft" not in n}
+        passkey = all(n.startswith("passkey-") for n in kept)
+        train_len = 256 if passkey else ALGO_TRAIN_LEN
+        below = sum(1 for r in main.values() if not in_range_ok(r, train_len))
         lines += [f"### {heading} (`results/{folder}/`, not used in the verdicts)", "",
-                  text.format(below=below, n=len(kept), bar=f"{100 * IN_RANGE:.0f}", train_len=ALGO_TRAIN_LEN,
+                  text.format(below=below, n=len(main), bar=f"{100 * IN_RANGE:.0f}", train_len=train_len,
                               layers=algo_layers() if "{layers}" in text else None,
                               pilot_v1=pilot_test(pilot, "recall-rope-4l-16k", ALGO_TRAIN_LEN)), ""]
-        lines += algo_table(kept)
+        if passkey:
+            fts = {n: r for n, r in kept.items() if "-ft" in n}
+            lines += passkey_table(main) + (ft_table(fts) if fts else [])
+        else:
+            lines += algo_table(kept)
 
     lines += ["## Verdicts", ""] + verdicts(results) + [""]
     if results:
@@ -285,12 +268,17 @@ def algo_layers() -> int:
     return algo_config().model.num_layers
 
 
-# The settings that algo_settings() renders from config.py; check_settings() holds each result to them.
-SETTINGS = ("model.num_layers", "model.d_model", "train_steps", "batch_size", "learning_rate")
+# The training settings check_settings() holds each result to (algo_settings() renders the algorithmic ones).
+SETTINGS = ("model.num_layers", "model.d_model", "train_len", "train_steps", "batch_size", "learning_rate",
+            "task.stop_accuracy")
 
 
 def _field(config, dotted: str):
+    """A dotted field of a config dict; None where the config has no such field (recorded before it existed:
+    `task.stop_accuracy`, unset then)."""
     for key in dotted.split("."):
+        if key not in config:
+            return None
         config = config[key]
     return config
 
@@ -309,19 +297,35 @@ def algo_settings(algo: dict[str, dict]) -> str:
 
 
 def check_settings(results: dict[str, dict], folder: str = "results") -> None:
-    """Refuses an algorithmic result whose recorded training config (run.py keeps the run's config.json as
-    `config`) differs from config.py's in SETTINGS, so that a changed config.py never relabels earlier results.
+    """Refuses a result whose recorded training config (run.py keeps the run's config.json as `config`) differs
+    in SETTINGS from what run.py would train its job with now (config.py and the job's overrides), so that a
+    changed config.py or plan never relabels earlier results: they belong in an archive folder of ARCHIVES.
     Results from before the field record none and are rendered with config.py's settings."""
-    configs = {t: algo_config(t) for t in ALGORITHMIC}
+    jobs = {j.name: j for j in plan([0, 1, 2])}
     for name, res in results.items():
-        task = name.split("-")[0]
-        if task not in configs or "config" not in res:
+        if "config" not in res or name not in jobs:
             continue
-        differ = [f"{f} {_field(res['config'], f)!r} (config.py: {_field(configs[task], f)!r})" for f in SETTINGS
-                  if _field(res["config"], f) != _field(configs[task], f)]
+        now = job_config(jobs[name], pathlib.Path("runs")).to_dict()
+        differ = [f"{f} {_field(res['config'], f)!r} (now: {_field(now, f)!r})" for f in SETTINGS
+                  if _field(res["config"], f) != _field(now, f)]
         if differ:
             raise ValueError(f"{folder}/{name}.json was trained with {', '.join(differ)}: rerun it with config.py's "
                              f"settings, or move it to an archive folder of ARCHIVES")
+
+
+def check_bases(results: dict[str, dict], folder: str = "results") -> None:
+    """Refuses a fine-tune whose starting parameters (`init_sha256`) are not those of its base run's result here
+    (`params_sha256`): its base was trained again or archived, and the fine-tune belongs with the base it
+    started from. Results from before the fields record none and are not checked."""
+    for name, res in results.items():
+        base, start = res.get("job", {}).get("init_from"), res.get("init_sha256")
+        if not base or start is None:
+            continue
+        have = results.get(base, {}).get("params_sha256")
+        if have != start:
+            state = f"whose parameters differ (params_sha256 {have})" if have else "which has no result here"
+            raise ValueError(f"{folder}/{name}.json started from parameters {start}, not from {folder}/{base}.json "
+                             f"{state}: move it to the archive folder of the base it started from, or rerun it")
 
 
 def algo_table(algo: dict[str, dict]) -> list[str]:
@@ -340,6 +344,51 @@ def algo_table(algo: dict[str, dict]) -> list[str]:
     if failed:
         lines += [f"In-range accuracy (at the longest training length, {ALGO_TRAIN_LEN}) below {100 * IN_RANGE:.0f}%: extrapolation "
                   "not interpreted for " + ", ".join(failed) + ".", ""]
+    return lines
+
+
+def passkey_table(pk: dict[str, dict]) -> list[str]:
+    """The passkey runs' accuracy by length for each scaling and method (depths summed), and the runs below the
+    in-range bar at 256."""
+    lengths = list(PASSKEY_LENGTHS)
+    lines = ["Each cell sums its run's needle depths (`depths`; n = examples in the cell). In range = 256.", "",
+             "| run | scaling · method | depths | n | " + " | ".join(f"{n} ({n // 256}×)" for n in lengths) + " |",
+             "|---|---|---|---|" + "---|" * len(lengths)]
+    failed = []
+    for name, res in pk.items():
+        rows = res["rows"]
+        for s, m in dict.fromkeys((r["scaling"], r["method"]) for r in rows):
+            cells = [cell(rows, length=n, scaling=s, method=m) for n in lengths]
+            sel = [r for r in rows if r["scaling"] == s and r["method"] == m and r["length"] == lengths[0]]
+            depths = ", ".join(f"{100 * d:.0f}" for d in sorted({r["depth"] for r in sel}))
+            lines.append(f"| {name} | {s} · {m} | {depths} | {sum(r['n'] for r in sel)} | "
+                         + " | ".join(fmt(c) for c in cells) + " |")
+        base = cell(rows, length=256)
+        if base is not None and pct(base) < IN_RANGE:
+            failed.append(f"`{name}` ({100 * pct(base):.0f}% at 256)")
+    lines.append("")
+    if failed:
+        lines += [f"In-range accuracy below {100 * IN_RANGE:.0f}% (extrapolation not interpreted): " + ", ".join(failed) + ".", ""]
+    return lines
+
+
+def ft_table(ft: dict[str, dict]) -> list[str]:
+    """The fine-tuned runs' accuracy by length for each scaling they were scored with, and the runs below the
+    in-range bar at their fine-tuning length under their own scaling."""
+    lengths = list(PASSKEY_LENGTHS)
+    lines = ["| run | scaling | " + " | ".join(str(n) for n in lengths) + " |", "|---|---|" + "---|" * len(lengths)]
+    failed = []
+    for name, res in ft.items():
+        for s in dict.fromkeys(r["scaling"] for r in res["rows"]):
+            lines.append(f"| {name} | {s} | " + " | ".join(fmt(cell(res["rows"], length=n, scaling=s))
+                                                        for n in lengths) + " |")
+        own = ft_in_range(res)
+        if own is not None and pct(own) < IN_RANGE:
+            failed.append(f"`{name}` ({100 * pct(own):.0f}% at {FT_LEN})")
+    lines.append("")
+    if failed:
+        lines += [f"In-range accuracy (its own scaling at its fine-tuning length, {FT_LEN}) below "
+                  f"{100 * IN_RANGE:.0f}%: not interpreted for " + ", ".join(failed) + ".", ""]
     return lines
 
 

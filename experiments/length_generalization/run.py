@@ -6,11 +6,12 @@ Jobs run in priority order (`plan()`), each a training (experiments/length_gener
 its evaluation (posenc/task_eval.py) into results/<name>.json. The first tier is what one seed of every
 verdict needs (the report estimates what is left of it from the finished jobs' measured cost):
 
-  1. passkey at train_len 256 with RoPE and with ALiBi, seed 0; evaluated at 256 … 4096 (1× … 16×) ×
+  1. passkey at train_len 256 with RoPE and with ALiBi, seed 0 (configs/tasks.py's budget: up to 8000 steps,
+     stopping at 99% validation exact match); evaluated at 256 … 4096 (1× … 16×) ×
      depths 0, 25, …, 100% (20 examples a cell), RoPE also with PI / NTK / dynamic NTK / YaRN and each
      training-free method (depths 0, 50, 100%, 10 examples a cell: the evaluation at 4096 is what costs);
   2. the RoPE passkey run fine-tuned at 4× (examples of 256 to 1024 tokens, 1500 steps at batch 8 and lr
-     5e-4) with PI, with YaRN, and without scaling (the control);
+     5e-4, all of them: no early stop) with PI, with YaRN, and without scaling (the control);
   3. copy, reverse and recall on lengths ≤ 32, tested to 128 (4×), the core encodings with and without
      randomized positions, seed 0 (4 layers: config.py's ALGO_LAYERS; the first results,
      at passkey's 2 layers, are kept in results/2layers/).
@@ -49,7 +50,7 @@ from absl import app, flags, logging
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from posenc import jobs, malloc  # noqa: E402
+from posenc import checkpoint, jobs, malloc  # noqa: E402
 from posenc.config import with_fields  # noqa: E402
 from posenc.encodings import POSENCS, get_encoding  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
@@ -127,7 +128,8 @@ def plan(seeds: list[int], finetune_steps: int = FT_STEPS) -> list[Job]:
     jobs = [passkey(p, s, tier=1) for s in first for p in ("rope", "alibi")]
     for kind, label in (("none", "noscale"), ("linear", "pi"), ("yarn", "yarn")):
         over = (("train_len", 1024), ("batch_size", 8), ("train_steps", finetune_steps), ("warmup_steps", 50),
-                ("learning_rate", FT_LR), ("task.min_len", FT_MIN_LEN), ("eval_windows", 16))
+                ("learning_rate", FT_LR), ("task.min_len", FT_MIN_LEN), ("eval_windows", 16),
+                ("task.stop_accuracy", None))  # every fine-tune runs its steps
         if kind != "none":
             over += (("model.rope.scaling.factor", 4.0), ("model.rope.scaling.original_max_len", 256))
         posenc = "rope" if kind == "none" else kind
@@ -146,7 +148,8 @@ def plan(seeds: list[int], finetune_steps: int = FT_STEPS) -> list[Job]:
     return jobs
 
 
-def _config(job: Job, runs: pathlib.Path):
+def job_config(job: Job, runs: pathlib.Path):
+    """The training config of `job`: config.py's for its arg, with its overrides and its base run's workdir."""
     config = with_fields(load_config_file(str(HERE / "config.py"), job.arg), job.overrides, f"job {job.name}")
     if job.init_from:
         config.init_from = str(runs / job.init_from)
@@ -165,10 +168,15 @@ def attach_curve(result: dict, workdir: pathlib.Path) -> dict:
     return result
 
 
+def params_sha256(workdir: pathlib.Path) -> str:
+    """The SHA-256 of a run's newest good checkpoint's parameters (`checkpoint.tree_sha256`)."""
+    return checkpoint.tree_sha256(checkpoint.restore_params(workdir)[3])
+
+
 def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     """Trains `job` (resuming), evaluates it (resuming by part) and writes results/<name>.json atomically,
     with its training curve, CPU, threads and its training and evaluation seconds."""
-    config = _config(job, runs)
+    config = job_config(job, runs)
     start = time.time()
     final = train_and_evaluate(config, str(runs / job.name))
     trained = time.time() - start
@@ -193,6 +201,9 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     result = {**next(iter(done.values())), "rows": [row for p in done.values() for row in p["rows"]]}
     result["job"] = dataclasses.asdict(job)
     result["final_metrics"] = final
+    result["params_sha256"] = params_sha256(runs / job.name)  # what a fine-tune from this run starts from
+    if job.init_from:
+        result["init_sha256"] = params_sha256(runs / job.init_from)  # report.check_bases holds it to the base's
     attach_curve(result, runs / job.name)
     result["cpu"] = cpu_model()
     result["threads"] = jobs.threads()
