@@ -2,8 +2,9 @@
 
 A workdir holds
   * `config.json`: the latest command's full ConfigDict;
-  * `run.json`: what the run is (its corpus's fingerprint) and what happened to it (divergences, the
-    optimiser changes made to recover from them), see `posenc.train`;
+  * `run.json`: what the run is (its corpus's fingerprint, its activations, the parameters it started from
+    with `init_from`) and what happened to it (divergences, the optimiser changes made to recover from them,
+    an early stop), see `posenc.train`;
   * `checkpoints/<step>/`: Orbax items `params`, `opt_state` and `meta` = {step, sha256 of params and of
     opt_state}; the data position is the step, since batches are a function of (seed, step). A checkpoint
     made by `import_params` has no `opt_state` (meta `params_only`): it can be evaluated and fine-tuned from
@@ -384,14 +385,19 @@ def import_params(path: str | pathlib.Path, workdir: str | pathlib.Path, config:
     (`ParamsOnlyError`). Returns the parameters' SHA-256.
 
     Raises:
-      ValueError: `workdir` already has checkpoints, or the file's parameters are not `config`'s model's
-        (a missing, extra or reshaped parameter, named).
+      ValueError: `workdir` already has checkpoints, the file's parameters are not `config`'s model's
+        (a missing, extra or reshaped parameter, named), or its activations are not ones `config` gives.
     """
     workdir = pathlib.Path(workdir)
-    _, abstract = abstract_model(validate(config))
     with np.load(path) as f:
         arrays = dict(f)
     activations = str(arrays.pop(ACTIVATIONS_KEY, "float32"))
+    cfg = validate(config)
+    if activations not in ("float32", cfg.dtype) or cfg.act_dtype not in ("auto", activations):
+        raise ValueError(f"{path}: its run trained with {activations!r} activations, which model.dtype="
+                         f"{cfg.dtype!r} and model.act_dtype={cfg.act_dtype!r} do not give (activations are float32 "
+                         f"or model.dtype; model.act_dtype 'auto' or {activations!r})")
+    _, abstract = abstract_model(cfg)
     flat, treedef = jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(abstract))
     names = [jax.tree_util.keystr(k) for k, _ in flat]
     if set(names) != set(arrays):

@@ -223,7 +223,8 @@ def evaluate_windows(eval_step, params, batch: dict[str, np.ndarray], batch_size
 
 
 def _init_from(other: str, cfg: ModelConfig, params):
-    """Copies another run's latest weights into `params`, extending a learned table as configured."""
+    """Copies another run's latest weights into `params`, extending a learned table as configured. Returns
+    (params, the record run.json keeps as `init_from`: that run's workdir, step and parameters' SHA-256)."""
     _, other_cfg, _, other_params, other_step = checkpoint.restore_params(other)
     src, dst = nnx.to_pure_dict(other_params), nnx.to_pure_dict(params)
     src_paths = {p for p, _ in jax.tree_util.tree_flatten_with_path(src)[0]}
@@ -252,7 +253,7 @@ def _init_from(other: str, cfg: ModelConfig, params):
     merged = jax.tree_util.tree_map_with_path(take, dst, src)
     nnx.replace_by_pure_dict(params, merged)
     tqdm.write(f"initialised from {other} (step {other_step})")
-    return params
+    return params, {"workdir": str(other), "step": other_step, "params_sha256": checkpoint.tree_sha256(other_params)}
 
 
 def _read_metrics(path: pathlib.Path, upto_step: int) -> list[str]:
@@ -351,7 +352,8 @@ def check_rerun(workdir: pathlib.Path, config: ml_collections.ConfigDict, corpus
 
 
 def _restore_or_init(workdir: pathlib.Path, mngr, cfg, config, tx, abstract_params, mesh):
-    """(start step, params, opt_state, manager) from the newest good checkpoint, or a fresh initialisation.
+    """(start step, params, opt_state, manager, `_init_from`'s record or None) from the newest good checkpoint,
+    or a fresh initialisation.
 
     Corrupt newer checkpoints are moved to `workdir/corrupt_checkpoints/` (kept, not deleted) so that the
     run can write those steps again.
@@ -376,11 +378,11 @@ def _restore_or_init(workdir: pathlib.Path, mngr, cfg, config, tx, abstract_para
         mngr = checkpoint.manager(workdir, keep=config.keep_checkpoints)
     if start is not None:
         tqdm.write(f"resuming {workdir} from step {start}")
-        return start, params, opt_state, mngr
-    params = checkpoint.init_params(cfg, config.seed)
+        return start, params, opt_state, mngr, None
+    params, init = checkpoint.init_params(cfg, config.seed), None
     if config.init_from:
-        params = _init_from(config.init_from, cfg, params)
-    return 0, params, _jit(tx.init)(params), mngr
+        params, init = _init_from(config.init_from, cfg, params)
+    return 0, params, _jit(tx.init)(params), mngr, init
 
 
 def fsdp_size(config: ml_collections.ConfigDict) -> int:
@@ -435,7 +437,9 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
         recovery = check_rerun(workdir_path, config, corpus, info, mngr.latest_step(), str(activation_dtype(cfg)))
     else:
         info = {}  # nothing trained yet: whatever ran here before left no state to resume
-    start, params, opt_state, mngr = _restore_or_init(workdir_path, mngr, cfg, config, tx, abstract_params, mesh)
+    start, params, opt_state, mngr, init = _restore_or_init(workdir_path, mngr, cfg, config, tx, abstract_params, mesh)
+    if init is not None:
+        info["init_from"] = init  # the parameters the run started from (a resumed run keeps its record)
     if "diverged" in info:
         if recovery:
             tqdm.write(f"recovering from the divergence at step {info['diverged']['step']}: {_fmt_changes(recovery)}")

@@ -179,6 +179,11 @@ def test_an_imported_run_evaluates_with_the_activations_its_export_recorded(copy
     with np.load(tmp_path / "run.npz") as f:
         assert str(f[checkpoint.ACTIVATIONS_KEY]) == "bfloat16"
         arrays = {k: v for k, v in f.items() if k != checkpoint.ACTIVATIONS_KEY}
+    float32 = checkpoint.load_config(workdir)
+    float32.model.act_dtype = "float32"
+    with pytest.raises(ValueError, match="trained with 'bfloat16' activations, which model.dtype='bfloat16' and "
+                                         "model.act_dtype='float32' do not give"):
+        checkpoint.import_params(tmp_path / "run.npz", tmp_path / "refused", float32, step=8)
     checkpoint.import_params(tmp_path / "run.npz", tmp_path / "imported", config, step=8)
     assert checkpoint.restore_params(tmp_path / "imported")[1].act_dtype == "bfloat16"
     np.savez(tmp_path / "old.npz", **arrays)

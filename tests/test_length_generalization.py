@@ -248,9 +248,17 @@ def test_passkey_results_of_another_budget_are_refused_and_render_in_their_archi
                                                   "task": {**config["task"], "stop_accuracy": None}}}
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "passkey-alibi-s0.json").write_text(json.dumps(old))
-    with pytest.raises(ValueError, match=r"passkey-alibi-s0.json was trained with train_steps 3000 \(now: 8000\), "
-                                         r"task.stop_accuracy None \(now: 0.99\)"):
+    with pytest.raises(ValueError, match=r"passkey-alibi-s0.json was trained with schedule_steps 3000 \(now: 8000\), "
+                                         r"task.stop_accuracy None \(now: 0.99\), train_steps 3000 \(now: 8000\)"):
         report.write_report(tmp_path, jobs=[])
+    (tmp_path / "results" / "passkey-alibi-s0.json").write_text(json.dumps(_passkey_result(20, 0)))
+    with pytest.raises(ValueError, match="passkey-alibi-s0.json records no training config"):
+        report.write_report(tmp_path, jobs=[])  # a passkey result from before results recorded it
+    (tmp_path / "results" / "passkey-alibi-s0.json").rename(tmp_path / "results" / "passkey-alibi-s7.json")
+    with pytest.raises(ValueError, match="passkey-alibi-s7.json is no job of run.py's plan"):
+        report.write_report(tmp_path, jobs=[])
+    (tmp_path / "results" / "passkey-alibi-s7.json").unlink()
+    (tmp_path / "results" / "passkey-alibi-s0.json").write_text(json.dumps(old))
     archive = tmp_path / "results" / "passkey-3000"
     archive.mkdir()
     (tmp_path / "results" / "passkey-alibi-s0.json").rename(archive / "passkey-alibi-s0.json")
@@ -275,6 +283,17 @@ def test_passkey_results_of_another_budget_are_refused_and_render_in_their_archi
     with pytest.raises(ValueError, match=r"passkey-rope-s0-ftpi4x.json started from parameters b, not from "
                                          r"results/passkey-rope-s0.json whose parameters differ \(params_sha256 a\)"):
         report.write_report(tmp_path, jobs=[])
+    (tmp_path / "results" / "passkey-rope-s0-ftpi4x.json").write_text(json.dumps({k: v for k, v in tune.items()
+                                                                                if k != "init_sha256"}))
+    with pytest.raises(ValueError, match=r"passkey-rope-s0-ftpi4x.json records no starting parameters, and "
+                                         r"results/passkey-rope-s0.json records its own \(a\)"):
+        report.write_report(tmp_path, jobs=[])
+    (tmp_path / "results" / "passkey-rope-s0.json").write_text(json.dumps({k: v for k, v in base.items()
+                                                                          if k != "params_sha256"}))
+    (tmp_path / "results" / "passkey-rope-s0-ftpi4x.json").write_text(json.dumps(tune))
+    with pytest.raises(ValueError, match="passkey-rope-s0.json which records no parameters' hash"):
+        report.write_report(tmp_path, jobs=[])
+    (tmp_path / "results" / "passkey-rope-s0.json").write_text(json.dumps(base))
     (tmp_path / "results" / "passkey-rope-s0-ftpi4x.json").write_text(json.dumps({**tune, "init_sha256": "a"}))
     assert "| passkey-rope-s0-ftpi4x | run | 90 [" in report.write_report(tmp_path, jobs=[]).split("### Passkey's first")[0]
 

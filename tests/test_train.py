@@ -166,6 +166,9 @@ def test_init_from_copies_weights_and_extends_learned_table(tiny_config, tmp_pat
     np.testing.assert_allclose(table[[0, -1]], src_table[[0, -1]], atol=1e-6)
     np.testing.assert_allclose(np.asarray(params["head"]["kernel"][...]), np.asarray(src["head"]["kernel"][...]),
                                atol=1e-7)
+    init = checkpoint.read_run_info(tmp_path / "long")["init_from"]  # what it loaded, for a study to check
+    assert init == {"workdir": str(tmp_path / "base"), "step": 4, "params_sha256": checkpoint.tree_sha256(src)}
+    assert "init_from" not in checkpoint.read_run_info(tmp_path / "base")
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ r"""The length-generalization experiment's training config: configs/tasks.py wit
         --workdir=runs/lengthgen/passkey-alibi-s1
 
 The arg: configs/tasks.py's variants (task=, posenc=, randomize) plus seed=N. Every encoding of a task gets
-the same model, steps and data: passkey at train_len 256 (2 layers); copy, reverse and recall on lengths up
-to 32 with ALGO_LAYERS layers. At configs/tasks.py's 2 layers, NoPE's copy and reverse and most runs with
+the same model, schedule and data: passkey at train_len 256 (2 layers; up to 8000 steps, stopping at 99%
+validation exact match: configs/tasks.py); copy, reverse and recall on lengths up to 32 with ALGO_LAYERS
+layers, for a fixed number of steps. At configs/tasks.py's 2 layers, NoPE's copy and reverse and most runs with
 randomized positions stayed below the 90% in-range bar on all 3 seeds (kept in results/2layers/), so the
 Kazemnejad and Ruoss verdicts could not be tested; with 4 layers the pilots copy-none-4l and copy-rope-rp-4l
 (pilot/README) reached it or came close within 8000 steps. Recall trains at RECALL_LR instead of configs/tasks.py's

@@ -14,11 +14,13 @@ import pathlib
 import re
 import sys
 
+import ml_collections
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from posenc.config import run_changes  # noqa: E402
 from posenc.jobs import result_curve  # noqa: E402
 from posenc.task_eval import plot_accuracy, plot_heatmap, wilson_interval  # noqa: E402
 from posenc.tasks import VERSIONS  # noqa: E402
@@ -131,7 +133,7 @@ def curve_minutes(result: dict) -> float:
 def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     results = load(here / "results")
     check_versions(results)
-    check_settings(results)
+    check_settings(results, jobs if jobs else plan([0, 1, 2]))
     check_bases(results)
     figures = here / "figures"
     figures.mkdir(exist_ok=True)
@@ -268,21 +270,6 @@ def algo_layers() -> int:
     return algo_config().model.num_layers
 
 
-# The training settings check_settings() holds each result to (algo_settings() renders the algorithmic ones).
-SETTINGS = ("model.num_layers", "model.d_model", "train_len", "train_steps", "batch_size", "learning_rate",
-            "task.stop_accuracy")
-
-
-def _field(config, dotted: str):
-    """A dotted field of a config dict; None where the config has no such field (recorded before it existed:
-    `task.stop_accuracy`, unset then)."""
-    for key in dotted.split("."):
-        if key not in config:
-            return None
-        config = config[key]
-    return config
-
-
 def algo_settings(algo: dict[str, dict]) -> str:
     """The algorithmic jobs' shared settings and each task's learning rate, as config.py sets them, and how many
     of the results `algo` record their training config (held to those settings: check_settings)."""
@@ -296,34 +283,51 @@ def algo_settings(algo: dict[str, dict]) -> str:
             + ("; the others are from before results recorded it." if recorded < len(algo) else "."))
 
 
-def check_settings(results: dict[str, dict], folder: str = "results") -> None:
-    """Refuses a result whose recorded training config (run.py keeps the run's config.json as `config`) differs
-    in SETTINGS from what run.py would train its job with now (config.py and the job's overrides), so that a
-    changed config.py or plan never relabels earlier results: they belong in an archive folder of ARCHIVES.
-    Results from before the field record none and are rendered with config.py's settings."""
-    jobs = {j.name: j for j in plan([0, 1, 2])}
+def check_settings(results: dict[str, dict], jobs: list, folder: str = "results") -> None:
+    """Refuses a result that is no job of the plan `jobs`, or whose recorded training config (run.py keeps the
+    run's config.json as `config`) differs from the one run.py would train its job with now (`run.job_config`:
+    config.py and the job's overrides) in any field that defines the run (`posenc.config.run_changes`, plus
+    train_steps; the base's path `init_from` is held by check_bases instead), so that a changed config.py or
+    plan never relabels earlier results: they belong in an archive folder of ARCHIVES. Algorithmic results
+    from before results recorded their config are rendered with config.py's settings; a passkey result
+    without one is refused (every passkey result of the current budget records it)."""
+    planned = {j.name: j for j in jobs}
     for name, res in results.items():
-        if "config" not in res or name not in jobs:
+        if name not in planned:
+            raise ValueError(f"{folder}/{name}.json is no job of run.py's plan: move it to an archive folder of "
+                             "ARCHIVES, or run.py with the --seeds that plan it")
+        if "config" not in res:
+            if name.startswith("passkey-"):
+                raise ValueError(f"{folder}/{name}.json records no training config: it is from before the "
+                                 "current passkey budget; move it to an archive folder of ARCHIVES")
             continue
-        now = job_config(jobs[name], pathlib.Path("runs")).to_dict()
-        differ = [f"{f} {_field(res['config'], f)!r} (now: {_field(now, f)!r})" for f in SETTINGS
-                  if _field(res["config"], f) != _field(now, f)]
+        now = job_config(planned[name], pathlib.Path("runs"))
+        differ = {k: v for k, v in run_changes(ml_collections.ConfigDict(res["config"]), now).items() if k != "init_from"}
+        if res["config"]["train_steps"] != now.train_steps:
+            differ["train_steps"] = (res["config"]["train_steps"], now.train_steps)
         if differ:
-            raise ValueError(f"{folder}/{name}.json was trained with {', '.join(differ)}: rerun it with config.py's "
-                             f"settings, or move it to an archive folder of ARCHIVES")
+            raise ValueError(f"{folder}/{name}.json was trained with " + ", ".join(
+                f"{k} {a!r} (now: {b!r})" for k, (a, b) in sorted(differ.items()))
+                + ": rerun it with run.py's job config, or move it to an archive folder of ARCHIVES")
 
 
 def check_bases(results: dict[str, dict], folder: str = "results") -> None:
-    """Refuses a fine-tune whose starting parameters (`init_sha256`) are not those of its base run's result here
-    (`params_sha256`): its base was trained again or archived, and the fine-tune belongs with the base it
-    started from. Results from before the fields record none and are not checked."""
+    """Refuses a fine-tune whose starting parameters (`init_sha256`, what its training loaded) are not those of
+    its base run's result here (`params_sha256`): its base was trained again or archived, and the fine-tune
+    belongs with the base it started from. A pair from before the fields, neither recording one, is not
+    checked; a fine-tune without one beside a base with one is refused."""
     for name, res in results.items():
         base, start = res.get("job", {}).get("init_from"), res.get("init_sha256")
-        if not base or start is None:
+        have = results.get(base, {}).get("params_sha256") if base else None
+        if not base or (start is None and have is None):
             continue
-        have = results.get(base, {}).get("params_sha256")
+        if start is None:
+            raise ValueError(f"{folder}/{name}.json records no starting parameters, and {folder}/{base}.json records "
+                             f"its own ({have}): the fine-tune is from before them; rerun it, or move it to the "
+                             "archive folder of the base it started from")
         if have != start:
-            state = f"whose parameters differ (params_sha256 {have})" if have else "which has no result here"
+            state = (f"whose parameters differ (params_sha256 {have})" if have else
+                     "which records no parameters' hash" if base in results else "which has no result here")
             raise ValueError(f"{folder}/{name}.json started from parameters {start}, not from {folder}/{base}.json "
                              f"{state}: move it to the archive folder of the base it started from, or rerun it")
 
@@ -433,11 +437,14 @@ def remaining_estimate(results: dict, timing: dict, missing: list[str]) -> str:
         left[job_kind(name)] = left.get(job_kind(name), 0) + 1
     known = {k: n * float(np.mean(per[k])) for k, n in left.items() if k in per}
     unknown = sorted(k for k in left if k not in per)
+    unknown_text = (f"no finished job yet to estimate {', '.join(unknown)} "
+                    f"({', '.join(str(left[k]) for k in unknown)} jobs)")
+    if not known:
+        return unknown_text[0].upper() + unknown_text[1:] + "."
     text = (f"At the mean cost of the finished jobs of each kind, the missing ones need about "
             f"{sum(known.values()) / 60:.1f} hours of job time (with `--workers=2`, two jobs run at once) (" + ", ".join(
                 f"{left[k]} {k} × {np.mean(per[k]):.0f} min" for k in known) + ")")
-    return text + (f"; no finished job yet to estimate {', '.join(unknown)} ({', '.join(str(left[k]) for k in unknown)} "
-                   "jobs)." if unknown else ".")
+    return text + (f"; {unknown_text}." if unknown else ".")
 
 
 def pilot_section(folder: pathlib.Path, pilot: dict) -> list[str]:
@@ -657,7 +664,8 @@ def verdicts(results: dict[str, dict]) -> list[str]:
     below = [f"{label} {fmt(ft_in_range(results[n]))}" for n, label in ((yarn, "YaRN"), (pi, "PI"))
              if n in results and (ft_in_range(results[n]) is None or pct(ft_in_range(results[n])) < IN_RANGE)]
     if below:
-        recipe = ", ".join(f"{k}={v}" for k, v in results[next(n for n in (pi, yarn) if n in results)]["job"]["overrides"])
+        recipe = ", ".join(f"{k}={v}" for k, v in results[next(n for n in (pi, yarn) if n in results)]["job"]["overrides"]
+                           if v is not None)  # a stop left unset: the fine-tunes run their steps
         out.append(f"- {rule} **not tested**: the rule needs both fine-tuned runs ≥ {100 * IN_RANGE:.0f}% in their own "
                    f"window ({', '.join(below)} at {FT_LEN}; fine-tuning recipe: {recipe}).")
     elif pi in results and yarn in results:

@@ -72,10 +72,10 @@ LATE_TASKS = ("recall",)  # tier 4 runs their seeds after the other tasks' seeds
 # further along, and three seeds of them complete the Kazemnejad and Ruoss verdicts over those tasks first
 FT_LR = 5e-4  # the fine-tunes' peak learning rate. At 1e-3 for 200 steps of batch 4 (pilot rows ft*-lr1e-3-200)
 # and at 2e-4 for 300 steps of batch 8 (ft*-lr2e-4-300) they reached 21–50% at 1024, their validation accuracy
-# still rising (19% → 44% over the last 100 steps): the base run needed about 2600 steps to pass 90%. At 5e-4
-# for 1000 steps on examples of 1024 only (ft*-lr5e-4-1000), no scaling reached 92% and PI 81% at 1024, but
-# 1–50% at 256 and 512: a model fine-tuned on one length forgets the shorter ones. So the fine-tunes see
-# examples of every length from 256 to 1024 (FT_MIN_LEN), for 1500 steps.
+# still rising (19% → 44% over the last 100 steps): their base run (of the first passkey budget, 3000 steps)
+# needed about 2600 steps to pass 90%. At 5e-4 for 1000 steps on examples of 1024 only (ft*-lr5e-4-1000), no
+# scaling reached 92% and PI 81% at 1024, but 1–50% at 256 and 512: a model fine-tuned on one length forgets the
+# shorter ones. So the fine-tunes see examples of every length from 256 to 1024 (FT_MIN_LEN), for 1500 steps.
 FT_STEPS = 1500
 FT_MIN_LEN = 256
 
@@ -158,8 +158,8 @@ def job_config(job: Job, runs: pathlib.Path):
 
 def attach_curve(result: dict, workdir: pathlib.Path) -> dict:
     """The run's training config (config.json), training curve (metrics.jsonl, packed: `jobs.pack_rows`; read it
-    with `jobs.result_curve`) and tokens per step, kept with its results: the report checks each result's settings
-    against config.py and computes time-to-accuracy from the curve."""
+    with `jobs.result_curve`) and tokens per step, kept with its results: the report checks each result's config
+    against the one its job would train with now (`job_config`) and computes time-to-accuracy from the curve."""
     config = json.loads((workdir / "config.json").read_text())
     result["config"] = config
     result["curve_gz"] = jobs.pack_rows([json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()
@@ -202,8 +202,9 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     result["job"] = dataclasses.asdict(job)
     result["final_metrics"] = final
     result["params_sha256"] = params_sha256(runs / job.name)  # what a fine-tune from this run starts from
-    if job.init_from:
-        result["init_sha256"] = params_sha256(runs / job.init_from)  # report.check_bases holds it to the base's
+    init = checkpoint.read_run_info(runs / job.name).get("init_from")
+    if job.init_from and init:  # what training loaded (posenc.train records it); report.check_bases holds it
+        result["init_sha256"] = init["params_sha256"]  # to the base result's params_sha256
     attach_curve(result, runs / job.name)
     result["cpu"] = cpu_model()
     result["threads"] = jobs.threads()
