@@ -177,11 +177,12 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     if pk:
         for name, res in pk.items():
             reached = time_to_accuracy(res)
-            stopped = result_curve(res)[-1]["step"] if result_curve(res) else None
+            curve = result_curve(res)
+            stopped = curve[-1]["step"] if curve else None
             if reached is not None:
                 lines.append(f"- `{name}` first reached {100 * IN_RANGE:.0f}% validation exact match at step {reached[0]} "
                              f"({reached[1]:.1f} minutes of timed steps, {machine(res)}); trained {stopped} steps.")
-            elif result_curve(res):
+            elif curve:
                 lines.append(f"- `{name}` never reached {100 * IN_RANGE:.0f}% validation exact match in training "
                              f"({stopped} steps).")
         lines += [""] + passkey_table(pk)
