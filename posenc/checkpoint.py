@@ -338,6 +338,12 @@ def restore_params(workdir: str | pathlib.Path, step: int | None = None):
     return config, cfg, graphdef, params, step
 
 
+def params_sha256(workdir: str | pathlib.Path) -> str:
+    """The SHA-256 of a run's newest good checkpoint's parameters (`tree_sha256`): what a run started from it
+    (`init_from`) or scored from it loads."""
+    return tree_sha256(restore_params(workdir)[3])
+
+
 ACTIVATIONS_KEY = "__activations__"  # an exported file's entry naming the activations the run trained with
 
 

@@ -51,6 +51,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from posenc import checkpoint, jobs, malloc  # noqa: E402
+from posenc.checkpoint import params_sha256  # noqa: E402
 from posenc.config import with_fields  # noqa: E402
 from posenc.encodings import POSENCS, get_encoding  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
@@ -166,11 +167,6 @@ def attach_curve(result: dict, workdir: pathlib.Path) -> dict:
                                          if line])
     result["tokens_per_step"] = config["batch_size"] * config["train_len"]
     return result
-
-
-def params_sha256(workdir: pathlib.Path) -> str:
-    """The SHA-256 of a run's newest good checkpoint's parameters (`checkpoint.tree_sha256`)."""
-    return checkpoint.tree_sha256(checkpoint.restore_params(workdir)[3])
 
 
 def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:

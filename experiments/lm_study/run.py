@@ -75,6 +75,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from posenc import checkpoint, jobs, malloc, tuning  # noqa: E402
+from posenc.checkpoint import params_sha256  # noqa: E402
 from posenc import evaluate as ev  # noqa: E402
 from posenc.encodings import POSENCS  # noqa: E402
 from posenc.longrope import SearchConfig, search_run  # noqa: E402
@@ -263,10 +264,6 @@ def _config_for(job: Job, results: pathlib.Path, runs: pathlib.Path, s: Settings
         config.model.rope.scaling.factor = float(times)
         config.model.rope.scaling.original_max_len = base_len
     return config
-
-
-def params_sha256(workdir: pathlib.Path) -> str:
-    return checkpoint.tree_sha256(checkpoint.restore_params(workdir)[3])
 
 
 def trained_base(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) -> pathlib.Path:
