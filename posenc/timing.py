@@ -70,17 +70,26 @@ def cpu_slug(model: str | None = None) -> str:
     return "-".join(re.findall(r"[a-z0-9]+", name)) or "unknown"
 
 
+# Files that hold results and documentation, not the code a benchmark measures: a benchmark writing its own
+# output (lscpu.txt, a log, the README it re-renders) leaves the code it measured unchanged.
+RESULT_SUFFIXES = (".json", ".jsonl", ".log", ".txt", ".md", ".png", ".svg", ".csv", ".npz")
+
+
 def code_version() -> str:
-    """The checkout's commit (short hash), with "+changes" when tracked files differ from it; "unknown" outside
-    git. Benchmark results record it, so that a figure can be told apart from one measured before a change."""
+    """The checkout's commit (short hash), with "+changes" when tracked files other than results
+    (`RESULT_SUFFIXES`) differ from it; "unknown" outside git. Benchmark results record it, so that a figure can be
+    told apart from one measured before a change."""
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain=v1", "-z", "--untracked-files=no"],
+                                capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return commit + ("+changes" if dirty else "")
+    # -z entries: "XY path", a rename's original path following as an entry of its own
+    changed = [entry[3:] if entry[2:3] == " " else entry for entry in status.split("\0") if entry]
+    code = [path for path in changed if not path.endswith(RESULT_SUFFIXES)]
+    return commit + ("+changes" if code else "")
 
 
 def cpu_bf16_flags() -> list[str]:

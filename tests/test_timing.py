@@ -13,19 +13,22 @@ def test_cpu_slug_names_a_folder_per_cpu_kind():
     assert cpu_slug("") == "unknown"
 
 
-def test_code_version_is_the_commit_marked_when_tracked_files_changed(tmp_path, monkeypatch):
+def test_code_version_is_the_commit_marked_when_tracked_code_changed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert code_version() == "unknown"  # not a git checkout
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(git + ["init", "-q"], check=True)
-    (tmp_path / "f.txt").write_text("a")
-    subprocess.run(git + ["add", "f.txt"], check=True)
+    (tmp_path / "f.py").write_text("a")
+    (tmp_path / "result.json").write_text("{}")
+    subprocess.run(git + ["add", "f.py", "result.json"], check=True)
     subprocess.run(git + ["commit", "-q", "-m", "x"], check=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert code_version() == commit
     (tmp_path / "new.txt").write_text("untracked files do not count")
     assert code_version() == commit
-    (tmp_path / "f.txt").write_text("b")
+    (tmp_path / "result.json").write_text('{"a benchmark": "writing its own output"}')
+    assert code_version() == commit
+    (tmp_path / "f.py").write_text("b")
     assert code_version() == commit + "+changes"
 
 
