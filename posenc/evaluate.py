@@ -70,6 +70,7 @@ from posenc.encodings import get_encoding
 from posenc.model import ModelConfig
 from posenc.rope_scaling import RopeScaling, is_length_dependent, rope_inputs
 from posenc.training_free import Method
+from posenc.xla_options import compiler_options
 
 SCALINGS = ("none", "run", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_linear", "dynamic_yarn", "llama3",
             "longrope")
@@ -254,7 +255,7 @@ def _nll_fn(graphdef, cfg: ModelConfig):
         logits = nnx.merge(graphdef, params)(x, rope=rope, method=method)
         return optax.softmax_cross_entropy_with_integer_labels(logits, y)
 
-    return jax.jit(fn)
+    return jax.jit(fn, compiler_options=compiler_options())
 
 
 def _rope_args(cfg: ModelConfig, scaling: RopeScaling, length: int):
@@ -397,7 +398,7 @@ class Evaluator:
                 _, nll = jax.lax.scan(body, cache, (xs.reshape(-1, chunk), ys.reshape(-1, chunk), starts))
                 return nll.reshape(-1)
 
-            self._fns[key] = jax.jit(fn)
+            self._fns[key] = jax.jit(fn, compiler_options=compiler_options())
         inv, af, n_hat, lo = _rope_args(cfg, scaling, method.span())  # the longest distance attention sees
         rope = (inv, af, n_hat, lo) if cfg.encoding.takes_rope_scaling else None
         args = method.args(cfg.encoding)

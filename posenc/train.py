@@ -43,6 +43,7 @@ from posenc.config import RECOVERY_FIELDS, RESUMABLE_FIELDS, run_changes, schedu
 from posenc.evaluate import LN2, MAX_NLL
 from posenc.learned import interpolate_table
 from posenc.model import ModelConfig, activation_dtype
+from posenc.xla_options import compiler_options
 
 
 
@@ -173,7 +174,7 @@ def _make_train_step(graphdef, tx, shardings, seq_len):
             finite &= jnp.isfinite(leaf).all()
         return params, opt_state, {"loss": loss, "grad_norm": grad_norm, "finite": finite}
 
-    return jax.jit(step, donate_argnums=(0, 1))
+    return jax.jit(step, donate_argnums=(0, 1), compiler_options=compiler_options())
 
 
 def shard_batch(batch: np.ndarray, sharding: NamedSharding) -> jax.Array:
@@ -202,7 +203,7 @@ def make_eval_step(graphdef, seq_len=None):
         wrong = (jnp.argmax(logits, -1) != y) & (w > 0)
         return {"nll": jnp.sum(nll * w), "count": jnp.sum(w), "exact": jnp.sum(~wrong.any(-1))}
 
-    return jax.jit(fn)
+    return jax.jit(fn, compiler_options=compiler_options())
 
 
 def evaluate_windows(eval_step, params, batch: dict[str, np.ndarray], batch_size: int,

@@ -24,6 +24,7 @@ from flax import nnx
 
 from posenc import attention, evaluate
 from posenc.config import parse_lengths
+from posenc.xla_options import compiler_options
 from posenc.model import ModelConfig, Transformer
 from posenc.rope_scaling import RopeScaling
 from posenc.timing import code_version, cpu_model, emit
@@ -126,7 +127,7 @@ def main(argv):
               f"{rows[-1]['torch_tokens_per_s']:.0f} tokens/s, ratio {ratio:.2f} (NLLs agree to {agree:.1e})")
     result = {"rows": rows, "attn_chunk": _CHUNK.value, "attn_key_block": _KEY_BLOCK.value, "head_groups": groups, "round_tokens": _ROUND_TOKENS.value, "d_model": _D_MODEL.value, "rounds": _ROUNDS.value,
               "cpu": cpu_model(), "commit": code_version(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-              "jax": jax.__version__}
+              "jax": jax.__version__, "compiler_options": compiler_options()}
     emit(result, _OUT.value)
 
 

@@ -42,6 +42,7 @@ from posenc.timing import code_version, cpu_bf16_flags, cpu_model, profile_ops
 from posenc.config import validate
 from posenc.model import DTYPES, count_params
 from posenc.train import load_config_file, make_optimizer, make_train_step
+from posenc.xla_options import compiler_options
 
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per round.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Rounds (the median round is reported).")
@@ -211,7 +212,7 @@ def main(argv):
               "params": n_params, "rounds_tokens_per_s": jax_tps, "steps": _STEPS.value,
               "batch_size": config.batch_size, "train_len": config.train_len, "attn_block": m.attn_block,
               "without": _WITHOUT.value, "dtype": _DTYPE.value, "act_dtype": _ACT.value, "cpu": cpu_model(), "xla_flags": os.environ.get("XLA_FLAGS", ""), "commit": code_version(), "cpu_bf16": cpu_bf16_flags(), "backend": jax.default_backend(),
-              "devices": len(jax.devices()), "jax": jax.__version__}
+              "devices": len(jax.devices()), "jax": jax.__version__, "compiler_options": compiler_options()}
     print(f"JAX: {tps:.0f} tokens/s (rounds: {', '.join(f'{r:.0f}' for r in jax_tps)}), "
           f"{result['model_gflops_per_s']:.1f} GFLOP/s of model FLOPs; {_DTYPE.value} matmul peak {peak / 1e9:.1f} GFLOP/s; "
           f"MFU {result['mfu']:.1%}")

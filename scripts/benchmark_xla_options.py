@@ -4,7 +4,8 @@ r"""XLA compiler options against each other on the reference model's training st
         --variant=onednn:xla_cpu_use_onednn=true,xla_cpu_experimental_onednn_fusion_type=LIBRARY_FUSION_TYPE_DOT \
         [--torch] [--rounds=8] [--dtype=bfloat16] [--out=FILE.json]
 
-Each `--variant=NAME:KEY=VALUE,...` compiles the same jitted step (`scripts/benchmark_train.py`'s reference model
+Each `--variant=NAME:KEY=VALUE,...` compiles the same jitted step, from XLA's defaults (POSENC_CPU_DOTS=xla:
+`posenc/xla_options.py` chooses nothing here), (`scripts/benchmark_train.py`'s reference model
 and flags) with `jax.stages.Lowered.compile(compiler_options=...)`: XLA's DebugOptions, the fields XLA_FLAGS sets
 for a whole process (enum fields take the enum's name, e.g. `LIBRARY_FUSION_TYPE_DOT`; an empty value clears a
 repeated field). The rounds alternate the variants (and PyTorch eager with --torch), each from the same
@@ -16,6 +17,7 @@ and how many of its dots each library took; the last line is JSON.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 
@@ -32,7 +34,14 @@ _VARIANTS = flags.DEFINE_multi_string("variant", ["default:"], "NAME:KEY=VALUE,.
 _OUT = flags.DEFINE_string("out", None, "Also write the JSON here.")
 
 
-def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+def option_value(text: str) -> bool | int | str:
+    """An option's value as XLA takes it: true/false as a bool, digits as an int, anything else as the string."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, bool | int | str]]:
     """'name:key=value,key=value' → (name, {key: value}); 'name:' → (name, {})."""
     name, sep, options = text.partition(":")
     if not name or not sep:
@@ -40,7 +49,10 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
     pairs = [item.split("=", 1) for item in options.split(",") if item]
     if any(len(p) != 2 or not p[0] for p in pairs):
         raise ValueError(f"--variant {text!r}: each option must be KEY=VALUE")
-    return name, dict(pairs)
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"--variant {text!r}: an option given twice (the last would win)")
+    return name, {key: option_value(value) for key, value in pairs}
 
 
 def dot_libraries(hlo: str) -> dict[str, int]:
@@ -58,6 +70,7 @@ def dot_libraries(hlo: str) -> dict[str, int]:
 def main(argv):
     del argv
     malloc.keep_buffers()
+    os.environ["POSENC_CPU_DOTS"] = "xla"  # every variant from XLA's defaults, before the step is made
     variants = dict(parse_variant(v) for v in _VARIANTS.value)
     config = bt.reference_config()
     _, step, state, batch = bt.jax_runner(config)

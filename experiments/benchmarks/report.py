@@ -358,6 +358,41 @@ def xla_flags_ab(folder: pathlib.Path) -> str | None:
             f"evaluation (default / oneDNN) {evals}. Verdict, run by run: {verdict}.\n")
 
 
+def xla_options_ab(folder: pathlib.Path) -> str | None:
+    """The in-process A/Bs of XLA compiler options on one CPU kind (`scripts/benchmark_xla_options.py` →
+    xla_options/train_*.json) and the evaluation forward under POSENC_CPU_DOTS=xla and =onednn, alternating
+    processes (xla_options/eval_{xla,onednn}_<i>.json); None where none ran."""
+    ab = folder / "xla_options"
+    if not ab.is_dir():
+        return None
+    lines = []
+    for path in sorted(ab.glob("train_*.json")):
+        run = json.loads(path.read_text())
+        base = run["rows"][0]
+        threads = "one core, one XLA thread" if "one_core" in path.stem else f"{run.get('torch_threads', 2)} threads"
+        parts = []
+        for row in run["rows"][1:]:
+            wins = sum(a > b for a, b in zip(row["rounds_tokens_per_s"], base["rounds_tokens_per_s"]))
+            parts.append(f"{row['variant']} {row['over_first']:.3f}× {base['variant']} (faster in {wins} of "
+                         f"{len(row['rounds_tokens_per_s'])} rounds)")
+        vs_torch = ("; against PyTorch eager " + ", ".join(f"{row['variant']} {row['over_torch']:.2f}" for row in run["rows"])
+                    if "over_torch" in base else "")
+        lines.append(f"  - `{path.name}` ({run['dtype']}, {threads}, {run['rounds']} rounds): " + "; ".join(parts) + vs_torch + ".")
+    evals = {v: [json.loads(f.read_text()) for f in sorted(ab.glob(f"eval_{v}_*.json"))] for v in ("xla", "onednn")}
+    if evals["xla"] and evals["onednn"]:
+        lengths = [row["length"] for row in evals["xla"][0]["rows"]]
+        per = {n: {v: [row["ratio"] for r in evals[v] for row in r["rows"] if row["length"] == n] for v in evals}
+               for n in lengths}
+        lines.append("  - Evaluation forward against PyTorch SDPA (`eval_{xla,onednn}_<i>.json`, "
+                     f"{len(evals['xla'])} alternating processes each): "
+                     + "; ".join(f"L = {n}: XLA's defaults {', '.join(f'{x:.2f}' for x in r['xla'])}, oneDNN "
+                                 f"{', '.join(f'{x:.2f}' for x in r['onednn'])}"
+                                 + (" (oneDNN higher in every run)" if min(r["onednn"]) > max(r["xla"]) else
+                                    " (the ranges overlap)") for n, r in per.items()) + ".")
+    return (f"\n  XLA compiler options on this machine (`{ab.relative_to(HERE)}/`; what `posenc/xla_options.py` "
+            "chooses for this CPU kind rests on these):\n\n" + "\n".join(lines) + "\n")
+
+
 def by_cpu_kind() -> str:
     """Issue 16's comparisons on each CPU kind measured: the folders of run_cpu_kind.sh, and the top-level files
     of run.sh for a kind that has no folder yet."""
@@ -367,7 +402,8 @@ def by_cpu_kind() -> str:
             return optional(str((folder / name).relative_to(HERE)))
         kinds[f"cpu/{folder.name}/"] = {"f32": load("train_float32.json"), "bf16": load("train_bfloat16.json"),
                                         "ab": load("dtype_ab.json"), "eval": load("eval_throughput.json"),
-                                        "gemm": load("matmul.json"), "flags": xla_flags_ab(folder)}
+                                        "gemm": load("matmul.json"), "flags": xla_flags_ab(folder),
+                                        "options": xla_options_ab(folder)}
     measured = {(r or {}).get("cpu") for k in kinds.values() for r in (k["f32"], k["bf16"])}
     top_cpu = cur.get("cpu") or cpu.split(",")[0]  # the oldest files predate the "cpu" field: cpu.txt names it
     if top_cpu not in measured:
@@ -406,6 +442,8 @@ def by_cpu_kind() -> str:
                             + "\n  ".join(table) + "\n")
         if k["flags"]:
             verdicts.append(k["flags"])
+        if k.get("options"):
+            verdicts.append(k["options"])
     return ("\n## By CPU kind (`bash experiments/benchmarks/run_cpu_kind.sh`, issue 16)\n\n"
             "Reference model, 5 alternating rounds each; \"evaluation ratio\" is posenc's evaluation forward "
             "against PyTorch SDPA (the section below); `commit` is the code measured (\"+changes\": with "

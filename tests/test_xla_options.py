@@ -1,0 +1,51 @@
+"""posenc/xla_options.py: which library multiplies on which CPU, and that the choice reaches the compiled step."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from posenc import checkpoint, train
+from posenc.config import validate
+from posenc.timing import cpu_model
+from posenc.xla_options import CHOICES, ONEDNN_DOTS, compiler_options, cpu_dots
+
+INTEL, AMD = "Intel(R) Xeon(R) Processor", "AMD EPYC 9R14 96-Core Processor"
+
+
+def test_cpu_dots_chooses_onednn_on_intel_only_unless_overridden(monkeypatch):
+    monkeypatch.delenv("POSENC_CPU_DOTS", raising=False)
+    assert (cpu_dots(INTEL), cpu_dots(AMD)) == ("onednn", "xla")
+    assert (cpu_dots(INTEL, "xla"), cpu_dots(AMD, "onednn")) == ("xla", "onednn")
+    monkeypatch.setenv("POSENC_CPU_DOTS", "xla")
+    assert cpu_dots(INTEL) == "xla"
+    monkeypatch.setenv("POSENC_CPU_DOTS", "mkl")
+    with pytest.raises(ValueError, match=r"POSENC_CPU_DOTS must be one of \('auto', 'onednn', 'xla'\)"):
+        cpu_dots(INTEL)
+    assert CHOICES == ("auto", "onednn", "xla")
+
+
+def test_onednn_dots_multiply_in_float32():
+    """The options send a float32 dot to oneDNN (its fusion in the compiled module), and the product agrees
+    with float64 to float32 rounding: oneDNN does not round the operands to bf16."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((96, 256)), rng.standard_normal((256, 80))
+    f = jax.jit(lambda x, y: x @ y, compiler_options=ONEDNN_DOTS)
+    x, y = jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
+    assert "__onednn_fusion" in f.lower(x, y).compile().as_text()
+    err = np.abs(np.asarray(f(x, y), np.float64) - a @ b).max() / np.abs(a @ b).max()
+    assert err < 1e-5
+
+
+def test_train_step_is_compiled_with_this_machines_options(tiny_config):
+    """make_train_step's program holds oneDNN fusions exactly when this machine's CPU gets them."""
+    config = tiny_config("tiny")
+    cfg = validate(config)
+    tx, _ = train.make_optimizer(config)
+    graphdef, _ = checkpoint.abstract_model(cfg)
+    params = checkpoint.init_params(cfg, 0)
+    x = jnp.zeros((2, config.train_len), jnp.int32)
+    hlo = train.make_train_step(graphdef, tx).lower(params, tx.init(params), x, x).compile().as_text()
+    expect_onednn = jax.default_backend() == "cpu" and cpu_dots(cpu_model()) == "onednn"
+    assert ("__onednn_fusion" in hlo) == expect_onednn
+    assert (compiler_options() == ONEDNN_DOTS) == expect_onednn
