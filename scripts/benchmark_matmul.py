@@ -5,7 +5,7 @@ r"""The reference model's dense products in JAX (XLA:CPU) against PyTorch on the
 The products of one dense layer of the reference model (`scripts/benchmark_train.py`: 4096 tokens, d_model
 256, MLP 1024, qkv 768), forward and backward — y = x·W, dx = dy·Wᵀ, dW = xᵀ·dy — plus a 2048² product, in
 float32 and in bfloat16 (float32 results, as posenc's mixed precision). Each round times every product in
-JAX (jitted, as posenc's layers write them: xᵀ·dy in bf16 with posenc's explicit copy of xᵀ) and in PyTorch (`torch.matmul`, 2 threads), one after the other;
+JAX (jitted with `posenc.xla_options.compiler_options()`, as posenc's layers are, and written as they write them: xᵀ·dy in bf16 with posenc's explicit copy of xᵀ) and in PyTorch (`torch.matmul`, 2 threads), one after the other;
 the best round of each is reported with the JAX / PyTorch ratio (and how far the two products differ,
 relative to the largest entry). Where the training step's ratio against
 PyTorch eager is below 1.0, this says whether the products themselves account for it. Last line: JSON.
@@ -22,6 +22,7 @@ from absl import app, flags
 
 from posenc.attention import swap_last_copy
 from posenc.timing import code_version, cpu_model, emit
+from posenc.xla_options import compiler_options
 
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Alternating rounds (the best of each side is reported).")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Products per timing.")
@@ -58,11 +59,13 @@ def main(argv):
             ja, jb = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
             if form == "tn":  # posenc's weight gradient: xᵀ copied for 16-bit operands (posenc.model.dense)
                 f = jax.jit(lambda x, y: jax.lax.dot_general(swap_last_copy(x), y, (((1,), (0,)), ((), ())),
-                                                             preferred_element_type=jnp.float32))
+                                                             preferred_element_type=jnp.float32),
+                            compiler_options=compiler_options())
             else:
                 dims = {"nn": ((1,), (0,)), "nt": ((1,), (1,))}[form]
                 f = jax.jit(lambda x, y, dims=dims: jax.lax.dot_general(x, y, (dims, ((), ())),
-                                                                        preferred_element_type=jnp.float32))
+                                                                        preferred_element_type=jnp.float32),
+                            compiler_options=compiler_options())
             tdt = torch.float32 if dtype == "float32" else torch.bfloat16
             ta, tb = torch.tensor(a).to(tdt), torch.tensor(b).to(tdt)
             tf = {"nn": lambda: ta @ tb, "nt": lambda: ta @ tb.T, "tn": lambda: ta.T @ tb}[form]
@@ -78,7 +81,8 @@ def main(argv):
             print(f"{dtype:9s} {name:12s} [{m}×{k}]·[{k}×{n}]  JAX {rows[-1]['jax_gflops']:7.0f}  "
                   f"PyTorch {rows[-1]['torch_gflops']:7.0f} GFLOP/s  ratio {rows[-1]['ratio']:.2f}")
     emit({"rows": rows, "rounds": _ROUNDS.value, "cpu": cpu_model(), "commit": code_version(), "jax": jax.__version__,
-          "torch": torch.__version__, "torch_threads": torch.get_num_threads()}, _OUT.value)
+          "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+          "compiler_options": compiler_options()}, _OUT.value)
 
 
 if __name__ == "__main__":

@@ -438,7 +438,9 @@ def by_cpu_kind() -> str:
             f32_rows = [r["ratio"] for r in gemm["rows"] if r["dtype"] == "float32" and r["product"] != "2048²"]
             verdicts.append(f"\n  The model's products on their own (`scripts/benchmark_matmul.py`, `{where}matmul.json`, "
                             f"best of {gemm['rounds']} alternating rounds; float32 JAX / PyTorch "
-                            f"{min(f32_rows):.2f}–{max(f32_rows):.2f} over the layer's products):\n\n  "
+                            f"{min(f32_rows):.2f}–{max(f32_rows):.2f} over the layer's products; JAX with "
+                            + (f"the compiler options `{gemm['compiler_options']}`" if gemm.get("compiler_options")
+                               else "XLA's default options") + "):\n\n  "
                             + "\n  ".join(table) + "\n")
         if k["flags"]:
             verdicts.append(k["flags"])
