@@ -389,8 +389,18 @@ def xla_options_ab(folder: pathlib.Path) -> str | None:
                                  f"{', '.join(f'{x:.2f}' for x in r['onednn'])}"
                                  + (" (oneDNN higher in every run)" if min(r["onednn"]) > max(r["xla"]) else
                                     " (the ranges overlap)") for n, r in per.items()) + ".")
-    return (f"\n  XLA compiler options on this machine (`{ab.relative_to(HERE)}/`; what `posenc/xla_options.py` "
-            "chooses for this CPU kind rests on these):\n\n" + "\n".join(lines) + "\n")
+    whole = ab / "run_cpu_kind_onednn"
+    if whole.is_dir():
+        f32, b16, ev = (json.loads((whole / name).read_text()) for name in
+                        ("train_float32.json", "train_bfloat16.json", "eval_throughput.json"))
+        lines.append(f"  - `run_cpu_kind.sh` with oneDNN dots (`run_cpu_kind_onednn/`, commit {f32['commit']}), against "
+                     f"PyTorch: float32 {f32['tokens_per_s']:.0f} / {f32['torch_tokens_per_s']:.0f} = "
+                     f"{f32['jax_over_torch']:.2f}; bf16 {b16['tokens_per_s']:.0f} / {b16['torch_tokens_per_s']:.0f} = "
+                     f"{b16['jax_over_torch']:.2f}; evaluation "
+                     + ", ".join(f"{r['length']}: {r['ratio']:.2f}" for r in ev["rows"]) + ".")
+    return (f"\n  XLA compiler options on this machine (`{ab.relative_to(HERE)}/`; oneDNN dots are opt-in, "
+            "`POSENC_CPU_DOTS=onednn`: `posenc/xla_options.py` says why they are not the default):\n\n"
+            + "\n".join(lines) + "\n")
 
 
 def by_cpu_kind() -> str:
