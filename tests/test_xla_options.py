@@ -1,5 +1,7 @@
 """posenc/xla_options.py: which library multiplies on which CPU, and that the choice reaches the compiled step."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,3 +52,9 @@ def test_train_step_is_compiled_with_the_chosen_options(tiny_config, monkeypatch
         assert compiler_options() == (ONEDNN_DOTS if setting == "onednn" else None)
     finally:
         compiler_options.cache_clear()
+
+
+def test_a_run_records_the_compiler_options_it_trained_with(trained_run):
+    """run.json lists the XLA options of the run's sittings ({}: XLA's defaults)."""
+    expected = ONEDNN_DOTS if jax.default_backend() == "cpu" and cpu_dots() == "onednn" else {}
+    assert json.loads((trained_run / "run.json").read_text())["compiler_options"] == [expected]
