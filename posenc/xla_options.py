@@ -11,9 +11,12 @@ trained 1.10× as fast on 2 cores and 1.04× on one core with one XLA thread (`s
 rounds alternating in one process; experiments/benchmarks/cpu/intel-xeon-processor/xla_options/). bf16 products
 stay with YNNPACK either way (AMX). On an AMD EPYC YNNPACK's float32 products run at about 2× PyTorch's, and
 oneDNN is unmeasured there. oneDNN is not the default even on Intel: with jax 0.10.2, XLA:CPU's oneDNN fusion
-crashed the process ("partition compile failed", then SIGILL) compiling the length-generalization study's
-passkey evaluation step (NoPE), and a crash takes a run down with it. Both libraries multiply in float32; only
-the order of the sums differs.
+kills the process ("partition compile failed", then SIGILL) at the first run of a dot with two batch axes whose
+operand is an elementwise product, as attention's probabilities times a mask or scale are: with `ONEDNN_DOTS`,
+`jax.jit(lambda a, b, v: jnp.einsum("bnqk,bnkh->bnqh", a * b, v))` dies at any size (a [2, 2, 16, 32] `a`
+already), where the same dot without the product, or with one batch axis, runs. The length-generalization
+study's passkey evaluation step hit it, and a crash takes a run down with it. Both libraries multiply in
+float32; only the order of the sums differs.
 """
 
 from __future__ import annotations
