@@ -9,17 +9,34 @@ import pytest
 
 from posenc import checkpoint, train
 from posenc.config import validate
+from posenc.timing import cpu_model
 from posenc.xla_options import CHOICES, ONEDNN_DOTS, compiler_options, cpu_dots
 
-def test_cpu_dots_keeps_xla_defaults_unless_onednn_is_asked_for(monkeypatch):
+INTEL, AMD = "Intel(R) Xeon(R) Processor", "AMD EPYC 9R14 96-Core Processor"
+
+
+def test_cpu_dots_chooses_onednn_on_intel_only_unless_overridden(monkeypatch):
     monkeypatch.delenv("POSENC_CPU_DOTS", raising=False)
-    assert (cpu_dots(), cpu_dots("auto"), cpu_dots("xla"), cpu_dots("onednn")) == ("xla", "xla", "xla", "onednn")
-    monkeypatch.setenv("POSENC_CPU_DOTS", "onednn")
-    assert cpu_dots() == "onednn"
+    assert (cpu_dots(INTEL), cpu_dots(AMD)) == ("onednn", "xla")
+    assert (cpu_dots(INTEL, "xla"), cpu_dots(AMD, "onednn")) == ("xla", "onednn")
+    monkeypatch.setenv("POSENC_CPU_DOTS", "xla")
+    assert cpu_dots(INTEL) == "xla"
     monkeypatch.setenv("POSENC_CPU_DOTS", "mkl")
     with pytest.raises(ValueError, match=r"POSENC_CPU_DOTS must be one of \('auto', 'onednn', 'xla'\)"):
-        cpu_dots()
+        cpu_dots(INTEL)
     assert CHOICES == ("auto", "onednn", "xla")
+
+
+def test_onednn_runs_the_batched_dot_of_a_product_that_its_fused_dots_crash_on():
+    """attention's p·v with p an elementwise product, two batch axes: oneDNN's DOT fusion killed the process on
+    it (`posenc/xla_options.py`); the individual dots of ONEDNN_DOTS run it, in oneDNN, and agree with float64."""
+    rng = np.random.default_rng(1)
+    a, b, v = rng.random((2, 2, 16, 32)), rng.random((2, 2, 16, 32)), rng.standard_normal((2, 2, 32, 8))
+    f = jax.jit(lambda a, b, v: jnp.einsum("bnqk,bnkh->bnqh", a * b, v), compiler_options=ONEDNN_DOTS)
+    args = [jnp.asarray(x, jnp.float32) for x in (a, b, v)]
+    assert "__onednn_fusion" in f.lower(*args).compile().as_text()
+    want = np.einsum("bnqk,bnkh->bnqh", a * b, v)
+    assert np.abs(np.asarray(f(*args), np.float64) - want).max() / np.abs(want).max() < 1e-5
 
 
 def test_onednn_dots_multiply_in_float32():
@@ -34,9 +51,9 @@ def test_onednn_dots_multiply_in_float32():
     assert err < 1e-5
 
 
-@pytest.mark.parametrize("setting", ["auto", "onednn"])
+@pytest.mark.parametrize("setting", ["auto", "onednn", "xla"])
 def test_train_step_is_compiled_with_the_chosen_options(tiny_config, monkeypatch, setting):
-    """make_train_step's program holds oneDNN fusions exactly when POSENC_CPU_DOTS asks for them."""
+    """make_train_step's program holds oneDNN fusions exactly when this CPU and POSENC_CPU_DOTS choose them."""
     monkeypatch.setenv("POSENC_CPU_DOTS", setting)
     compiler_options.cache_clear()
     try:
@@ -48,13 +65,14 @@ def test_train_step_is_compiled_with_the_chosen_options(tiny_config, monkeypatch
         x = jnp.zeros((2, config.train_len), jnp.int32)
         step = train._make_train_step(graphdef, tx, None, None)  # not the per-process cached one
         hlo = step.lower(params, tx.init(params), x, x).compile().as_text()
-        assert ("__onednn_fusion" in hlo) == (setting == "onednn")
-        assert compiler_options() == (ONEDNN_DOTS if setting == "onednn" else None)
+        expect = jax.default_backend() == "cpu" and cpu_dots(cpu_model(), setting) == "onednn"
+        assert ("__onednn_fusion" in hlo) == expect
+        assert compiler_options() == (ONEDNN_DOTS if expect else None)
     finally:
         compiler_options.cache_clear()
 
 
 def test_a_run_records_the_compiler_options_it_trained_with(trained_run):
     """run.json lists the XLA options of the run's sittings ({}: XLA's defaults)."""
-    expected = ONEDNN_DOTS if jax.default_backend() == "cpu" and cpu_dots() == "onednn" else {}
+    expected = ONEDNN_DOTS if jax.default_backend() == "cpu" and cpu_dots(cpu_model()) == "onednn" else {}
     assert json.loads((trained_run / "run.json").read_text())["compiler_options"] == [expected]
