@@ -8,9 +8,10 @@ there are no options.
 
 On an Intel Xeon (Sapphire Rapids, AVX-512 + AMX), XLA:CPU's default library for dots, YNNPACK, multiplies the
 reference model's float32 products at 0.70–0.97 of PyTorch's (oneDNN); with oneDNN dots the reference model
-trained 1.10–1.12× as fast on 2 cores and 1.04× on one core with one XLA thread, and the evaluation forward
-rose from 0.72–0.76 to 0.83–0.88 of PyTorch SDPA at 4096 (`scripts/benchmark_xla_options.py`, rounds alternating
-in one process; experiments/benchmarks/cpu/intel-xeon-processor/xla_options/). bf16 products stay with YNNPACK
+trained 1.10–1.12× as fast on 2 cores and 1.04× on one core with one XLA thread (`scripts/benchmark_xla_options.py`,
+rounds alternating in one process; experiments/benchmarks/cpu/intel-xeon-processor/xla_options/). The evaluation
+forward rose from 0.72–0.76 to 0.83–0.88 of PyTorch SDPA at 4096 with the fused type, between processes; with
+individual dots one sitting of run_cpu_kind.sh showed no gain there (the per-CPU table). bf16 products stay with YNNPACK
 either way (AMX). On an AMD EPYC YNNPACK's float32 products run at about 2× PyTorch's, and oneDNN is unmeasured
 there, so other CPUs keep XLA's defaults. Both libraries multiply in float32; only the order of the sums differs.
 
