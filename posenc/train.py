@@ -448,9 +448,9 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
                                                "changed": {k: list(v) for k, v in recovery.items()}})
     info["corpus"] = {"path": config.data.path, "sha256": corpus.sha256}
     info["activations"] = str(activation_dtype(cfg))  # what model.act_dtype resolved to (auto: by backend)
-    sittings = info.setdefault("compiler_options", [])  # each sitting's XLA options ({}: XLA's defaults)
-    if (compiler_options() or {}) not in sittings:
-        sittings.append(compiler_options() or {})
+    sittings, options = info.setdefault("compiler_options", []), compiler_options() or {}
+    if options not in sittings:  # each sitting's XLA options ({}: XLA's defaults)
+        sittings.append(options)
     stop = stop_accuracy(config)
     end = config.train_steps
     if info.get("stopped", {}).get("step") == start:

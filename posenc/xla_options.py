@@ -8,7 +8,8 @@ there are no options.
 
 On an Intel Xeon (Sapphire Rapids, AVX-512 + AMX), XLA:CPU's default library for dots, YNNPACK, multiplies the
 reference model's float32 products at 0.70–0.97 of PyTorch's (oneDNN); with oneDNN dots the reference model
-trained 1.10–1.12× as fast on 2 cores and 1.04× on one core with one XLA thread (`scripts/benchmark_xla_options.py`,
+trained 1.10–1.12× as fast on 2 cores (fused and individual dots alike) and, with fused dots, 1.04× on one core
+with one XLA thread (individual dots unmeasured there) (`scripts/benchmark_xla_options.py`,
 rounds alternating in one process; experiments/benchmarks/cpu/intel-xeon-processor/xla_options/). The evaluation
 forward rose from 0.72–0.76 to 0.83–0.88 of PyTorch SDPA at 4096 with the fused type, between processes; with
 individual dots one sitting of run_cpu_kind.sh showed no gain there (the per-CPU table). bf16 products stay with YNNPACK
