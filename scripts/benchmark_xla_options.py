@@ -1,13 +1,13 @@
 r"""XLA compiler options against each other on the reference model's training step, in one process.
 
     python scripts/benchmark_xla_options.py --variant=default: \
-        --variant=onednn:xla_cpu_use_onednn=true,xla_cpu_experimental_onednn_fusion_type=LIBRARY_FUSION_TYPE_DOT \
+        --variant=onednn:xla_cpu_use_onednn=true,xla_cpu_experimental_onednn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT \
         [--torch] [--rounds=8] [--dtype=bfloat16] [--out=FILE.json]
 
 Each `--variant=NAME:KEY=VALUE,...` compiles the same jitted step, from XLA's defaults (POSENC_CPU_DOTS=xla:
 `posenc/xla_options.py` chooses nothing here), (`scripts/benchmark_train.py`'s reference model
 and flags) with `jax.stages.Lowered.compile(compiler_options=...)`: XLA's DebugOptions, the fields XLA_FLAGS sets
-for a whole process (enum fields take the enum's name, e.g. `LIBRARY_FUSION_TYPE_DOT`; an empty value clears a
+for a whole process (enum fields take the enum's name, e.g. `LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`; an empty value clears a
 repeated field). The rounds alternate the variants (and PyTorch eager with --torch), each from the same
 parameters, so that all see the same machine load: on these shared machines throughput drifts by ±20% within
 minutes, which separate processes (`experiments/benchmarks/xla_flags_ab.sh`) cannot tell from a difference.

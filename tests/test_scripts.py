@@ -45,7 +45,7 @@ def test_benchmark_xla_options_compiles_each_variant_with_its_options():
     variant is an error naming the expected form."""
     out = run("scripts/benchmark_xla_options.py", "--steps=1", "--rounds=1", "--train_len=32", "--batch_size=2",
               "--variant=default:", "--variant=no_ynn:xla_cpu_experimental_ynn_fusion_type=",
-              "--variant=onednn:xla_cpu_use_onednn=true,xla_cpu_experimental_onednn_fusion_type=LIBRARY_FUSION_TYPE_DOT")
+              "--variant=onednn:xla_cpu_use_onednn=true,xla_cpu_experimental_onednn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT")
     rows = {row["variant"]: row for row in json.loads(out.strip().splitlines()[-1])["rows"]}
     assert rows["default"]["dots"]["ynnpack"] > 0 and rows["default"]["over_first"] == 1.0
     assert rows["no_ynn"]["dots"]["ynnpack"] == 0 and rows["no_ynn"]["dots"]["xla"] > 0
