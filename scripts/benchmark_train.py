@@ -76,9 +76,10 @@ def apply_ablations(names) -> None:
 
 def matmul_peak(n: int = 2048, repeats: int = 20, dtype: str = "float32") -> float:
     """FLOP/s of the fastest of `repeats` jitted [n, n] @ [n, n] products in `dtype` (bf16: float32
-    accumulation, as the model's products)."""
+    accumulation, as the model's products), compiled with the step's `compiler_options()` (the same library
+    multiplies both)."""
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32).astype(dtype)
-    f = jax.jit(lambda x: jnp.dot(x, x, preferred_element_type=jnp.float32))
+    f = jax.jit(lambda x: jnp.dot(x, x, preferred_element_type=jnp.float32), compiler_options=compiler_options())
     f(a).block_until_ready()
     times = []
     for _ in range(repeats):
