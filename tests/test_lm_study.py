@@ -316,6 +316,12 @@ def test_status_gives_the_main_runs_throughput_by_cpu_and_threads():
     assert report.core_seconds(got["iambic-rope-s1"]) is None and report.job_seconds(got["iambic-rope-s1"]) == 90.0
 
 
+def test_a_row_with_one_window_is_rendered_without_an_interval():
+    """A bootstrap over one window has no interval (bpb_lo None): the row says so instead of failing to format."""
+    assert report.fmt_interval({"bpb": 2.0, "bpb_lo": 1.9, "bpb_hi": 2.1}) == "2.000 [1.900, 2.100]"
+    assert report.fmt_interval({"bpb": 2.0, "bpb_lo": None, "bpb_hi": None}) == "2.000 (one window: no interval)"
+
+
 def test_a_condition_holds_on_its_threshold_only_where_its_bound_is_inclusive():
     """floor − model ≥ 0.25 holds at exactly 0.25, jump > 0.25 does not; "within" is inclusive, "below" strict."""
     assert report.holds("floor − model ≥ 0.25", [0.0, 0.0]) and report.holds("jump ≥ 0.05", [0.1, -0.1])

@@ -336,12 +336,10 @@ def corpus_section(st: Study, corpus: str, fig_dir: pathlib.Path) -> tuple[str, 
             cells = []
             for n in L:
                 row = st.row(name, "none", n)
-                cells.append("undefined" if row is None or row["bpb"] is None else
-                             f"{row['bpb']:.3f} [{row['bpb_lo']:.3f}, {row['bpb_hi']:.3f}]")
+                cells.append("undefined" if row is None or row["bpb"] is None else fmt_interval(row))
             per_run.append([name] + cells)
     floor_rows = [st.floor_row(corpus, n) for n in L]
-    per_run.append(["n-gram floor"] + ["—" if r is None else f"{r['bpb']:.3f} [{r['bpb_lo']:.3f}, {r['bpb_hi']:.3f}]"
-                                       for r in floor_rows])
+    per_run.append(["n-gram floor"] + ["—" if r is None else fmt_interval(r) for r in floor_rows])
     runs_table = _table(["run"] + [str(n) for n in L], per_run)
     paired = paired_section(st, corpus, encs)
     margin, bands, band_rows = margin_section(st, corpus, encs)
@@ -465,6 +463,13 @@ def band_means(st: Study, name: str, corpus: str | None = None) -> list[float] |
     if c is not None and ngram is not None:
         c = c - ngram
     return None if c is None else [float(c[a:b].mean()) for a, b in bands_of(st)]
+
+
+def fmt_interval(row: dict) -> str:
+    """A row's bits per byte with its bootstrap interval over windows (none with a single window)."""
+    if row.get("bpb_lo") is None:
+        return f"{row['bpb']:.3f} (one window: no interval)"
+    return f"{row['bpb']:.3f} [{row['bpb_lo']:.3f}, {row['bpb_hi']:.3f}]"
 
 
 def margin_section(st: Study, corpus: str, encs: list[str]) -> tuple[str, str, str]:
