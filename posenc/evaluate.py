@@ -339,6 +339,13 @@ class Evaluator:
         nll = np.concatenate(out).astype(np.float64)
         return self._checked(nll, length, scaling)
 
+    def compiled_text(self, x: np.ndarray, y: np.ndarray, scaling: RopeScaling) -> str:
+        """The optimized HLO of the computation `nll(x, y, scaling)` runs (no method) for windows `x`, `y`
+        `[n, L]`, one batch of them: what a profile of it names its ops by (`posenc.timing.profile_calls`)."""
+        inv, af, n_hat, lo = _rope_args(self.run.cfg, scaling, x.shape[1])
+        xb, yb, _ = next(iter(_batches(x, y, max(1, self.tokens_per_batch // x.shape[1]))))
+        return self._fn(x.shape[1]).lower(self.run.params, xb, yb, inv, af, n_hat, lo, None).compile().as_text()
+
     def prefix_nll(self, x: np.ndarray, y: np.ndarray, scaling: RopeScaling) -> np.ndarray:
         """Per-position NLL `[n, L]` with each position scored by the frequencies of its own prefix (seq_len
         t + 1 for target t): what cached decoding computes with unrotated keys (`decode.teacher_forced_logits`,

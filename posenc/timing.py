@@ -114,20 +114,32 @@ def emit(result: dict, out: str | None = None) -> None:
 def profile_ops(step, params, opt_state, x, y, repeats: int = 3, top: int = 15,
                 keep_trace: str | None = None) -> list[dict]:
     """The XLA ops of a jitted train step `(params, opt_state, x, y) -> (params, opt_state, metrics)` with the
-    largest total time, in ms per step, from a `jax.profiler` trace of `repeats` steps. On a GPU only the device's
-    kernel events count (named by their HLO op where the trace says, `args.hlo_op`); on a CPU, the events named
-    after the compiled module's ops. Each row: op, ms, share of the counted time, HLO shape, source (op_name).
-    `keep_trace`: also copy the Perfetto trace (`.trace.json.gz`) to this path."""
+    largest total time, in ms per step (`profile_calls` over `repeats` steps, each fed the last one's state)."""
+    state = [params, opt_state]
+
+    def call():
+        state[0], state[1], metrics = step(*state, x, y)
+        float(metrics["loss"])
+
+    return profile_calls(call, step.lower(params, opt_state, x, y).compile().as_text(), repeats, top, keep_trace)
+
+
+def profile_calls(call, hlo: str, repeats: int = 3, top: int = 15, keep_trace: str | None = None) -> list[dict]:
+    """The XLA ops with the largest total time, in ms per call, from a `jax.profiler` trace of `repeats` calls of
+    `call()` (which must block until its results are ready), for the compiled module whose optimized HLO text is
+    `hlo`. On a GPU only the device's kernel events count (named by their HLO op where the trace says,
+    `args.hlo_op`); on a CPU, the events named after the module's ops, leaving out the control-flow ops (while,
+    conditional, call) whose time is their bodies' ops'. Each row: op, ms, share of the counted time, HLO shape,
+    source (op_name). `keep_trace`: also copy the Perfetto trace (`.trace.json.gz`) to this path."""
     import jax
 
-    hlo = step.lower(params, opt_state, x, y).compile().as_text()
     shapes = {m.group(1): m.group(2) for m in re.finditer(r"%([\w.\-]+) = (\S+) ", hlo)}
     names = {m.group(1): m.group(2) for m in re.finditer(r'%([\w.\-]+) = .*?op_name="([^"]+)"', hlo)}
+    containers = {m.group(1) for m in re.finditer(r"%([\w.\-]+) = [^\n]*? (?:while|conditional|call)\(", hlo)}
     with tempfile.TemporaryDirectory() as tmp:
         jax.profiler.start_trace(tmp, create_perfetto_trace=True)
         for _ in range(repeats):
-            params, opt_state, metrics = step(params, opt_state, x, y)
-        float(metrics["loss"])
+            call()
         jax.profiler.stop_trace()
         path = glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True)[0]
         if keep_trace:
@@ -143,7 +155,7 @@ def profile_ops(step, params, opt_state, x, y, repeats: int = 3, top: int = 15,
         if gpu_pids:
             if event.get("pid") in gpu_pids:
                 totals[event.get("args", {}).get("hlo_op") or event["name"]] += event["dur"] / 1e3 / repeats
-        elif event.get("name") in shapes:
+        elif event.get("name") in shapes and event["name"] not in containers:
             totals[event["name"]] += event["dur"] / 1e3 / repeats
     counted = sum(totals.values()) or 1.0
     return [{"op": op, "ms": round(ms, 3), "share": round(ms / counted, 4), "shape": shapes.get(op, ""),

@@ -1,6 +1,6 @@
 r"""Evaluation throughput: forward tokens/s of the extrapolation evaluation against PyTorch SDPA.
 
-    python scripts/benchmark_eval.py [--lengths=4096,16384,32768] [--rounds=3] [--out=FILE.json]
+    python scripts/benchmark_eval.py [--lengths=4096,16384,32768] [--rounds=3] [--profile] [--out=FILE.json]
 
 The reference model (RoPE, d_model 256, 4 layers, 4 heads, MLP 1024, bytes; random weights), one window of
 L tokens: posenc's jitted per-position NLL exactly as `scripts/eval_extrapolation.py` runs it
@@ -9,7 +9,9 @@ online softmax), against the same model in PyTorch
 (`torch.nn.functional.scaled_dot_product_attention(is_causal=True)`, which picks its own fused CPU kernel,
 under `torch.inference_mode`), with the same weights. Rounds alternate between the two, each scoring
 `--round_tokens` tokens (the window repeated); the ratio is the median of the per-round ratios (JAX tokens/s /
-PyTorch tokens/s). Needs `pip install torch==2.13.0`. The last line is JSON, with the CPU model.
+PyTorch tokens/s). With --profile, posenc's forward is then traced at each length, and the XLA ops that took the
+most time are printed and kept in its row (`posenc.timing.profile_calls`). Needs `pip install torch==2.13.0`. The
+last line is JSON, with the CPU model.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from posenc.config import parse_lengths
 from posenc.xla_options import compiler_options
 from posenc.model import ModelConfig, Transformer
 from posenc.rope_scaling import RopeScaling
-from posenc.timing import code_version, cpu_model, emit
+from posenc.timing import code_version, cpu_model, emit, profile_calls
 from posenc.evaluate import ATTN_CHUNK
 
 _LENGTHS = flags.DEFINE_list("lengths", ["4096", "16384", "32768"], "Window lengths.")
@@ -40,6 +42,7 @@ _KEY_BLOCK = flags.DEFINE_integer("attn_key_block", ModelConfig.attn_key_block,
 _GROUPS = flags.DEFINE_integer("head_groups", None, "Independent loops the chunked attention splits its heads into "
                                "(default: posenc.attention.head_groups, 2 on CPU).")
 _D_MODEL = flags.DEFINE_integer("d_model", 256, "Model width (tests shrink it).")
+_PROFILE = flags.DEFINE_bool("profile", False, "Also trace posenc's forward at each length and keep its top XLA ops.")
 _OUT = flags.DEFINE_string("out", None, "Also write the JSON here.")
 
 
@@ -125,6 +128,10 @@ def main(argv):
                      "rounds_jax": jax_tps, "rounds_torch": torch_tps})
         print(f"L={length}: posenc {rows[-1]['jax_tokens_per_s']:.0f} tokens/s, PyTorch SDPA "
               f"{rows[-1]['torch_tokens_per_s']:.0f} tokens/s, ratio {ratio:.2f} (NLLs agree to {agree:.1e})")
+        if _PROFILE.value:
+            rows[-1]["profile"] = profile_calls(ours, ev.compiled_text(x[:, :-1], x[:, 1:], RopeScaling()), top=20)
+            for op in rows[-1]["profile"]:
+                print(f"  {op['ms']:8.1f} ms  {op['op']:32s} {op['shape']:28s} {op['source'][:70]}")
     result = {"rows": rows, "attn_chunk": _CHUNK.value, "attn_key_block": _KEY_BLOCK.value, "head_groups": groups, "round_tokens": _ROUND_TOKENS.value, "d_model": _D_MODEL.value, "rounds": _ROUNDS.value,
               "cpu": cpu_model(), "commit": code_version(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
               "jax": jax.__version__, "compiler_options": compiler_options()}

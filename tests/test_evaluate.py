@@ -3,6 +3,7 @@ outputs and errors."""
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from posenc import evaluate as ev
-from posenc import train
+from posenc import timing, train
 from posenc.config import parse_lengths
 from posenc.train import load_config_file
 
@@ -105,6 +106,21 @@ def test_chunked_evaluation_equals_full(runs):
     sc = ev.scaling_for(rope, "yarn", 96)
     np.testing.assert_allclose(ev.Evaluator(rope, attn_chunk=8).nll(x, y, sc), ev.Evaluator(rope).nll(x, y, sc),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_a_profile_of_the_chunked_forward_counts_the_ops_in_its_loops_not_the_loops(runs):
+    """`Evaluator.compiled_text` is the HLO that `nll` runs: a profile over it (posenc.timing.profile_calls) names
+    that module's ops, and leaves out the loops over query chunks, whose time is their bodies' ops'."""
+    evaluator = ev.Evaluator(ev.load_run(runs["rope"]), attn_chunk=16)
+    x = np.random.default_rng(0).integers(0, 256, size=(1, 96)).astype(np.int32)
+    y = np.roll(x, -1, axis=1)
+    hlo = evaluator.compiled_text(x, y, ev.RopeScaling())
+    loops = set(re.findall(r"%([\w.\-]+) = [^\n]*? (?:while|conditional|call)\(", hlo))
+    assert loops  # the query chunks run in a loop
+    rows = timing.profile_calls(lambda: evaluator.nll(x, y, ev.RopeScaling()), hlo, repeats=2, top=100)
+    ops = {r["op"] for r in rows}
+    assert ops and all(f"%{op} = " in hlo for op in ops) and not ops & loops
+    assert sum(r["share"] for r in rows) <= 1 + 1e-6 and all(r["ms"] >= 0 for r in rows)
 
 
 def test_learned_past_its_table_is_undefined_unless_interpolated(runs):

@@ -101,9 +101,10 @@ def test_benchmark_gpu_runs_its_path_on_cpu_with_tiny_shapes(tmp_path):
 def test_benchmark_eval_agrees_with_pytorch_and_prints_ratios():
     pytest.importorskip("torch", reason="benchmark_eval.py times PyTorch SDPA; CI installs no torch")
     out = run("scripts/benchmark_eval.py", "--lengths=64,128", "--rounds=1", "--round_tokens=128", "--attn_chunk=32",
-              "--d_model=32")
+              "--d_model=32", "--profile")
     result = json.loads(out.strip().splitlines()[-1])
     assert [r["length"] for r in result["rows"]] == [64, 128]
+    assert all(r["profile"] and not any(p["op"].startswith("while") for p in r["profile"]) for r in result["rows"])
     assert all(r["max_abs_nll_diff"] < 1e-3 and r["ratio"] > 0 for r in result["rows"])  # the same model
 
 
