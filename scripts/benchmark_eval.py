@@ -129,8 +129,8 @@ def main(argv):
         print(f"L={length}: posenc {rows[-1]['jax_tokens_per_s']:.0f} tokens/s, PyTorch SDPA "
               f"{rows[-1]['torch_tokens_per_s']:.0f} tokens/s, ratio {ratio:.2f} (NLLs agree to {agree:.1e})")
         if _PROFILE.value:
-            rows[-1]["profile"] = profile_calls(ours, ev.compiled_text(x[:, :-1], x[:, 1:], RopeScaling()), top=20)
-            for op in rows[-1]["profile"]:
+            rows[-1]["profile"] = profile_calls(ours, ev.compiled_text(x[:, :-1], x[:, 1:], RopeScaling()), top=500)
+            for op in rows[-1]["profile"][:20]:
                 print(f"  {op['ms']:8.1f} ms  {op['op']:32s} {op['shape']:28s} {op['source'][:70]}")
     result = {"rows": rows, "attn_chunk": _CHUNK.value, "attn_key_block": _KEY_BLOCK.value, "head_groups": groups, "round_tokens": _ROUND_TOKENS.value, "d_model": _D_MODEL.value, "rounds": _ROUNDS.value,
               "cpu": cpu_model(), "commit": code_version(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),

@@ -5,6 +5,7 @@ import collections
 import gzip
 import json
 import pathlib
+import re
 import statistics
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -403,6 +404,31 @@ def xla_options_ab(folder: pathlib.Path) -> str | None:
             + "\n".join(lines) + "\n")
 
 
+def eval_profile(folder: pathlib.Path) -> str | None:
+    """Where the evaluation forward's time goes on this CPU kind (`benchmark_eval.py --profile`, eval_profile.json):
+    per length, its top XLA ops by kind (the op name without its number) and the ops themselves."""
+    path = folder / "eval_profile.json"
+    if not path.exists():
+        return None
+    res = json.loads(path.read_text())
+    where = path.relative_to(HERE)
+    out = [f"\n  Where the evaluation forward's time goes (`scripts/benchmark_eval.py --profile`, `{where}`, commit "
+           f"{res.get('commit', 'not recorded')}, with the compiler options `{res.get('compiler_options')}`; ms per "
+           "forward of one window, the ops of the chunk loops counted, the loops not):"]
+    for row in res["rows"]:
+        prof = row.get("profile") or []
+        kinds: dict[str, float] = {}
+        for op in prof:  # an op's kind: its name without the number, batched where its result has 3 axes or more
+            kind = f"`{re.sub(r'[.]\d+$', '', op['op'])}`" + (" (batched)" if op["shape"].count(",") >= 2 else "")
+            kinds[kind] = kinds.get(kind, 0.0) + op["share"]
+        major = sorted(((k, v) for k, v in kinds.items() if v >= 0.01), key=lambda kv: -kv[1])
+        summary = ", ".join(f"{k} {v:.0%}" for k, v in major)
+        out.append(f"\n  L = {row['length']} (posenc / PyTorch SDPA {row['ratio']:.2f} in that sitting), "
+                   f"{sum(op['ms'] for op in prof):.0f} ms in {len(prof)} ops, by kind (1% or more): {summary}.\n\n  "
+                   + profile_table(prof, 8).replace("ms per step", "ms per forward").replace("\n", "\n  "))
+    return "\n".join(out) + "\n"
+
+
 def by_cpu_kind() -> str:
     """Issue 16's comparisons on each CPU kind measured: the folders of run_cpu_kind.sh, and the top-level files
     of run.sh for a kind that has no folder yet."""
@@ -413,7 +439,7 @@ def by_cpu_kind() -> str:
         kinds[f"cpu/{folder.name}/"] = {"f32": load("train_float32.json"), "bf16": load("train_bfloat16.json"),
                                         "ab": load("dtype_ab.json"), "eval": load("eval_throughput.json"),
                                         "gemm": load("matmul.json"), "flags": xla_flags_ab(folder),
-                                        "options": xla_options_ab(folder)}
+                                        "options": xla_options_ab(folder), "profile": eval_profile(folder)}
     measured = {(r or {}).get("cpu") for k in kinds.values() for r in (k["f32"], k["bf16"])}
     top_cpu = cur.get("cpu") or cpu.split(",")[0]  # the oldest files predate the "cpu" field: cpu.txt names it
     if top_cpu not in measured:
@@ -456,6 +482,8 @@ def by_cpu_kind() -> str:
             verdicts.append(k["flags"])
         if k.get("options"):
             verdicts.append(k["options"])
+        if k.get("profile"):
+            verdicts.append(k["profile"])
     return ("\n## By CPU kind (`bash experiments/benchmarks/run_cpu_kind.sh`, issue 16)\n\n"
             "Reference model, 5 alternating rounds each; \"evaluation ratio\" is posenc's evaluation forward "
             "against PyTorch SDPA (the section below); `commit` is the code measured (\"+changes\": with "
