@@ -414,17 +414,18 @@ def eval_profile(folder: pathlib.Path) -> str | None:
     where = path.relative_to(HERE)
     out = [f"\n  Where the evaluation forward's time goes (`scripts/benchmark_eval.py --profile`, `{where}`, commit "
            f"{res.get('commit', 'not recorded')}, with the compiler options `{res.get('compiler_options')}`; ms per "
-           "forward of one window, the ops of the chunk loops counted, the loops not):"]
+           "forward of one window, the ops of the chunk loops counted, the loops not; ops run concurrently on the cores, "
+           "so their sum can exceed the forward's time):"]
     for row in res["rows"]:
         prof = row.get("profile") or []
         kinds: dict[str, float] = {}
         for op in prof:  # an op's kind: its name without the number, batched where its result has 3 axes or more
-            kind = f"`{re.sub(r'[.]\d+$', '', op['op'])}`" + (" (batched)" if op["shape"].count(",") >= 2 else "")
+            kind = "`" + re.sub(r"[.]\d+$", "", op["op"]) + "`" + (" (batched)" if op["shape"].split("]")[0].count(",") >= 2 else "")
             kinds[kind] = kinds.get(kind, 0.0) + op["share"]
         major = sorted(((k, v) for k, v in kinds.items() if v >= 0.01), key=lambda kv: -kv[1])
         summary = ", ".join(f"{k} {v:.0%}" for k, v in major)
         out.append(f"\n  L = {row['length']} (posenc / PyTorch SDPA {row['ratio']:.2f} in that sitting), "
-                   f"{sum(op['ms'] for op in prof):.0f} ms in {len(prof)} ops, by kind (1% or more): {summary}.\n\n  "
+                   f"{sum(op['ms'] for op in prof):.0f} ms in the {len(prof)} ops with the most time, by kind (1% or more): {summary}.\n\n  "
                    + profile_table(prof, 8).replace("ms per step", "ms per forward").replace("\n", "\n  "))
     return "\n".join(out) + "\n"
 
