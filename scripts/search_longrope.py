@@ -8,8 +8,9 @@ Stage 1 searches long factors and n̂ for perplexity at --target_len on the vali
 adds a per-layer search seeded from the best shared vector; stage 2 searches short factors that restore
 perplexity at the original length. The population is saved every generation in --out (default
 <workdir>/longrope_<target_len>) and a rerun resumes. The result, <out>/longrope.json, is used by
-`eval_extrapolation.py --scalings=longrope --longrope=<out>/longrope.json`, and by training or generation
-through `--config.model.rope.scaling.kind=longrope --config.model.rope.scaling.factors_file=<out>/longrope.json`.
+`eval_extrapolation.py --scalings=longrope --longrope=<out>/longrope.json`, by generation through
+`generate.py --scaling=longrope --longrope=<out>/longrope.json`, and by training through
+`--config.model.rope.scaling.kind=longrope --config.model.rope.scaling.factors_file=<out>/longrope.json`.
 """
 
 import json
