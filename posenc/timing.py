@@ -33,7 +33,8 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
 def cpu_model() -> str:
     """The CPU's model name from lscpu (benchmark results record which machine they came from)."""
     try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True,
+                             env={**os.environ, "LC_ALL": "C"}).stdout  # English field names whatever the locale
     except (OSError, subprocess.CalledProcessError):
         return platform.processor() or "unknown"
     return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
@@ -124,6 +125,15 @@ def profile_ops(step, params, opt_state, x, y, repeats: int = 3, top: int = 15,
     return profile_calls(call, step.lower(params, opt_state, x, y).compile().as_text(), repeats, top, keep_trace)
 
 
+def hlo_ops(hlo: str) -> tuple[dict[str, str], dict[str, str], set[str]]:
+    """From an optimized HLO module's text: each instruction's result shape (a tuple's whole), its source
+    (`op_name` metadata) where it has one, and the control-flow instructions (while, conditional, call)."""
+    shapes = {m.group(1): m.group(2) for m in re.finditer(r"%([\w.\-]+) = (.+?) [a-z][\w\-]*\(", hlo)}
+    names = {m.group(1): m.group(2) for m in re.finditer(r'%([\w.\-]+) = [^\n]*?op_name="([^"]+)"', hlo)}
+    containers = {m.group(1) for m in re.finditer(r"%([\w.\-]+) = [^\n]*? (?:while|conditional|call)\(", hlo)}
+    return shapes, names, containers
+
+
 def profile_calls(call, hlo: str, repeats: int = 3, top: int = 15, keep_trace: str | None = None) -> list[dict]:
     """The XLA ops with the largest total time, in ms per call, from a `jax.profiler` trace of `repeats` calls of
     `call()` (which must block until its results are ready), for the compiled module whose optimized HLO text is
@@ -133,18 +143,21 @@ def profile_calls(call, hlo: str, repeats: int = 3, top: int = 15, keep_trace: s
     source (op_name). `keep_trace`: also copy the Perfetto trace (`.trace.json.gz`) to this path."""
     import jax
 
-    shapes = {m.group(1): m.group(2) for m in re.finditer(r"%([\w.\-]+) = (\S+) ", hlo)}
-    names = {m.group(1): m.group(2) for m in re.finditer(r'%([\w.\-]+) = .*?op_name="([^"]+)"', hlo)}
-    containers = {m.group(1) for m in re.finditer(r"%([\w.\-]+) = [^\n]*? (?:while|conditional|call)\(", hlo)}
+    shapes, names, containers = hlo_ops(hlo)
     with tempfile.TemporaryDirectory() as tmp:
         jax.profiler.start_trace(tmp, create_perfetto_trace=True)
-        for _ in range(repeats):
-            call()
-        jax.profiler.stop_trace()
-        path = glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True)[0]
+        try:
+            for _ in range(repeats):
+                call()
+        finally:
+            jax.profiler.stop_trace()
+        path = next(iter(glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True)), None)
+        if path is None:
+            raise RuntimeError(f"jax.profiler wrote no Perfetto trace under {tmp}")
         if keep_trace:
             shutil.copyfile(path, keep_trace)
-        trace = json.load(gzip.open(path))
+        with gzip.open(path) as f:
+            trace = json.load(f)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     gpu_pids = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
                 and "/device:GPU" in str(e.get("args", {}).get("name", ""))}

@@ -448,9 +448,9 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
                                                "changed": {k: list(v) for k, v in recovery.items()}})
     info["corpus"] = {"path": config.data.path, "sha256": corpus.sha256}
     info["activations"] = str(activation_dtype(cfg))  # what model.act_dtype resolved to (auto: by backend)
-    sittings, options = info.setdefault("compiler_options", []), compiler_options() or {}
-    if options not in sittings:  # each sitting's XLA options ({}: XLA's defaults)
-        sittings.append(options)
+    # each sitting's XLA options ({}: XLA's defaults) and the XLA_FLAGS under them (a jit's options override those)
+    info.setdefault("compiler_options", []).append({"from_step": start, "options": compiler_options() or {},
+                                                    "xla_flags": os.environ.get("XLA_FLAGS", "")})
     stop = stop_accuracy(config)
     end = config.train_steps
     if info.get("stopped", {}).get("step") == start:

@@ -1,8 +1,12 @@
-"""XLA compiler options per machine, chosen in one place: the training step and the evaluation forwards pass
-`compiler_options()` to `jax.jit`.
+"""XLA compiler options per machine, chosen in one place: the training step and the evaluation forwards
+(`Evaluator.nll`, the streaming protocol) pass `compiler_options()` to `jax.jit`. Decoding (posenc/decode.py,
+and the prefix-dependent scoring that runs through it) keeps XLA's defaults: in one A/B of the evaluation
+forward on one Intel core, oneDNN dots and XLA's defaults were within noise of each other.
 
-`POSENC_CPU_DOTS` chooses: `auto` (the default: oneDNN on an Intel CPU, XLA's defaults elsewhere), `onednn`, or
-`xla` (XLA's defaults). `onednn` sends each of XLA:CPU's dots to oneDNN on its own (`ONEDNN_DOTS`:
+`POSENC_CPU_DOTS` chooses: `auto` (the default: oneDNN on an Intel CPU, XLA's defaults elsewhere; measured on
+Sapphire Rapids only, applied to every CPU whose lscpu model name says Intel), `onednn`, or `xla` (XLA's
+defaults). The choice is read once per process (`compiler_options` is cached), and each process of a
+multi-host run makes its own from its own CPU; run.json records process 0's. `onednn` sends each of XLA:CPU's dots to oneDNN on its own (`ONEDNN_DOTS`:
 `xla_cpu_use_onednn` with `xla_cpu_experimental_onednn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`). On a GPU
 there are no options.
 

@@ -28,6 +28,7 @@ from absl import app, flags
 import benchmark_train as bt  # the reference model, its flags and the PyTorch peer
 from posenc import data, malloc
 from posenc.timing import code_version, cpu_model, emit
+from posenc.xla_options import compiler_options
 
 _VARIANTS = flags.DEFINE_multi_string("variant", ["default:"], "NAME:KEY=VALUE,... (XLA DebugOptions); the first is "
                                       "the baseline of the ratios.")
@@ -71,6 +72,9 @@ def main(argv):
     del argv
     malloc.keep_buffers()
     os.environ["POSENC_CPU_DOTS"] = "xla"  # every variant from XLA's defaults, before the step is made
+    compiler_options.cache_clear()  # in case anything asked before the variable was set
+    if compiler_options() is not None:
+        raise RuntimeError(f"the baseline step would be compiled with {compiler_options()}, not XLA's defaults")
     variants = dict(parse_variant(v) for v in _VARIANTS.value)
     config = bt.reference_config()
     _, step, state, batch = bt.jax_runner(config)

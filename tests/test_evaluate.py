@@ -120,7 +120,7 @@ def test_a_profile_of_the_chunked_forward_counts_the_ops_in_its_loops_not_the_lo
     rows = timing.profile_calls(lambda: evaluator.nll(x, y, ev.RopeScaling()), hlo, repeats=2, top=100)
     ops = {r["op"] for r in rows}
     assert ops and all(f"%{op} = " in hlo for op in ops) and not ops & loops
-    assert sum(r["share"] for r in rows) <= 1 + 1e-6 and all(r["ms"] >= 0 for r in rows)
+    assert any("while/body" in r["source"] for r in rows)  # the ops inside the chunk loop are counted
 
 
 def test_learned_past_its_table_is_undefined_unless_interpolated(runs):

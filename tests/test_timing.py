@@ -64,3 +64,20 @@ def test_device_record_names_the_accelerator_and_its_numerics_and_machine_reads_
     monkeypatch.delenv("XLA_FLAGS")
     assert timing.device_record()["deterministic"] is False
     assert timing.machine({"cpu": "Intel(R) Xeon(R) Processor", **record}) == "NVIDIA H200"
+
+
+def test_hlo_ops_reads_whole_tuple_shapes_dashed_names_sources_and_control_flow():
+    """A profile names ops by their HLO instruction: a tuple-valued one keeps its whole shape, names with dashes
+    parse, the op_name metadata is the source, and while / conditional / call are the control-flow ops."""
+    hlo = """
+  %get-tuple-element.14 = f32[4,8]{1,0} get-tuple-element(%while.3), index=1
+  %custom-call.86 = (f32[16,32]{1,0}, s8[64]{0}) custom-call(%p.1), custom_call_target="x", metadata={op_name="jit(f)/dot_general"}
+  %while.3 = (s32[], f32[4,8]{1,0}) while(%tuple.2), condition=%cond, body=%body
+  %conditional.7 = f32[4,8]{1,0} conditional(%pred.1, %a, %b), true_computation=%t, false_computation=%f
+  %fusion.2 = f32[4,8]{1,0} fusion(%p.0), kind=kLoop, calls=%fused_computation, metadata={op_name="jit(f)/while/body/exp"}
+"""
+    shapes, names, containers = timing.hlo_ops(hlo)
+    assert shapes["custom-call.86"] == "(f32[16,32]{1,0}, s8[64]{0})"
+    assert shapes["get-tuple-element.14"] == "f32[4,8]{1,0}" and shapes["while.3"] == "(s32[], f32[4,8]{1,0})"
+    assert names == {"custom-call.86": "jit(f)/dot_general", "fusion.2": "jit(f)/while/body/exp"}
+    assert containers == {"while.3", "conditional.7"}

@@ -1,6 +1,7 @@
 """posenc/xla_options.py: which library multiplies on which CPU, and that the choice reaches the compiled step."""
 
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -73,6 +74,9 @@ def test_train_step_is_compiled_with_the_chosen_options(tiny_config, monkeypatch
 
 
 def test_a_run_records_the_compiler_options_it_trained_with(trained_run):
-    """run.json lists the XLA options of the run's sittings ({}: XLA's defaults)."""
+    """run.json lists each sitting's XLA options ({}: XLA's defaults), with the step it started from and the
+    XLA_FLAGS it ran under."""
     expected = ONEDNN_DOTS if jax.default_backend() == "cpu" and cpu_dots(cpu_model()) == "onednn" else {}
-    assert json.loads((trained_run / "run.json").read_text())["compiler_options"] == [expected]
+    sittings = json.loads((trained_run / "run.json").read_text())["compiler_options"]
+    assert sittings[0] == {"from_step": 0, "options": expected, "xla_flags": os.environ.get("XLA_FLAGS", "")}
+    assert all(s["options"] == expected for s in sittings)

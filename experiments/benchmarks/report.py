@@ -399,8 +399,9 @@ def xla_options_ab(folder: pathlib.Path) -> str | None:
                      f"{f32['jax_over_torch']:.2f}; bf16 {b16['tokens_per_s']:.0f} / {b16['torch_tokens_per_s']:.0f} = "
                      f"{b16['jax_over_torch']:.2f}; evaluation "
                      + ", ".join(f"{r['length']}: {r['ratio']:.2f}" for r in ev["rows"]) + ".")
-    return (f"\n  XLA compiler options on this machine (`{ab.relative_to(HERE)}/`; oneDNN dots are opt-in, "
-            "`POSENC_CPU_DOTS=onednn`: `posenc/xla_options.py` says why they are not the default):\n\n"
+    return (f"\n  XLA compiler options on this machine (`{ab.relative_to(HERE)}/`; `POSENC_CPU_DOTS=auto|onednn|xla` "
+            "chooses, `auto` sending the dots to oneDNN as individual dots on an Intel CPU: `posenc/xla_options.py` "
+            "says why):\n\n"
             + "\n".join(lines) + "\n")
 
 
