@@ -191,6 +191,15 @@ def test_a_result_of_another_task_layout_is_refused_in_the_tables_and_rendered_i
     with pytest.raises(ValueError, match=r"results/recall-rope-s0.json was scored on 'recall' layout version 1; "
                                          r"posenc generates version 3 .* results/recall-v1/"):
         report.write_report(tmp_path, jobs=[])
+    stray = tmp_path / "stray"
+    (stray / "results").mkdir(parents=True)
+    (stray / "results" / "notes.json").write_text("{}")  # a stray file: named, not a bare KeyError
+    with pytest.raises(ValueError, match=r"results/notes.json is not a result of a task"):
+        report.write_report(stray, jobs=[])
+    (stray / "results" / "notes.json").unlink()
+    (stray / "results" / "copy-rope-s0.json").write_text(json.dumps({"rows": []}))
+    with pytest.raises(ValueError, match=r"results/copy-rope-s0.json has no rows"):
+        report.write_report(stray, jobs=[])
     (tmp_path / "results" / "recall-v1").mkdir()
     (tmp_path / "results" / "recall-rope-s0.json").rename(tmp_path / "results" / "recall-v1" / "recall-rope-s0.json")
     (tmp_path / "results" / "recall-rope-s0.json").write_text(json.dumps(new))

@@ -47,6 +47,11 @@ def check_versions(results: dict[str, dict]) -> None:
     archive folder (ARCHIVES), never in the tables and verdicts of the current tasks."""
     for name, res in results.items():
         task = name.split("-")[0]
+        if task not in VERSIONS:
+            raise ValueError(f"results/{name}.json is not a result of a task ({sorted(VERSIONS)}): its name must start "
+                             "with one; move other files out of results/")
+        if not res.get("rows"):
+            raise ValueError(f"results/{name}.json has no rows: an evaluation that wrote nothing; rerun its job")
         if task_version(res) != VERSIONS[task]:
             raise ValueError(f"results/{name}.json was scored on {task!r} layout version {task_version(res)}; "
                              f"posenc generates version {VERSIONS[task]} (posenc.tasks.VERSIONS): move it to an "
