@@ -238,6 +238,19 @@ def test_study_jobs_end_to_end(tmp_path):
     run.trained_base(plan["iambic-rope-s0-ft-cont256"], runs, results, s)
     assert (runs / "iambic-rope-s0" / "metrics.jsonl").exists()  # trained, not imported
     assert run.params_sha256(runs / "iambic-rope-s0") == main["params_sha256"]
+    # a record written before a field existed (model.act_dtype, whose default keeps the old behaviour) is the same
+    # run; a field that defines the run, changed since, is refused by name
+    record = results / "iambic-rope-s0.json"
+    kept = record.read_text()
+    older = json.loads(kept)
+    del older["config"]["model"]["act_dtype"]
+    record.write_text(json.dumps(older))
+    run.trained_base(plan["iambic-rope-s0-ft-cont256"], runs, results, s)
+    older["config"]["learning_rate"] *= 2
+    record.write_text(json.dumps(older))
+    with pytest.raises(RuntimeError, match=r"another config .*learning_rate"):
+        run.trained_base(plan["iambic-rope-s0-ft-cont256"], runs, results, s)
+    record.write_text(kept)
     tampered = dict(main, params_sha256="0" * 64)
     (results / "iambic-rope-s0.json").write_text(json.dumps(tampered))
     shutil.rmtree(runs / "iambic-rope-s0")

@@ -69,6 +69,7 @@ import tempfile
 import time
 import typing
 
+import ml_collections
 from absl import app, flags, logging
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -76,6 +77,7 @@ sys.path.insert(0, str(HERE))
 
 from posenc import checkpoint, jobs, malloc, tuning  # noqa: E402
 from posenc.checkpoint import params_sha256  # noqa: E402
+from posenc.config import run_changes  # noqa: E402
 from posenc import evaluate as ev  # noqa: E402
 from posenc.encodings import POSENCS  # noqa: E402
 from posenc.longrope import SearchConfig, search_run  # noqa: E402
@@ -277,10 +279,16 @@ def trained_base(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Setting
     base_job = Job(job.base, "main", job.corpus, "rope", job.seed)
     config = config_for(base_job, results, runs, s)
     recorded_run = json.loads((results / f"{job.base}.json").read_text())
-    if _plain(config.to_dict()) != _plain(recorded_run["config"]):
+    # what defines the run (posenc.config.run_changes: a field added since, absent from the record, is compared
+    # as None; the fields a rerun may change are not compared), and its length
+    changes = run_changes(ml_collections.ConfigDict(recorded_run["config"]), config)
+    if config.train_steps != recorded_run["config"]["train_steps"]:
+        changes["train_steps"] = (recorded_run["config"]["train_steps"], config.train_steps)
+    if changes:
         raise RuntimeError(f"{job.base}.json was trained with another config than {job.base} has now (config.py, the "
-                           "Settings or the learning-rate check changed): delete it and the results that depend on it "
-                           "to redo them, or restore the old settings")
+                           "Settings or the learning-rate check changed: "
+                           + ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in changes.items())
+                           + "): delete it and the results that depend on it to redo them, or restore the old settings")
     exported = params_file(results, job.base)
     recorded = recorded_run["params_sha256"]
     if not exported.exists() and from_history(exported):
