@@ -174,6 +174,12 @@ def test_study_jobs_end_to_end(tmp_path):
     gap = next(line for line in text.splitlines() if "max /dynamic − none/" in line)  # (| is / in a table)
     assert "nan" not in gap.split("max /dynamic − none/")[1].split("|")[0]  # dynamic_ntk, scored per prefix
     assert "RoPE's loss keeps falling with position" in text and "| not measured yet |" in text  # no NoPE: no power
+    got = report.load(results)  # the learned run's rows past L0 missing: its claim is not measured, not refuted
+    got["iambic-learned-s0"]["eval"]["rows"] = [r for r in got["iambic-learned-s0"]["eval"]["rows"]
+                                                if r["length"] == s.lengths[0]]
+    claims = report.claims_section(report.Study(got, list(plan.values()), s))
+    line = next(x for x in claims.splitlines() if x.startswith("| Learned absolute positions are undefined"))
+    assert "| not measured yet |" in line
     # the loss relative to the n-gram by band: the run's in-range curve minus the n-gram's on the same test
     # windows (documents cut to multiples of L0, as the in-range evaluation cut them)
     l0 = s.lengths[0]
