@@ -901,4 +901,4 @@ show how much the text moves) can be firm without holding on other text.
 
 
 if __name__ == "__main__":
-    print(write_report(HERE / "results", run.plan([0, 1, 2]), run.FULL)[:2000])
+    print(write_report(HERE / "results", run.plan(list(run.SEEDS)), run.FULL)[:2000])

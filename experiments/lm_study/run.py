@@ -585,13 +585,16 @@ def _relabel(result: dict) -> dict:
     return result
 
 
+SEEDS = (0, 1, 2)  # the core encodings' seeds (run.py's --seeds default; report.py renders this plan)
+
+
 def define_flags() -> None:
     """The command line (defined when run as a program, so that tests can import this module beside other
     experiments' run.py)."""
     flags.DEFINE_string("runs", "runs/lm_study", "Where the runs (checkpoints) go.")
     flags.DEFINE_string("results", str(HERE / "results"), "Where the results go.")
     flags.DEFINE_float("budget_minutes", 150.0, "Start no new job after this many minutes.")
-    flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the core encodings.")
+    flags.DEFINE_list("seeds", [str(x) for x in SEEDS], "Seeds of the core encodings.")
     flags.DEFINE_string("only", None, "Run only the jobs whose name matches this from its start: a prefix or a "
                         "regular expression (posenc.jobs.select).")
     flags.DEFINE_bool("tiny", False, "The tiny model and plan, for tests.")
