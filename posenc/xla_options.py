@@ -6,9 +6,9 @@ forward on one Intel core, oneDNN dots and XLA's defaults were within noise of e
 `POSENC_CPU_DOTS` chooses: `auto` (the default: oneDNN on an Intel CPU, XLA's defaults elsewhere; measured on
 Sapphire Rapids only, applied to every CPU whose lscpu model name says Intel), `onednn`, or `xla` (XLA's
 defaults). The choice is read once per process (`compiler_options` is cached), and each process of a
-multi-host run makes its own from its own CPU; run.json records process 0's. `onednn` sends each of XLA:CPU's dots to oneDNN on its own (`ONEDNN_DOTS`:
-`xla_cpu_use_onednn` with `xla_cpu_experimental_onednn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`). On a GPU
-there are no options.
+multi-host run makes its own from its own CPU; run.json records process 0's. `onednn` sends each of XLA:CPU's
+dots to oneDNN on its own (`ONEDNN_DOTS`: `xla_cpu_use_onednn` with
+`xla_cpu_experimental_onednn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`). On a GPU there are no options.
 
 On an Intel Xeon (Sapphire Rapids, AVX-512 + AMX), XLA:CPU's default library for dots, YNNPACK, multiplies the
 reference model's float32 products at 0.70–0.97 of PyTorch's (oneDNN); with oneDNN dots the reference model
