@@ -5,7 +5,9 @@ r"""The reference model's dense products in JAX (XLA:CPU) against PyTorch on the
 The products of one dense layer of the reference model (`scripts/benchmark_train.py`: 4096 tokens, d_model
 256, MLP 1024, qkv 768), forward and backward — y = x·W, dx = dy·Wᵀ, dW = xᵀ·dy — plus a 2048² product, in
 float32 and in bfloat16 (float32 results, as posenc's mixed precision). Each round times every product in
-JAX (jitted with `posenc.xla_options.compiler_options()`, as posenc's layers are, and written as they write them: xᵀ·dy in bf16 with posenc's explicit copy of xᵀ) and in PyTorch (`torch.matmul`, 2 threads), one after the other;
+JAX (jitted with `posenc.xla_options.compiler_options()`, as posenc's layers are, and written as they write
+them: xᵀ·dy in bf16 with posenc's explicit copy of xᵀ) and in PyTorch (`torch.matmul`, 2 threads), one after
+the other;
 the best round of each is reported with the JAX / PyTorch ratio (and how far the two products differ,
 relative to the largest entry). Where the training step's ratio against
 PyTorch eager is below 1.0, this says whether the products themselves account for it. Last line: JSON.

@@ -612,8 +612,9 @@ def ruoss(results: dict[str, dict]) -> str:
     group: its mean d over its seeds. The rule: the 95% Student t interval of the mean over the groups is above 0
     (at least 3 groups), both over the pairs whose two runs reach the in-range bar and over the pairs whose plain
     run does (a randomized run below the bar counted as it is: a lower in-range accuracy is part of what randomized
-    positions do, and leaving those pairs out would favour the claim). Its firmness is posenc.verdicts.evidence
-    over the group means of the two sets. A run undefined past training is never counted."""
+    positions do, and leaving those pairs out would favour the claim). Its firmness is posenc.verdicts.strength
+    of each set's group means, combined as posenc.verdicts.evidence combines conditions (a reproduced verdict as
+    firm as its weaker set, a failed one as its firmest failure). A run undefined past training is never counted."""
     rule = ("Ruoss et al.: randomized positions raise mean accuracy past the training length (+12.0 points in the paper) "
             "— rule: per (task, encoding), the mean over seeds of the paired difference (randomized minus plain); the "
             "95% t interval of the mean over those groups is above 0 (3 groups at least), both over the pairs whose "
