@@ -163,7 +163,7 @@ def test_the_two_layer_results_are_their_own_section_and_stay_out_of_the_verdict
                                           ("reverse-none-s0", 4, (100, 98, 0, 0, 0), ""),
                                           ("reverse-rope-s0", 4, (100, 99, 0, 0, 0), "")):
         (tmp_path / "results" / folder / f"{name}.json").write_text(json.dumps(result(layers, correct)))
-    text = report.write_report(tmp_path, jobs=[])
+    text = report.write_report(tmp_path, jobs=run.plan([0]))
     main, first = text.split("### The first budget: 2 layers")
     assert "| copy-none-s0 | 4 | 99 [" in main and "| copy-rope-s0 | 4 |" in main
     assert "| copy-none-s0 | 2 | 77 [" in first and "1 of 1 runs stayed below 90% at 32" in first
@@ -190,20 +190,20 @@ def test_a_result_of_another_task_layout_is_refused_in_the_tables_and_rendered_i
     (tmp_path / "results" / "recall-rope-s0.json").write_text(json.dumps(old))
     with pytest.raises(ValueError, match=r"results/recall-rope-s0.json was scored on 'recall' layout version 1; "
                                          r"posenc generates version 3 .* results/recall-v1/"):
-        report.write_report(tmp_path, jobs=[])
+        report.write_report(tmp_path, jobs=run.plan([0]))
     stray = tmp_path / "stray"
     (stray / "results").mkdir(parents=True)
     (stray / "results" / "notes.json").write_text("{}")  # a stray file: named, not a bare KeyError
     with pytest.raises(ValueError, match=r"results/notes.json is not a result of a task"):
-        report.write_report(stray, jobs=[])
+        report.write_report(stray, jobs=run.plan([0]))
     (stray / "results" / "notes.json").unlink()
     (stray / "results" / "copy-rope-s0.json").write_text(json.dumps({"rows": []}))
     with pytest.raises(ValueError, match=r"results/copy-rope-s0.json has no rows"):
-        report.write_report(stray, jobs=[])
+        report.write_report(stray, jobs=run.plan([0]))
     (tmp_path / "results" / "recall-v1").mkdir()
     (tmp_path / "results" / "recall-rope-s0.json").rename(tmp_path / "results" / "recall-v1" / "recall-rope-s0.json")
     (tmp_path / "results" / "recall-rope-s0.json").write_text(json.dumps(new))
-    text = report.write_report(tmp_path, jobs=[])
+    text = report.write_report(tmp_path, jobs=run.plan([0]))
     main, archive = text.split("### Recall's first layout, task version 1")
     assert "| recall-rope-s0 | 4 | 100 [" in main and "| 97 [" in main and "| 69 [" not in main
     assert "| 69 [" in archive and "1 of 1 runs stayed below 90% at 32" in archive
@@ -221,17 +221,17 @@ def test_a_result_trained_with_other_settings_than_config_py_is_refused(tmp_path
     for row in old["rows"]:
         row["task_version"] = tasks.VERSIONS["recall"]
     (tmp_path / "results" / "recall-rope-s0.json").write_text(json.dumps(old))
-    text = report.write_report(tmp_path, jobs=[])
+    text = report.write_report(tmp_path, jobs=run.plan([0]))
     assert "| recall-rope-s0 | 4 | 100 [" in text and "0 of the 1 results below record" in text
     same = {**old, "config": recall.to_dict()}
     (tmp_path / "results" / "recall-rope-s0.json").write_text(json.dumps(same))
-    text = report.write_report(tmp_path, jobs=[])
+    text = report.write_report(tmp_path, jobs=run.plan([0]))
     assert "| recall-rope-s0 | 4 | 100 [" in text and "1 of the 1 results below record" in text
     other = {**old, "config": {**recall.to_dict(), "learning_rate": 2e-3}}
     (tmp_path / "results" / "recall-rope-s0.json").write_text(json.dumps(other))
     with pytest.raises(ValueError, match=r"results/recall-rope-s0.json was trained with learning_rate 0.002 "
                                          rf"\(now: {config.RECALL_LR!r}\)"):
-        report.write_report(tmp_path, jobs=[])
+        report.write_report(tmp_path, jobs=run.plan([0]))
 
 
 def test_passkey_stops_at_its_criterion_and_the_fine_tunes_run_their_steps():
@@ -259,13 +259,13 @@ def test_passkey_results_of_another_budget_are_refused_and_render_in_their_archi
     (tmp_path / "results" / "passkey-alibi-s0.json").write_text(json.dumps(old))
     with pytest.raises(ValueError, match=r"passkey-alibi-s0.json was trained with schedule_steps 3000 \(now: 8000\), "
                                          r"task.stop_accuracy None \(now: 0.99\), train_steps 3000 \(now: 8000\)"):
-        report.write_report(tmp_path, jobs=[])
+        report.write_report(tmp_path, jobs=run.plan([0]))
     (tmp_path / "results" / "passkey-alibi-s0.json").write_text(json.dumps(_passkey_result(20, 0)))
     with pytest.raises(ValueError, match="passkey-alibi-s0.json records no training config"):
-        report.write_report(tmp_path, jobs=[])  # a passkey result from before results recorded it
+        report.write_report(tmp_path, jobs=run.plan([0]))  # a passkey result from before results recorded it
     (tmp_path / "results" / "passkey-alibi-s0.json").rename(tmp_path / "results" / "passkey-alibi-s7.json")
     with pytest.raises(ValueError, match="passkey-alibi-s7.json is no job of run.py's plan"):
-        report.write_report(tmp_path, jobs=[])
+        report.write_report(tmp_path, jobs=run.plan([0]))
     (tmp_path / "results" / "passkey-alibi-s7.json").unlink()
     (tmp_path / "results" / "passkey-alibi-s0.json").write_text(json.dumps(old))
     archive = tmp_path / "results" / "passkey-3000"
@@ -276,7 +276,7 @@ def test_passkey_results_of_another_budget_are_refused_and_render_in_their_archi
     (archive / "passkey-rope-s0-ftpi4x.json").write_text(json.dumps(ft))
     (tmp_path / "results" / "passkey-alibi-s0.json").write_text(json.dumps(
         {**_passkey_result(3, 0), "config": config}))  # the current budget, below the bar
-    text = report.write_report(tmp_path, jobs=[])
+    text = report.write_report(tmp_path, jobs=run.plan([0]))
     main, kept = text.split("### Passkey's first budget: a fixed 3000 steps")
     assert "`passkey-alibi-s0` (15% at 256)" in main and "(100% at 256)" not in main
     assert "0 of its 1 runs ended below 90% at 256" in kept and "| passkey-rope-s0-ftpi4x | run | 90 [" in kept
@@ -291,20 +291,20 @@ def test_passkey_results_of_another_budget_are_refused_and_render_in_their_archi
     (tmp_path / "results" / "passkey-rope-s0-ftpi4x.json").write_text(json.dumps(tune))
     with pytest.raises(ValueError, match=r"passkey-rope-s0-ftpi4x.json started from parameters b, not from "
                                          r"results/passkey-rope-s0.json whose parameters differ \(params_sha256 a\)"):
-        report.write_report(tmp_path, jobs=[])
+        report.write_report(tmp_path, jobs=run.plan([0]))
     (tmp_path / "results" / "passkey-rope-s0-ftpi4x.json").write_text(json.dumps({k: v for k, v in tune.items()
                                                                                 if k != "init_sha256"}))
     with pytest.raises(ValueError, match=r"passkey-rope-s0-ftpi4x.json records no starting parameters, and "
                                          r"results/passkey-rope-s0.json records its own \(a\)"):
-        report.write_report(tmp_path, jobs=[])
+        report.write_report(tmp_path, jobs=run.plan([0]))
     (tmp_path / "results" / "passkey-rope-s0.json").write_text(json.dumps({k: v for k, v in base.items()
                                                                           if k != "params_sha256"}))
     (tmp_path / "results" / "passkey-rope-s0-ftpi4x.json").write_text(json.dumps(tune))
     with pytest.raises(ValueError, match="passkey-rope-s0.json which records no parameters' hash"):
-        report.write_report(tmp_path, jobs=[])
+        report.write_report(tmp_path, jobs=run.plan([0]))
     (tmp_path / "results" / "passkey-rope-s0.json").write_text(json.dumps(base))
     (tmp_path / "results" / "passkey-rope-s0-ftpi4x.json").write_text(json.dumps({**tune, "init_sha256": "a"}))
-    assert "| passkey-rope-s0-ftpi4x | run | 90 [" in report.write_report(tmp_path, jobs=[]).split("### Passkey's first")[0]
+    assert "| passkey-rope-s0-ftpi4x | run | 90 [" in report.write_report(tmp_path, jobs=run.plan([0])).split("### Passkey's first")[0]
 
 
 def test_time_to_accuracy_and_compute_read_each_sittings_mean_rate():

@@ -341,6 +341,13 @@ def test_a_row_with_one_window_is_rendered_without_an_interval():
     assert report.fmt_interval({"bpb": 2.0, "bpb_lo": None, "bpb_hi": None}) == "2.000 (one window: no interval)"
 
 
+def test_a_cell_over_seeds_says_when_only_some_runs_have_a_value():
+    assert report.fmt_seeds(np.array([2.0, 2.2])) == "2.100 ± 0.141"
+    assert report.fmt_seeds(np.array([2.0, np.nan])) == "2.000 (1 of 2 runs)"
+    assert report.fmt_seeds(np.array([2.0, 2.2, np.nan])) == "2.100 ± 0.141 (2 of 3 runs)"
+    assert report.fmt_seeds(np.array([np.nan, np.nan])) == "—"
+
+
 def test_a_condition_holds_on_its_threshold_only_where_its_bound_is_inclusive():
     """floor − model ≥ 0.25 holds at exactly 0.25, jump > 0.25 does not; "within" is inclusive, "below" strict."""
     assert report.holds("floor − model ≥ 0.25", [0.0, 0.0]) and report.holds("jump ≥ 0.05", [0.1, -0.1])

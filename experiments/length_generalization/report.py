@@ -138,9 +138,11 @@ def curve_minutes(result: dict) -> float:
 
 
 def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
+    if jobs is None:
+        jobs = plan([0, 1, 2])
     results = load(here / "results")
     check_versions(results)
-    check_settings(results, jobs if jobs else plan([0, 1, 2]))
+    check_settings(results, jobs)
     check_bases(results)
     figures = here / "figures"
     figures.mkdir(exist_ok=True)
@@ -148,8 +150,6 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     timing = {**(json.loads(timing_path.read_text()) if timing_path.exists() else {}),
               **{n: r["timing"] for n, r in results.items() if r.get("timing")}}  # each result's own, newest
     pilot = json.loads((here / "pilot" / "runs.json").read_text()) if (here / "pilot" / "runs.json").exists() else None
-    if jobs is None:
-        jobs = plan([0, 1, 2])
     planned = [j.name for j in jobs]
     first = [j.name for j in jobs if j.tier == 1]
     missing = [n for n in planned if n not in results]

@@ -160,10 +160,13 @@ def in_range_key(st: "Study") -> str:
 
 
 def fmt_seeds(v: np.ndarray) -> str:
-    v = v[~np.isnan(v)]
-    if v.size == 0:
+    """Mean ± standard deviation over the runs that have a value (NaN: no such row, or undefined); when only some
+    runs have one, the cell says how many, so that it never reads as the mean over every run counted."""
+    have = v[~np.isnan(v)]
+    if have.size == 0:
         return "—"
-    return f"{v.mean():.3f} ± {v.std(ddof=1):.3f}" if v.size > 1 else f"{v.mean():.3f}"
+    cell = f"{have.mean():.3f} ± {have.std(ddof=1):.3f}" if have.size > 1 else f"{have.mean():.3f}"
+    return cell if have.size == v.size else f"{cell} ({have.size} of {v.size} runs)"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
