@@ -35,12 +35,21 @@ def strength(margins) -> tuple[str, str]:
     return label, f"{m.mean():+.3f} (t = {t:.1f}, {m.size} seeds)"
 
 
-def evidence(conditions: dict) -> str:
-    """The verdict's firmness and each condition's margin. `conditions`: name → (held, per-seed margins, the
-    measured quantity minus the rule's threshold, positive where the condition holds)."""
-    parts = {k: (held, *strength((1.0 if held else -1.0) * np.asarray(m, float))) for k, (held, m) in conditions.items()}
+def _parts(conditions: dict) -> dict:
+    return {k: (held, *strength((1.0 if held else -1.0) * np.asarray(m, float))) for k, (held, m) in conditions.items()}
+
+
+def firmness(conditions: dict) -> str:
+    """The verdict's firmness, 'weak' | 'moderate' | 'strong': the weakest condition's when all hold, else the
+    firmest failure's. `conditions`: name → (held, per-seed margins, the measured quantity minus the rule's
+    threshold, positive where the condition holds)."""
+    parts = _parts(conditions)
     failed = {k: v for k, v in parts.items() if not v[0]}
     pick = max if failed else min
-    label = pick((v[1] for v in (failed or parts).values()), key=ORDER.index)
-    return f"**{label}** (" + "; ".join(f"{k} {'holds' if held else 'fails'} by {text}"
-                                        for k, (held, _, text) in parts.items()) + ")"
+    return pick((v[1] for v in (failed or parts).values()), key=ORDER.index)
+
+
+def evidence(conditions: dict) -> str:
+    """The verdict's firmness (`firmness`) and each condition's margin; `conditions` as in `firmness`."""
+    return f"**{firmness(conditions)}** (" + "; ".join(f"{k} {'holds' if held else 'fails'} by {text}"
+                                                       for k, (held, _, text) in _parts(conditions).items()) + ")"

@@ -32,3 +32,11 @@ def test_evidence_rests_on_the_weakest_hold_or_the_firmest_failure():
     assert held.startswith("**moderate**") and "a holds by" in held and "b holds by" in held
     failed = verdicts.evidence({"a": (True, [1.0, 1.1, 0.9]), "b": (False, [-1.0, -1.1, -0.9])})
     assert failed.startswith("**strong**") and "b fails by +1.000" in failed  # margins signed to the side they fell
+
+
+def test_firmness_is_the_label_evidence_states():
+    held = {"a": (True, [0.5, 0.6, 0.55]), "b": (True, [0.1, -0.2, 0.5])}
+    assert verdicts.firmness(held) == "weak" and verdicts.evidence(held).startswith("**weak**")
+    mixed = {"a": (True, [0.5, 0.6, 0.55]), "b": (False, [-0.5, -0.6, -0.55])}
+    assert verdicts.firmness(mixed) == "strong" and verdicts.evidence(mixed).startswith("**strong**")
+    assert verdicts.firmness({"a": (True, [0.5, 0.6, 0.55])}) == "strong"

@@ -26,7 +26,7 @@ from posenc.task_eval import plot_accuracy, plot_heatmap, wilson_interval  # noq
 from posenc.tasks import VERSIONS  # noqa: E402
 from posenc.timing import machine  # noqa: E402
 from posenc.train import timed_curve  # noqa: E402
-from posenc.verdicts import ORDER, T95, evidence, strength  # noqa: E402
+from posenc.verdicts import T95, evidence, firmness  # noqa: E402
 from run import ALGO_LENGTHS, ALGO_TRAIN_LEN, ALGORITHMIC, PASSKEY_LENGTHS, job_config, plan  # noqa: E402
 
 IN_RANGE = 0.9  # in-range accuracy a run must reach before its extrapolation is interpreted
@@ -612,9 +612,9 @@ def ruoss(results: dict[str, dict]) -> str:
     group: its mean d over its seeds. The rule: the 95% Student t interval of the mean over the groups is above 0
     (at least 3 groups), both over the pairs whose two runs reach the in-range bar and over the pairs whose plain
     run does (a randomized run below the bar counted as it is: a lower in-range accuracy is part of what randomized
-    positions do, and leaving those pairs out would favour the claim). Its firmness is posenc.verdicts.strength
-    of each set's group means, combined as posenc.verdicts.evidence combines conditions (a reproduced verdict as
-    firm as its weaker set, a failed one as its firmest failure). A run undefined past training is never counted."""
+    positions do, and leaving those pairs out would favour the claim). Its firmness is posenc.verdicts.firmness
+    with each set a condition and its group means the margins (a reproduced verdict as firm as its weaker set, a
+    failed one as its firmest failure). A run undefined past training is never counted."""
     rule = ("Ruoss et al.: randomized positions raise mean accuracy past the training length (+12.0 points in the paper) "
             "— rule: per (task, encoding), the mean over seeds of the paired difference (randomized minus plain); the "
             "95% t interval of the mean over those groups is above 0 (3 groups at least), both over the pairs whose "
@@ -663,11 +663,7 @@ def ruoss(results: dict[str, dict]) -> str:
         parts.append(f"{k}: {100 * g.mean():+.1f} points [{100 * (g.mean() - half):+.1f}, {100 * (g.mean() + half):+.1f}] "
                      f"over {g.size} groups ({len(v)} pairs, {len(seeds)} seed{'s' if len(seeds) > 1 else ''}; "
                      f"t = {ts[k][1]:.1f})")
-    # firmness: a reproduced verdict is as firm as its weaker set; a failed one as its firmest failure
-    if all(held.values()):
-        label = min((strength(g)[0] for g, _ in ts.values()), key=ORDER.index)
-    else:
-        label = max((strength(-ts[k][0])[0] for k in sets if not held[k]), key=ORDER.index)
+    label = firmness({k: (held[k], ts[k][0]) for k in sets})  # each set a condition, its group means the margins
     by_group = ", ".join(f"{g} {100 * m:+.1f} ({n})" for g, (m, n) in sorted(group_means(sets[list(sets)[-1]], counts=True).items()))
     return (f"- {rule} **{'reproduced' if all(held.values()) else 'not reproduced'}**: " + "; ".join(parts)
             + f"; evidence {label} (the t of the group means); by task and encoding (pairs): {by_group}.")
