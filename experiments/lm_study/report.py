@@ -439,6 +439,8 @@ def paired_section(st: Study, corpus: str, encs: list[str]) -> str:
             lo, hi = _bootstrap_mean(d)
             cells.append(f"{d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]; per seed " + ", ".join(f"{x:+.3f}" for x in per_seed))
         rows.append([f"{label(p)} − RoPE"] + cells)
+    if not rows:
+        return "No other encoding has a finished run on this corpus yet."
     return _table(["difference"] + [str(n) for n in st.lengths], rows) + (
         "\n\nEach cell: the mean over seeds of the window-by-window difference, its 95% bootstrap interval over "
         "windows (it does not include the spread between seeds: read that from the per-seed differences).")
