@@ -46,7 +46,7 @@ import pathlib
 
 from ml_collections import config_dict
 
-from posenc.tasks import TASKS, VERSIONS
+from posenc.tasks import POSITIONS_VERSION, TASKS, VERSIONS
 
 _default = importlib.util.spec_from_file_location("posenc_default_config", pathlib.Path(__file__).with_name("default.py"))
 default = importlib.util.module_from_spec(_default)
@@ -78,6 +78,7 @@ def get_config(arg: str | None = None):
     config.positions = config_dict.ConfigDict()
     config.positions.randomize = "randomize" in variants  # sorted random subset of [0, max_position)
     config.positions.max_position = 4096  # positions' range with randomize (the learned table's rows)
+    config.positions.version = POSITIONS_VERSION  # how they are drawn (posenc.tasks.POSITIONS_VERSION); others refused
 
     if task != "lm":
         config.model.num_layers = 2

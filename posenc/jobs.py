@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import json
 import os
 import pathlib
@@ -88,15 +89,16 @@ def run_parts(path: pathlib.Path, parts: dict[str, Callable[[], dict]], stamp: t
               ) -> tuple[dict[str, dict], dict[str, float | None]]:
     """Runs each of `parts` ({key: thunk returning a JSON-able result}) once, in order, keeping each finished
     part in `path` (written atomically after every part), so that an interrupted job resumes with the parts it
-    has not finished. `stamp`: (field, value) the file records; a file recording another value (its parts were
-    computed from something else, e.g. parameters trained again) is started over.
+    has not finished. `stamp`: (field, value) the file records; a file recording another value or none (its
+    parts were computed from something else, e.g. parameters trained again or other settings) is started over
+    (`stamp` makes one from the parameters and the settings).
 
     Returns ({key: result} in the order of `parts`, {key: seconds}): each part's own computing time, from
     whichever sitting ran it, so that their sum is the job's whole cost; None for a part kept in a file written
     before parts were timed.
     """
     done = json.loads(path.read_text()) if path.exists() else {}
-    if stamp is not None and done.pop(stamp[0], stamp[1]) != stamp[1]:
+    if stamp is not None and done.pop(stamp[0], None) != stamp[1]:  # another value, or none recorded
         done = {}
     seconds = done.pop(SECONDS_KEY, {})
     for key, thunk in parts.items():
@@ -106,6 +108,14 @@ def run_parts(path: pathlib.Path, parts: dict[str, Callable[[], dict]], stamp: t
             seconds[key] = round(time.time() - t0, 1)
             write_atomic(path, json.dumps({**done, SECONDS_KEY: seconds, **dict([stamp] if stamp else [])}))
     return {key: done[key] for key in parts}, {key: seconds.get(key) for key in parts}
+
+
+def stamp(params_sha256: str, settings: dict) -> tuple[str, str]:
+    """`run_parts`' stamp for parts computed from parameters `params_sha256` under `settings` (JSON-able: what
+    the parts' results depend on besides the parameters): ("stamp", "<params_sha256>|<16 hex digits of the
+    settings' SHA-256>")."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return "stamp", f"{params_sha256}|{digest}"
 
 
 def parts_timing(seconds: dict[str, float | None]) -> dict:

@@ -84,6 +84,8 @@ class TaskRun:
         if own == name:
             tasks.check_version(name, cfg_task.get("version"), f"run {run.name!r}")
         randomize = bool(pos is not None and pos.get("randomize"))
+        if randomize:
+            tasks.check_positions_version(pos.get("version"), f"run {run.name!r}")
         return cls(run, name, filler or (cfg_task.get("filler", "repeat") if cfg_task is not None else "repeat"),
                    randomize, int(pos.max_position) if randomize else None, encode)
 
@@ -223,7 +225,8 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
     for t, s, m, length, d in tqdm(jobs, desc="eval_tasks", disable=not progress or None, dynamic_ncols=True):
         ev = evaluators[t.run.workdir]
         row = {**t.run.summary(), "task": t.task, "task_version": tasks.VERSIONS[t.task], "filler": t.filler if t.task == "passkey" else None,
-               "randomized_positions": t.randomize, "scaling": s, "method": m.label, "length": length, "depth": d,
+               "randomized_positions": t.randomize,
+               "positions_version": tasks.POSITIONS_VERSION if t.randomize else None, "scaling": s, "method": m.label, "length": length, "depth": d,
                "split": "test", "seed": seed}
         reason = ev.undefined_reason(length, s, m)
         if reason:
@@ -239,7 +242,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
 # --------------------------------------------------------------------------------------------------------
 # Outputs
 
-COLUMNS = ("run", "posenc", "task", "task_version", "filler", "randomized_positions", "scaling", "method", "length", "depth",
+COLUMNS = ("run", "posenc", "task", "task_version", "filler", "randomized_positions", "positions_version", "scaling", "method", "length", "depth",
            "status", "accuracy", "correct", "n", "ci_low", "ci_high", "tf_accuracy", "answer_logprob", "train_len",
            "step", "factor", "method_params", "seed", "reason")
 

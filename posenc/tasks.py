@@ -31,8 +31,12 @@ name.
 
 Randomized positions (Ruoss et al. 2023, `config.positions.randomize`): each sequence's positions are a
 sorted random subset of [0, max_position) (`random_positions`), so that a model trained on length N has
-seen every position up to max_position; the learned table then has max_position rows. The paper samples
-test positions the same way, and so does `posenc.task_eval` for such runs.
+seen every position up to max_position; the learned table then has max_position rows. The sequence is the
+example, not the padded row: an example of n + 1 tokens (n inputs; the last token is a target only) draws
+n + 1 positions, as a test example of n + 1 tokens does in `posenc.task_eval`, and its padding repeats the
+last one (padding targets weigh 0, and causal attention keeps them out of the example's predictions). The
+paper draws for each sequence of its own length in the same way (its batches hold one length each).
+POSITIONS_VERSION says how they are drawn; a run records it (config.positions.version).
 """
 
 from __future__ import annotations
@@ -50,6 +54,11 @@ ALGORITHMIC = ("copy", "reverse", "recall")  # the tasks of Kazemnejad et al. / 
 FILLERS = ("repeat", "shakespeare")
 SPLITS = data.SPLITS
 PAD = 0  # the padding byte (weight 0)
+# How randomized positions are drawn (config.positions.version): 1, once per padded row of train_len inputs, an
+# example of n inputs taking the first n (short examples then only saw low positions, unlike their test examples);
+# 2, per example, n + 1 positions for its n + 1 tokens (`batch`). A randomized run of another version can neither
+# resume nor be tested (`check_positions_version`).
+POSITIONS_VERSION = 2
 # The layout each generator makes. A run records its task's version (config.task.version); training refuses to
 # resume, and evaluation to test, a run whose version is not the one generated now (`check_version`).
 # recall 1: "ab=12," pairs with two-letter keys and a quarter of the keys queried; 2: one-byte pairs, every key
@@ -104,6 +113,16 @@ def check_version(task: str, version: int | None, run: str = "the run") -> None:
         raise ValueError(f"{run} was trained on {task!r} layout version {got} (task.version); posenc generates "
                          f"version {VERSIONS[task]} now (posenc.tasks.VERSIONS), so it can neither resume nor be "
                          "tested on this task")
+
+
+def check_positions_version(version: int | None, run: str = "the run") -> None:
+    """Raises a ValueError unless `version` (a randomized run's config.positions.version; None for a run recorded
+    before the field, that is version 1) is how positions are drawn now (POSITIONS_VERSION)."""
+    got = 1 if version is None else version
+    if got != POSITIONS_VERSION:
+        raise ValueError(f"{run} was trained with randomized positions drawn by version {got} "
+                         f"(positions.version); posenc draws version {POSITIONS_VERSION} now "
+                         "(posenc.tasks.POSITIONS_VERSION), so it can neither resume nor be tested")
 
 
 def check_task(task: str, filler: str = "repeat") -> None:
@@ -246,6 +265,7 @@ class TaskSpec:
     randomize: bool = False
     max_position: int | None = None
     version: int | None = None  # config.task.version (VERSIONS)
+    positions_version: int | None = None  # config.positions.version (POSITIONS_VERSION)
 
     @classmethod
     def from_config(cls, config) -> "TaskSpec | None":
@@ -257,7 +277,8 @@ class TaskSpec:
                    min_len=task.get("min_len") if task else None, lm_ratio=float(task.get("lm_ratio", 0.0)) if task else 0.0,
                    prompt_weight=float(task.get("prompt_weight", 0.0)) if task else 0.0,
                    version=task.get("version") if task else VERSIONS["lm"],
-                   randomize=bool(pos.randomize) if pos else False, max_position=pos.get("max_position") if pos else None)
+                   randomize=bool(pos.randomize) if pos else False, max_position=pos.get("max_position") if pos else None,
+                   positions_version=pos.get("version") if pos else None)
         spec.check(config.train_len, config.model.posenc)
         return spec
 
@@ -285,9 +306,11 @@ class TaskSpec:
             if kind in ("none", "contextual"):
                 raise ValueError(f"positions.randomize needs an encoding that takes positions; posenc={posenc!r} "
                                  f"({kind}) does not")
-            if not isinstance(self.max_position, int) or self.max_position < train_len:
-                raise ValueError(f"positions.max_position must be an integer >= train_len={train_len} with "
-                                 f"positions.randomize, got {self.max_position!r}")
+            if not isinstance(self.max_position, int) or self.max_position <= train_len:
+                raise ValueError(f"positions.max_position must be an integer > train_len={train_len} with "
+                                 "positions.randomize (an example of train_len inputs has train_len + 1 tokens, each "
+                                 f"drawn a position), got {self.max_position!r}")
+            check_positions_version(self.positions_version, "this config")
 
     def shortest(self, train_len: int) -> int:
         """The shortest training example (input tokens): `min_len`, else train_len for passkey and the task's
@@ -301,25 +324,32 @@ def batch(spec: TaskSpec, corpus: data.Corpus, rng: np.random.Generator, *, batc
           split: str = "train") -> dict[str, np.ndarray]:
     """`inputs`, `targets`, `weights` `[B, length]` (weight 1 on answer targets and on every target of an LM
     row) and, with randomized positions, `positions` `[B, length]`, drawn from `rng`. Task examples have
-    between `spec.shortest(length)` and `length` input tokens (padded to `length`)."""
+    between `spec.shortest(length)` and `length` input tokens (padded to `length`). Randomized positions are
+    drawn per example (the module docstring): n + 1 for an example of n inputs, its first n the inputs',
+    the last repeated over the padding."""
     lo = spec.shortest(length)
     x = np.zeros((batch_size, length), np.int32)
     y = np.zeros((batch_size, length), np.int32)
     w = np.zeros((batch_size, length), np.float32)
+    pos = np.zeros((batch_size, length), np.int32)
     text = corpus.split(split)
     for b in range(batch_size):
         if spec.name == "lm" or (spec.lm_ratio and rng.uniform() < spec.lm_ratio):
             start = int(rng.integers(0, len(text) - length))
             window = text[start:start + length + 1].astype(np.int32)
             x[b], y[b], w[b] = window[:-1], window[1:], 1.0
-            continue
-        n = int(rng.integers(lo, length + 1))
-        ex = make_example(spec.name, rng, n + 1, split=split, filler=spec.filler, corpus=corpus)
-        x[b, :n], y[b, :n] = ex.tokens[:-1], ex.tokens[1:]
-        w[b, :n] = np.where(ex.answer[1:], 1.0, np.where(ex.tokens[1:] == PAD, 0.0, spec.prompt_weight))
+            n = length
+        else:
+            n = int(rng.integers(lo, length + 1))
+            ex = make_example(spec.name, rng, n + 1, split=split, filler=spec.filler, corpus=corpus)
+            x[b, :n], y[b, :n] = ex.tokens[:-1], ex.tokens[1:]
+            w[b, :n] = np.where(ex.answer[1:], 1.0, np.where(ex.tokens[1:] == PAD, 0.0, spec.prompt_weight))
+        if spec.randomize:
+            drawn = random_positions(rng, n + 1, spec.max_position)
+            pos[b, :n], pos[b, n:] = drawn[:-1], drawn[-1]
     out = {"inputs": x, "targets": y, "weights": w}
     if spec.randomize:
-        out["positions"] = np.stack([random_positions(rng, length, spec.max_position) for _ in range(batch_size)])
+        out["positions"] = pos
     return out
 
 

@@ -227,6 +227,17 @@ def test_parts_resume_sum_their_own_seconds_and_restart_under_another_stamp(tmp_
     done, seconds = jobs.run_parts(path, {"a": thunk("a"), "b": thunk("b")}, ("sha", "y"))
     assert done["a"] == {"rows": ["old"]} and seconds == {"a": None, "b": 5.0}
     assert jobs.parts_timing(seconds) == {"eval_s": 5.0, "eval_untimed_parts": ["a"]}
+    path.write_text('{"a": {"rows": ["unstamped"]}}')  # a file recording no stamp: its origin unknown, started over
+    done, _ = jobs.run_parts(path, {"a": thunk("a")}, ("sha", "y"))
+    assert done["a"] == {"rows": ["a"]}
+
+
+def test_a_stamp_names_the_parameters_and_changes_with_any_setting():
+    field, value = jobs.stamp("abc", {"examples": 20, "lengths": [256, 512]})
+    assert field == "stamp" and value.startswith("abc|") and len(value) == len("abc|") + 16
+    assert jobs.stamp("abc", {"lengths": [256, 512], "examples": 20}) == (field, value)  # key order is no setting
+    assert jobs.stamp("abc", {"examples": 10, "lengths": [256, 512]})[1] != value
+    assert jobs.stamp("abd", {"examples": 20, "lengths": [256, 512]})[1] != value
 
 
 def test_select_takes_a_prefix_or_a_regular_expression_and_refuses_what_matches_nothing():

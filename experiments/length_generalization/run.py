@@ -50,7 +50,7 @@ from absl import app, flags, logging
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from posenc import checkpoint, jobs, malloc  # noqa: E402
+from posenc import checkpoint, jobs, malloc, tasks  # noqa: E402
 from posenc.checkpoint import params_sha256  # noqa: E402
 from posenc.config import with_fields  # noqa: E402
 from posenc.encodings import POSENCS, get_encoding  # noqa: E402
@@ -169,6 +169,21 @@ def attach_curve(result: dict, workdir: pathlib.Path) -> dict:
     return result
 
 
+def merge_parts(done: dict[str, dict]) -> dict:
+    """One result of evaluated parts (`evaluate_tasks` results): their rows in order; a field that every part
+    has with one value (the seed) kept as it is, one whose values differ (a coarser part's examples, depths)
+    kept per part under `parts`, so that no part is labelled with another's settings (each row has its own n
+    and depth)."""
+    fields = {k for p in done.values() for k in p if k != "rows"}
+    same = {k for k in fields if all(k in p for p in done.values()) and
+            all(p[k] == next(iter(done.values()))[k] for p in done.values())}
+    result = {k: next(iter(done.values()))[k] for k in sorted(same)}
+    if fields - same:
+        result["parts"] = {key: {k: p.get(k) for k in sorted(fields - same)} for key, p in done.items()}
+    result["rows"] = [row for p in done.values() for row in p["rows"]]
+    return result
+
+
 def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     """Trains `job` (resuming), evaluates it (resuming by part) and writes results/<name>.json atomically,
     with its training curve, CPU, threads and its training and evaluation seconds."""
@@ -193,11 +208,18 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     else:
         parts = {"all": part(lengths=ALGO_LENGTHS, scalings=job.scalings, methods=job.methods,
                              examples=_ALGO_EXAMPLES.value)}
-    done, seconds = jobs.run_parts(partial_path, parts)
-    result = {**next(iter(done.values())), "rows": [row for p in done.values() for row in p["rows"]]}
+    sha = params_sha256(runs / job.name)  # what a fine-tune from this run starts from
+    # parts kept from an earlier sitting count only if computed from these parameters under these settings
+    settings = {"job": dataclasses.asdict(job), "passkey_examples": _PASSKEY_EXAMPLES.value,
+                "coarse_examples": _COARSE_EXAMPLES.value, "algo_examples": _ALGO_EXAMPLES.value,
+                "passkey_lengths": PASSKEY_LENGTHS, "algo_lengths": ALGO_LENGTHS, "depths": DEPTHS,
+                "coarse_depths": COARSE_DEPTHS, "task_versions": tasks.VERSIONS,
+                "positions_version": tasks.POSITIONS_VERSION}
+    done, seconds = jobs.run_parts(partial_path, parts, jobs.stamp(sha, settings))
+    result = merge_parts(done)
     result["job"] = dataclasses.asdict(job)
     result["final_metrics"] = final
-    result["params_sha256"] = params_sha256(runs / job.name)  # what a fine-tune from this run starts from
+    result["params_sha256"] = sha
     init = checkpoint.read_run_info(runs / job.name).get("init_from")
     if job.init_from and init:  # what training loaded (posenc.train records it); report.check_bases holds it
         result["init_sha256"] = init["params_sha256"]  # to the base result's params_sha256

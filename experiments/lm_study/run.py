@@ -408,17 +408,27 @@ def _final(workdir: pathlib.Path) -> dict:
     return next(row for row in reversed(_curve(workdir)) if "val_bpb" in row)
 
 
-def _evaluate_parts(name: str, results: pathlib.Path, parts: dict, sha: str) -> tuple[dict, dict]:
-    """Runs each of `parts` ({key: thunk}) once, keeping finished ones in results/<name>.partial, which holds
-    the parameters' hash `sha`: parts of other parameters (a run trained again) are dropped. Returns the parts
-    (in the order of `parts`, whichever sitting ran each) and their timing (`jobs.parts_timing`)."""
-    done, seconds = jobs.run_parts(results / f"{name}.partial", parts, ("params_sha256", sha))
+def _evaluate_parts(job: Job, results: pathlib.Path, parts: dict, sha: str, s: Settings) -> tuple[dict, dict]:
+    """Runs each of `parts` ({key: thunk}) once, keeping finished ones in results/<name>.partial, stamped with
+    the parameters' hash `sha`, the job and the Settings (`jobs.stamp`): parts of other parameters (a run
+    trained again) or made under other settings are dropped. Returns the parts (in the order of `parts`,
+    whichever sitting ran each) and their timing (`jobs.parts_timing`)."""
+    stamp_ = jobs.stamp(sha, {"job": dataclasses.asdict(job), "settings": settings_record(s)})
+    done, seconds = jobs.run_parts(results / f"{job.name}.partial", parts, stamp_)
     return done, jobs.parts_timing(seconds)
 
 
 def _merge(parts: dict) -> dict:
-    """One evaluate() result from several: rows, baselines and per-position curves concatenated."""
+    """One evaluate() result from several: rows, baselines and per-position curves concatenated.
+
+    Raises:
+      RuntimeError: the parts scored different corpora (the corpus changed between the sittings that ran them).
+    """
     first = next(iter(parts.values()))
+    if any(part.get("corpora") != first.get("corpora") for part in parts.values()):
+        raise RuntimeError("the evaluation's parts scored different corpora (" + "; ".join(
+            f"{k}: {part.get('corpora')}" for k, part in parts.items()) + "): the corpus changed between sittings; "
+            "delete the job's .partial file to evaluate it again")
     out = {**first, "rows": [], "baselines": [], "per_position": {}}
     for part in parts.values():
         out["rows"] += part["rows"]
@@ -491,7 +501,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
         if cfg.encoding.max_positions(cfg) is not None:  # a table, interpolated past its length: reported apart
             parts["interpolate"] = lambda: _relabel(ev.evaluate(w, lengths, ["none"], documents=True, progress=False,
                                                                 learned_beyond="interpolate", ngram_floor=False))
-        done, eval_timing = _evaluate_parts(job.name, results, parts, sha)
+        done, eval_timing = _evaluate_parts(job, results, parts, sha, s)
         result["eval"] = _merge({k: v for k, v in done.items() if k != "in_range"})
         result["eval"]["per_position"].update(done["in_range"]["per_position"])
         result["timing"].update(eval_timing)
@@ -517,7 +527,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
                                                           num_bytes=s.prefix_windows * longest, progress=False))
                            for sc in tracking})
             parts.update({f"prefix-dynamic:{k}": v for k, v in prefix.items()})
-            done, eval_timing = _evaluate_parts(job.name, results, parts, sha)
+            done, eval_timing = _evaluate_parts(job, results, parts, sha, s)
             result["eval"] = {k: v for k, v in done.items() if not k.startswith("prefix-dynamic:")}
             result["eval"]["prefix-dynamic"] = _merge({k: done[f"prefix-dynamic:{k}"] for k in prefix})
         elif job.kind == "longrope":
