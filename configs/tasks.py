@@ -78,7 +78,8 @@ def get_config(arg: str | None = None):
     config.positions = config_dict.ConfigDict()
     config.positions.randomize = "randomize" in variants  # sorted random subset of [0, max_position)
     config.positions.max_position = 4096  # positions' range with randomize (the learned table's rows)
-    config.positions.version = POSITIONS_VERSION  # how they are drawn (posenc.tasks.POSITIONS_VERSION); others refused
+    # how they are drawn (posenc.tasks.POSITIONS_VERSION), recorded by randomized runs; other versions are refused
+    config.positions.version = POSITIONS_VERSION if config.positions.randomize else config_dict.placeholder(int)
 
     if task != "lm":
         config.model.num_layers = 2

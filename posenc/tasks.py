@@ -121,8 +121,10 @@ def check_positions_version(version: int | None, run: str = "the run") -> None:
     got = 1 if version is None else version
     if got != POSITIONS_VERSION:
         raise ValueError(f"{run} was trained with randomized positions drawn by version {got} "
-                         f"(positions.version); posenc draws version {POSITIONS_VERSION} now "
-                         "(posenc.tasks.POSITIONS_VERSION), so it can neither resume nor be tested")
+                         f"(positions.version{' unset: a run from before the field' if version is None else ''}); "
+                         f"posenc draws version {POSITIONS_VERSION} now (posenc.tasks.POSITIONS_VERSION), so it can "
+                         f"neither resume nor be tested (a new run sets positions.version={POSITIONS_VERSION}, as "
+                         "configs/tasks.py's randomize variant does)")
 
 
 def check_task(task: str, filler: str = "repeat") -> None:

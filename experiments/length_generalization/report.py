@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE))
 from posenc.config import run_changes  # noqa: E402
 from posenc.jobs import result_curve  # noqa: E402
 from posenc.task_eval import plot_accuracy, plot_heatmap, wilson_interval  # noqa: E402
-from posenc.tasks import VERSIONS  # noqa: E402
+from posenc.tasks import POSITIONS_VERSION, VERSIONS  # noqa: E402
 from posenc.timing import machine  # noqa: E402
 from posenc.train import timed_curve  # noqa: E402
 from posenc.verdicts import T95, evidence, firmness  # noqa: E402
@@ -42,9 +42,16 @@ def task_version(res: dict) -> int:
     return max(r.get("task_version", 1) for r in res["rows"])
 
 
+def positions_version(res: dict) -> int:
+    """How a randomized-positions result's positions were drawn (its rows' positions_version; rows from before the
+    field: 1)."""
+    return max(r.get("positions_version") or 1 for r in res["rows"])
+
+
 def check_versions(results: dict[str, dict]) -> None:
-    """Refuses results of a task layout that posenc no longer generates (tasks.VERSIONS): they belong in an
-    archive folder (ARCHIVES), never in the tables and verdicts of the current tasks."""
+    """Refuses results of a task layout that posenc no longer generates (tasks.VERSIONS), and randomized-positions
+    results whose positions were drawn otherwise than now (tasks.POSITIONS_VERSION): they belong in an archive
+    folder (ARCHIVES), never in the tables and verdicts of the current tasks."""
     for name, res in results.items():
         task = name.split("-")[0]
         if task not in VERSIONS:
@@ -56,6 +63,11 @@ def check_versions(results: dict[str, dict]) -> None:
             raise ValueError(f"results/{name}.json was scored on {task!r} layout version {task_version(res)}; "
                              f"posenc generates version {VERSIONS[task]} (posenc.tasks.VERSIONS): move it to an "
                              f"archive folder of ARCHIVES, such as results/{task}-v{task_version(res)}/")
+        if "-rp-" in name and positions_version(res) != POSITIONS_VERSION:
+            raise ValueError(f"results/{name}.json was trained with randomized positions drawn by version "
+                             f"{positions_version(res)}; posenc draws version {POSITIONS_VERSION} "
+                             "(posenc.tasks.POSITIONS_VERSION): move it to an archive folder of ARCHIVES, such as "
+                             f"results/rp-v{positions_version(res)}/")
 
 
 # Earlier results kept beside the current ones, rendered after the algorithmic table and left out of the verdicts:
@@ -79,6 +91,13 @@ ARCHIVES = (
      "seed 1 of RoPE and of ALiBi among them where seed 0 had passed, so passkey now trains on an 8000-step "
      "schedule and stops at 99% validation exact match (configs/tasks.py; pilots pk-8000-rope-s1 and "
      "pk-8000-alibi-s1). The fine-tunes here start from this budget's passkey-rope-s0."),
+    ("rp-v1", "Randomized positions drawn per padded row (positions version 1)",
+     "These runs drew randomized positions once per padded row of {train_len} inputs, and an example of n inputs "
+     "took the first n, so a short training example only ever had low positions (its last near 512 · n / 32) "
+     "while a test example draws over the whole of [0, 512): a train–test mismatch that Ruoss et al., who draw "
+     "positions for each sequence of its own length, do not have. {below} of {n} runs stayed below {bar}% at "
+     "{train_len}. The randomized runs above draw per example (posenc.tasks.POSITIONS_VERSION 2); the Ruoss "
+     "verdict reads only them."),
 )
 
 

@@ -122,7 +122,8 @@ class Study:
         at the longest, the in-range part at L0), so its documents are cut to multiples of `length`.
 
         Raises:
-          RuntimeError: the corpus now gives other test windows than the runs scored (it changed).
+          RuntimeError: the corpus changed since the runs were scored: its fingerprint (`data.Corpus.sha256`)
+            differs from the one the evaluation recorded, or it now gives other test windows.
         """
         names = [j.name for j in self.planned if j.kind == "main" and j.corpus == corpus
                  and "eval" in self.r.get(j.name, {})]
@@ -130,11 +131,16 @@ class Study:
             return None
         if (corpus, length) not in self._ngram_curves:
             cfg = self.r[names[0]]["config"]["data"]
-            scored = ev.Scored.by_document(data.load_corpus(cfg["path"], cfg["cache_dir"]).documents("test"), length)
-            recorded = next(iter(self.r[names[0]]["eval"]["corpora"].values()))["num_bytes"]  # the base part's
-            if length == self.lengths[-1] and scored.num_targets != recorded:
+            loaded = data.load_corpus(cfg["path"], cfg["cache_dir"])
+            recorded = next(iter(self.r[names[0]]["eval"]["corpora"].values()))  # the base part's
+            if loaded.sha256 != recorded["sha256"]:
+                raise RuntimeError(f"{corpus}'s fingerprint is now {loaded.sha256}; {names[0]} was scored on "
+                                   f"{recorded['sha256']}: the corpus changed since the runs were scored")
+            scored = ev.Scored.by_document(loaded.documents("test"), length)
+            if length == self.lengths[-1] and scored.num_targets != recorded["num_bytes"]:
                 raise RuntimeError(f"{corpus}'s test split now gives {scored.num_targets} target bytes by document; "
-                                   f"{names[0]} scored {recorded}: the corpus changed since the runs were scored")
+                                   f"{names[0]} scored {recorded['num_bytes']}: the corpus changed since the runs "
+                                   "were scored")
             self._ngram_curves[corpus, length] = ev.ngram_curve(cfg["path"], cfg["cache_dir"], scored, length)
         return self._ngram_curves[corpus, length]
 
