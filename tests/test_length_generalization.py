@@ -223,6 +223,25 @@ def test_a_result_of_another_task_layout_is_refused_in_the_tables_and_rendered_i
     assert "| 69 [" in archive and "1 of 1 runs stayed below 90% at 32" in archive
 
 
+def test_a_randomized_result_of_another_positions_version_is_refused(tmp_path):
+    """A randomized-positions result whose rows record no positions_version (drawn per padded row: version 1)
+    stops the report; one of the version drawn now is read."""
+    report = _load("length_generalization_report_rp", HERE / "report.py")
+    (tmp_path / "results").mkdir()
+    old = _algo_result((100, 97, 20, 5, 0))
+    (tmp_path / "results" / "copy-rope-rp-s0.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match=r"copy-rope-rp-s0.json was trained with randomized positions drawn by "
+                                         r"version 1; .* such as results/rp-v1/"):
+        report.check_versions(report.load(tmp_path / "results"))
+    for row in old["rows"]:
+        row["positions_version"] = tasks.POSITIONS_VERSION
+    (tmp_path / "results" / "copy-rope-rp-s0.json").write_text(json.dumps(old))
+    report.check_versions(report.load(tmp_path / "results"))  # no error
+    config = run.load_config_file(str(HERE.parents[1] / "configs" / "tasks.py"), "task=copy,posenc=rope,randomize")
+    plain = run.load_config_file(str(HERE.parents[1] / "configs" / "tasks.py"), "task=copy,posenc=rope")
+    assert config.positions.version == tasks.POSITIONS_VERSION and plain.positions.version is None
+
+
 def test_a_result_trained_with_other_settings_than_config_py_is_refused(tmp_path):
     """A result records its run's config; one whose learning rate (or another rendered setting) differs from
     config.py's stops the report instead of being labelled with config.py's settings. Results from before the
@@ -369,8 +388,10 @@ def test_the_alibi_verdict_reads_every_seed_in_range():
 
 
 def test_the_yarn_pi_verdict_tests_the_ordering_and_says_the_gap_is_not_tested():
-    """With both fine-tunes in range at 1024, YaRN must not be worse than PI there (z ≥ −1.96, YaRN ≥ PI); the
-    line says that the paper's gap (PI far below YaRN) cannot be seen by a rule that needs PI in range."""
+    """With both fine-tunes in range at 1024, a non-inferiority test there: reproduced when YaRN − PI's 95% Wald
+    interval ends above −5 points (a one-example deficit near the ceiling included), not reproduced when YaRN is
+    worse (z < −1.96), inconclusive between; the line says that the paper's gap (PI far below YaRN) cannot be
+    seen by a rule that needs PI in range."""
     report = _load("length_generalization_report_yarn_pi", HERE / "report.py")
 
     def ft(correct, scaling="run"):
@@ -379,8 +400,13 @@ def test_the_yarn_pi_verdict_tests_the_ordering_and_says_the_gap_is_not_tested()
 
     line = next(v for v in report.verdicts({"passkey-rope-s0-ftyarn4x": ft(100), "passkey-rope-s0-ftpi4x": ft(94)})
                 if "YaRN retrieves" in v)
-    assert "**reproduced**: YaRN 100 [96, 100] vs PI 94 [88, 97], z = 2.49 (one seed; the rule tests the ordering only" in line
+    assert ("**reproduced**: YaRN 100 [96, 100] vs PI 94 [88, 97], z = 2.49, YaRN − PI ≥ +1.3 points (one seed; the "
+            "rule tests the ordering only") in line  # 6 − 1.96 · √(0.94 · 0.06 / 100) · 100 = 1.3
     assert "with PI at 94% here)." in line
+    for yarn_, pi_, verdict, low in ((99, 100, "reproduced", "-3.0"), (93, 97, "inconclusive", "-10.0")):
+        line = next(v for v in report.verdicts({"passkey-rope-s0-ftyarn4x": ft(yarn_), "passkey-rope-s0-ftpi4x": ft(pi_)})
+                    if "YaRN retrieves" in v)
+        assert f"**{verdict}**: YaRN {yarn_} [" in line and f"YaRN − PI ≥ {low} points" in line
     line = next(v for v in report.verdicts({"passkey-rope-s0-ftyarn4x": ft(91), "passkey-rope-s0-ftpi4x": ft(99)})
                 if "YaRN retrieves" in v)
     assert "**not reproduced**: YaRN 91 [" in line and "z = -2.60" in line
