@@ -348,6 +348,16 @@ def test_a_row_with_one_window_is_rendered_without_an_interval():
     assert report.fmt_interval({"bpb": 2.0, "bpb_lo": None, "bpb_hi": None}) == "2.000 (one window: no interval)"
 
 
+def test_a_result_made_from_a_base_trained_again_is_refused():
+    base = {"job": {"name": "iambic-rope-s0"}, "params_sha256": "a" * 64}
+    ft = {"job": {"name": "iambic-rope-s0-ft-pi4x", "base": "iambic-rope-s0"}, "base_params_sha256": "a" * 64}
+    run.check_bases({"iambic-rope-s0": base, "iambic-rope-s0-ft-pi4x": ft})  # the same parameters: no error
+    run.check_bases({"iambic-rope-s0-ft-pi4x": ft})  # its base not here (yet): nothing to compare
+    with pytest.raises(ValueError, match=r"iambic-rope-s0-ft-pi4x.json was made from iambic-rope-s0's parameters "
+                                         r"a{16}…, but iambic-rope-s0.json now holds b{16}…"):
+        run.check_bases({"iambic-rope-s0": {**base, "params_sha256": "b" * 64}, "iambic-rope-s0-ft-pi4x": ft})
+
+
 def test_parts_scored_on_different_corpora_are_not_merged():
     part = {"rows": [], "baselines": [], "per_position": {}, "corpora": {"iambic": {"sha256": "a", "num_bytes": 9}}}
     assert run._merge({"base": part, "interpolate": dict(part)})["corpora"] == part["corpora"]

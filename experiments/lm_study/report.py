@@ -840,6 +840,7 @@ def write_report(results: pathlib.Path, planned: list, s, out: pathlib.Path | No
     """Renders the README (into `out`, default the results' parent), its figures and results/summary.json."""
     out = out or results.parent
     st = Study(load(results), planned, s, results)
+    run.check_bases(st.r)
     cpus = sorted({machine(r) for r in st.r.values() if "cpu" in r})
     costs = [core_seconds(r) for r in st.r.values() if "timing" in r and "device" not in r]
     hours = sum(c for c in costs if c is not None) / 3600

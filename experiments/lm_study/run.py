@@ -544,7 +544,9 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
                                           longrope_file=factors, progress=False)}
             result.update(search=search, search_config=dataclasses.asdict(s.search), eval=test)
         else:  # tune: every rule with the LongRoPE search's budget
-            budget = json.loads((results / f"{job.base}-longrope.json").read_text())["search"]["evaluations"]
+            searched_from = json.loads((results / f"{job.base}-longrope.json").read_text())
+            check_bases({f"{job.base}-longrope": searched_from, job.base: {"params_sha256": sha}})  # the same base
+            budget = searched_from["search"]["evaluations"]
             root = runs / f"{job.name}-trials"
             stamp(root, sha)
             searched = {"search_resumed": True} if any(root.rglob("*.json")) else {}  # an earlier sitting's trials
@@ -588,6 +590,24 @@ def check_settings(planned: list[Job], results: pathlib.Path, s: Settings) -> No
                          f"({first}.json differs in {diff}): use another --results (and --runs), or restore the settings")
 
 
+def check_bases(results: dict[str, dict]) -> None:
+    """Refuses a result made from a base run (a fine-tune, the scalings, a search, the tuning: its
+    `base_params_sha256`) whose base's result here now holds other parameters (`params_sha256`): the base was
+    trained again after it, so it belongs with the parameters it was made from, never in one table with the new
+    base's rows.
+
+    Raises:
+      ValueError: naming the result, its base and both hashes.
+    """
+    for name, res in results.items():
+        base, sha = res.get("job", {}).get("base"), res.get("base_params_sha256")
+        have = results.get(base, {}).get("params_sha256") if base else None
+        if sha is not None and have is not None and sha != have:
+            raise ValueError(f"{name}.json was made from {base}'s parameters {sha[:16]}…, but {base}.json now holds "
+                             f"{have[:16]}… (trained again): delete {name}.json to redo it from the new base, or "
+                             f"restore the base's result")
+
+
 def _relabel(result: dict) -> dict:
     for row in result["rows"]:
         row["scaling"] = "interpolate"
@@ -627,6 +647,7 @@ def main(argv):
     if f.tiny and pathlib.Path(f.results).resolve() == (HERE / "results").resolve():
         raise app.UsageError("--tiny writes its own results: give --results (and --runs) outside experiments/lm_study")
     check_settings(planned, results, s)
+    check_bases({p.stem: json.loads(p.read_text()) for p in results.glob("*.json") if p.stem != "summary"})
     jobs.exit_on_sigterm()
     if f.workers == 1 or f.worker is not None:
         jobs.work(planned, lambda job: run_job(job, runs, results, s), results, needs=lambda job: job.needs,
