@@ -545,24 +545,34 @@ def _smooth(c: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 def plot_per_position(st: Study, corpus: str, encs: list[str], path: pathlib.Path) -> None:
     """Left: the loss by position in the windows of the longest length, the n-gram's on the same bytes dashed.
-    Right: each model's loss minus the n-gram's by position in the windows of L0."""
+    Right: each model's loss minus the n-gram's by position in the windows of L0. Each line is the mean over
+    seeds, shaded over the range between its seeds (the results keep each run's mean over windows, so the
+    spread between windows is not drawn)."""
     fig, (ax, gx) = plt.subplots(1, 2, figsize=(12, 4))
     longest = st.lengths[-1]
     k = max(1, longest // 256)
+
+    def draw(axis, curves, k, p):
+        x, mean = _smooth(np.mean(curves, axis=0), k)
+        line, = axis.plot(x, mean, label=label(p) + (f" ({len(curves)} seeds)" if len(curves) > 1 else ""))
+        if len(curves) > 1:
+            smoothed = np.array([_smooth(c, k)[1] for c in curves])
+            axis.fill_between(x, smoothed.min(0), smoothed.max(0), color=line.get_color(), alpha=0.2, lw=0)
+
     for p in encs:
         curves = [c for c in (st.curve(n) for n in st.mains(corpus, p)) if c is not None]
         if curves:
-            ax.plot(*_smooth(np.mean(curves, axis=0), k), label=label(p))
+            draw(ax, curves, k, p)
         rel = [c for c in (st.curve(n, in_range_key(st)) for n in st.mains(corpus, p)) if c is not None]
         if rel and st.ngram_curve(corpus, st.l0) is not None:
-            gx.plot(*_smooth(np.mean(rel, axis=0) - st.ngram_curve(corpus, st.l0), max(1, st.l0 // 32)), label=label(p))
+            draw(gx, [c - st.ngram_curve(corpus, st.l0) for c in rel], max(1, st.l0 // 32), p)
     if st.ngram_curve(corpus, longest) is not None:
         ax.plot(*_smooth(st.ngram_curve(corpus, longest), k), color="k", ls="--", label="n-gram (the text)")
     ax.axvline(st.l0, color="gray", ls=":")
     ax.set_xscale("log")
     ax.set_xlabel(f"position in the window (length {longest})")
     ax.set_ylabel("bits per byte")
-    ax.set_title(f"Loss by position, {corpus} test split (mean over seeds)")
+    ax.set_title(f"Loss by position, {corpus} test split (mean over seeds; shaded: their range)")
     ax.legend()
     gx.axhline(0, color="k", lw=0.5)
     for a, _ in bands_of(st)[1:]:
