@@ -201,6 +201,11 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
     runs = [load_run(w) for w in workdirs] + [hf_run(p, dtype=hf_dtype) for p in hf_models]
     if not runs:
         raise ValueError("evaluate_tasks: give at least one run (workdirs) or Hugging Face checkpoint (hf_models)")
+    places = [str(pathlib.Path(r.workdir).resolve()) for r in runs]
+    twice = sorted({w for w in places if places.count(w) > 1})
+    if twice:
+        raise ValueError(f"evaluate_tasks: {', '.join(twice)} given more than once (its examples would be counted "
+                         "twice)")
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         runs = [dataclasses.replace(r, name=str(r.workdir)) for r in runs]

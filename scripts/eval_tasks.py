@@ -61,12 +61,16 @@ def main(argv):
         lengths = parse_lengths(ev.lengths, f"config.eval.lengths of {_WORKDIRS.value[0]}")
     else:
         raise app.UsageError("--lengths is required with --hf_model alone (lengths in tokens)")
-    depth_text = _DEPTHS.value or (ev.get("depths", "0,0.25,0.5,0.75,1").split(",") if ev is not None else None)
+    if _DEPTHS.value is not None and not [d for d in _DEPTHS.value if d.strip()]:
+        raise app.UsageError("--depths is empty: give depths in [0, 1] (e.g. --depths=0,0.5,1), or leave it out for "
+                             "the run's config.eval.depths")
+    depth_text = _DEPTHS.value if _DEPTHS.value is not None else (
+        ev.get("depths", "0,0.25,0.5,0.75,1").split(",") if ev is not None else None)
     try:
         depths = None if depth_text is None else [float(d) for d in depth_text]
     except ValueError:
         raise app.UsageError(f"--depths must be numbers in [0, 1], got {depth_text}") from None
-    examples = _EXAMPLES.value or (ev.get("examples", 50) if ev is not None else 50)
+    examples = _EXAMPLES.value if _EXAMPLES.value is not None else (ev.get("examples", 50) if ev is not None else 50)
     task = _TASK.value or ("passkey" if _HF.value and not _WORKDIRS.value else None)
     result = evaluate_tasks(_WORKDIRS.value, lengths, depths=depths, scalings=_SCALINGS.value, methods=_METHODS.value,
                             examples=examples, seed=_SEED.value, task=task, filler=_FILLER.value,

@@ -286,6 +286,12 @@ def test_task_training_resumes_and_eval_tasks_writes_outputs(cache_dir, tmp_path
     assert by_len[128]["factor"] == 1.0 and by_len[256]["factor"] is None  # the scaling's factor, recorded
     assert (out / "results.csv").exists() and (out / "accuracy_vs_length.png").exists()
     assert list(out.glob("heatmap_*.png")) and "| pk · none |" in proc.stdout
+    for bad, message in (("--examples=0", "examples must be a positive integer, got 0"),  # not the config's default
+                         ("--depths=", "--depths is empty")):
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "eval_tasks.py"), f"--workdir={workdir}",
+                               "--lengths=128", f"--out={tmp_path / 'bad'}", bad], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
     from posenc.evaluate import load_run  # noqa: PLC0415
     from posenc.task_eval import TaskEvaluator, TaskRun  # noqa: PLC0415
 
@@ -310,6 +316,8 @@ def test_randomized_positions_train_with_a_table_of_max_position(cache_dir, tmp_
     result = evaluate_tasks([str(workdir)], [32, 511, 512, 1024], examples=2, progress=False)
     status = {r["length"]: r["status"] for r in result["rows"]}
     assert status == {32: "ok", 511: "ok", 512: "undefined", 1024: "undefined"}  # 512 + 1 tokens need 513 positions
+    with pytest.raises(ValueError, match="given more than once"):  # the same run twice would count its examples twice
+        evaluate_tasks([str(workdir), f"{workdir}/"], [32], examples=2, progress=False)
 
 
 def test_stop_accuracy_stops_at_the_first_evaluation_that_reaches_it_and_the_rerun_is_complete(cache_dir, tmp_path,
