@@ -84,8 +84,6 @@ class TaskRun:
         if own == name:
             tasks.check_version(name, cfg_task.get("version"), f"run {run.name!r}")
         randomize = bool(pos is not None and pos.get("randomize"))
-        if randomize:
-            tasks.check_positions_version(pos.get("version"), f"run {run.name!r}")
         return cls(run, name, filler or (cfg_task.get("filler", "repeat") if cfg_task is not None else "repeat"),
                    randomize, int(pos.max_position) if randomize else None, encode)
 

@@ -120,11 +120,15 @@ def check_positions_version(version: int | None, run: str = "the run") -> None:
     before the field, that is version 1) is how positions are drawn now (POSITIONS_VERSION)."""
     got = 1 if version is None else version
     if got != POSITIONS_VERSION:
+        if version is None:
+            raise ValueError(f"{run} has positions.randomize without positions.version: a run from before the field "
+                             f"(its positions drawn by version 1) can neither resume nor be tested, since posenc draws "
+                             f"version {POSITIONS_VERSION} now (posenc.tasks.POSITIONS_VERSION); a new config sets "
+                             f"positions.version={POSITIONS_VERSION} with positions.randomize, as configs/tasks.py's "
+                             "randomize variant does")
         raise ValueError(f"{run} was trained with randomized positions drawn by version {got} "
-                         f"(positions.version{' unset: a run from before the field' if version is None else ''}); "
-                         f"posenc draws version {POSITIONS_VERSION} now (posenc.tasks.POSITIONS_VERSION), so it can "
-                         f"neither resume nor be tested (a new run sets positions.version={POSITIONS_VERSION}, as "
-                         "configs/tasks.py's randomize variant does)")
+                         f"(positions.version); posenc draws version {POSITIONS_VERSION} now "
+                         "(posenc.tasks.POSITIONS_VERSION), so it can neither resume nor be tested")
 
 
 def check_task(task: str, filler: str = "repeat") -> None:

@@ -3,6 +3,7 @@ tiers (its workers and claims are posenc/jobs.py's, tested in tests/test_jobs.py
 
 import importlib.util
 import json
+import math
 import pathlib
 import sys
 
@@ -139,6 +140,8 @@ def test_a_pilot_is_recorded_beside_the_others_and_rendered_with_its_cpu(tmp_pat
     with pytest.raises(ValueError, match="--set 'model.num_layer': config has no field 'num_layer'"):
         run_pilot.pilot_config("copy", "none", {"model.num_layer": 4})
     config = run_pilot.pilot_config("copy", "none", {"model.num_layers": 4})
+    randomized = run_pilot.pilot_config("copy", "rope", {"positions.randomize": True})  # as the recorded rp pilots
+    assert randomized.positions.version == tasks.POSITIONS_VERSION and config.positions.version is None
     assert config.model.num_layers == 4 and config.model.posenc == "none" and config.task.name == "copy"
     (tmp_path / "runs.json").write_text(json.dumps({"cpu": "AMD EPYC, 2 cores", "runs": []}))
     curve = "".join(json.dumps({"step": s, "tokens_per_s": 1000.0, "val_loss": 1.0 / s, "val_accuracy": s / 400})
@@ -388,9 +391,9 @@ def test_the_alibi_verdict_reads_every_seed_in_range():
 
 
 def test_the_yarn_pi_verdict_tests_the_ordering_and_says_the_gap_is_not_tested():
-    """With both fine-tunes in range at 1024, a non-inferiority test there: reproduced when YaRN − PI's 95% Wald
-    interval ends above −5 points (a one-example deficit near the ceiling included), not reproduced when YaRN is
-    worse (z < −1.96), inconclusive between; the line says that the paper's gap (PI far below YaRN) cannot be
+    """With both fine-tunes in range at 1024, a non-inferiority test there: reproduced when YaRN − PI's 95%
+    Newcombe interval ends above −5 points, not reproduced when YaRN is worse (z < −1.96), inconclusive between
+    (one example short of 100 of 100 is: a Wald interval would have called it reproduced, at −3.0); the line says that the paper's gap (PI far below YaRN) cannot be
     seen by a rule that needs PI in range."""
     report = _load("length_generalization_report_yarn_pi", HERE / "report.py")
 
@@ -400,10 +403,12 @@ def test_the_yarn_pi_verdict_tests_the_ordering_and_says_the_gap_is_not_tested()
 
     line = next(v for v in report.verdicts({"passkey-rope-s0-ftyarn4x": ft(100), "passkey-rope-s0-ftpi4x": ft(94)})
                 if "YaRN retrieves" in v)
-    assert ("**reproduced**: YaRN 100 [96, 100] vs PI 94 [88, 97], z = 2.49, YaRN − PI ≥ +1.3 points (one seed; the "
-            "rule tests the ordering only") in line  # 6 − 1.96 · √(0.94 · 0.06 / 100) · 100 = 1.3
+    low = 0.06 - math.sqrt((1 - report.wilson_interval(100, 100)[0]) ** 2 + (report.wilson_interval(94, 100)[1] - 0.94) ** 2)
+    assert (f"**reproduced**: YaRN 100 [96, 100] vs PI 94 [88, 97], z = 2.49, YaRN − PI ≥ {100 * low:+.1f} points (one "
+            "seed; the rule tests non-inferiority only") in line and f"{100 * low:+.1f}" == "+1.1"
     assert "with PI at 94% here)." in line
-    for yarn_, pi_, verdict, low in ((99, 100, "reproduced", "-3.0"), (93, 97, "inconclusive", "-10.0")):
+    for yarn_, pi_, verdict, low in ((100, 99, "reproduced", "-2.8"), (99, 100, "inconclusive", "-5.4"),
+                                     (93, 97, "inconclusive", "-11.0")):
         line = next(v for v in report.verdicts({"passkey-rope-s0-ftyarn4x": ft(yarn_), "passkey-rope-s0-ftpi4x": ft(pi_)})
                     if "YaRN retrieves" in v)
         assert f"**{verdict}**: YaRN {yarn_} [" in line and f"YaRN − PI ≥ {low} points" in line
@@ -436,7 +441,7 @@ def test_the_kazemnejad_verdict_pools_seeds_by_their_spread():
     line = report.kazemnejad(flips, "copy")  # not worse; and with that spread NoPE at 0 could not be worse either
     assert "**inconclusive**" in line and "per seed -11.7, +4.0, -12.3" in line and "vs rope (90 of 900)" in line
     one = {"copy-none-s0": consistent["copy-none-s0"], "copy-rope-s0": consistent["copy-rope-s0"]}
-    assert "**not reproduced**: vs rope -11.7 points (z = -4.95, seed 0; 95% Wald interval from -16.2)." in report.kazemnejad(one, "copy")
+    assert "**not reproduced**: vs rope -11.7 points (z = -4.95, seed 0; 95% Newcombe interval from -16.4)." in report.kazemnejad(one, "copy")
     floor = {"copy-none-s0": _algo_result((100, 95, 0, 0, 0)), "copy-none-s1": _algo_result((100, 95, 0, 0, 0)),
              "copy-rope-s0": _algo_result((100, 95, 1, 0, 0)), "copy-rope-s1": _algo_result((100, 95, 1, 0, 0))}
     line = report.kazemnejad(floor, "copy")  # 0 of 600 against 2 of 600: z = -1.41, and NoPE cannot do worse than 0
@@ -451,12 +456,12 @@ def test_the_kazemnejad_verdict_pools_seeds_by_their_spread():
               "copy-rope-s0": _algo_result((100, 95, 0, 0, 0)), "copy-rope-s1": _algo_result((100, 95, 30, 0, 0))}
     line = report.kazemnejad(spread, "copy")
     assert "**inconclusive**" in line and "cannot test the claim: vs rope (30 of 600)" in line
-    # not worse, but not shown within 5 points: 25 of 300 against 35 of 300 at one seed, z = -1.36, and the Wald
-    # interval of the difference reaches -8.1 points: inconclusive, not reproduced
+    # not worse, but not shown within 5 points: 25 of 300 against 35 of 300 at one seed, z = -1.36, and the Newcombe
+    # interval of the difference reaches -8.2 points: inconclusive, not reproduced
     close = {"copy-none-s0": _algo_result((100, 95, 25, 0, 0)), "copy-rope-s0": _algo_result((100, 99, 35, 0, 0))}
     line = report.kazemnejad(close, "copy")
-    assert "**inconclusive**: vs rope -3.3 points (z = -1.36, seed 0; 95% Wald interval from -8.1)" in line
-    assert line.endswith("not worse, but not shown within 5 points either: vs rope (lower end -8.1).")
+    assert "**inconclusive**: vs rope -3.3 points (z = -1.36, seed 0; 95% Newcombe interval from -8.2)" in line
+    assert line.endswith("not worse, but not shown within 5 points either: vs rope (lower end -8.2).")
     two = {**one, "copy-alibi-s0": _algo_result((100, 98, 5, 0, 0))}  # worse than one of two: not reproduced
     assert "**not reproduced**" in report.kazemnejad(two, "copy") and "vs alibi +1.7 points" in report.kazemnejad(two, "copy")
 

@@ -153,8 +153,11 @@ def test_random_positions_sorted_distinct_in_range(corpus):
         tasks.TaskSpec(name="copy", randomize=True, max_position=512).check(32, "none")
     with pytest.raises(ValueError, match=r"positions.max_position must be an integer > train_len=32 .* got 32"):
         tasks.TaskSpec(name="copy", randomize=True, max_position=32, positions_version=2).check(32, "rope")
-    with pytest.raises(ValueError, match=r"drawn by version 1 \(positions.version\); posenc draws version 2"):
+    with pytest.raises(ValueError, match=r"has positions.randomize without positions.version: a run from before the "
+                                         r"field .* a new config sets positions.version=2"):
         tasks.TaskSpec(name="copy", randomize=True, max_position=512).check(32, "rope")  # recorded before the field
+    with pytest.raises(ValueError, match=r"drawn by version 1 \(positions.version\); posenc draws version 2"):
+        tasks.TaskSpec(name="copy", randomize=True, max_position=512, positions_version=1).check(32, "rope")
 
 
 def test_randomized_positions_are_drawn_per_example_over_the_whole_range(corpus):

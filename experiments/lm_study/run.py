@@ -75,7 +75,7 @@ from absl import app, flags, logging
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from posenc import checkpoint, jobs, malloc, tuning  # noqa: E402
+from posenc import checkpoint, data, jobs, malloc, tuning  # noqa: E402
 from posenc.checkpoint import params_sha256  # noqa: E402
 from posenc.config import run_changes  # noqa: E402
 from posenc import evaluate as ev  # noqa: E402
@@ -329,11 +329,11 @@ def from_history(path: pathlib.Path) -> bool:
                                  text=True, check=True).stdout.strip()
         if not removed:
             return False
-        data = subprocess.run(git + ["show", f"{removed}^:{rel}"], capture_output=True, check=True).stdout
+        blob = subprocess.run(git + ["show", f"{removed}^:{rel}"], capture_output=True, check=True).stdout
     except (OSError, ValueError, subprocess.CalledProcessError):
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    jobs.write_bytes_atomic(path, data)
+    jobs.write_bytes_atomic(path, blob)
     return True
 
 
@@ -408,12 +408,16 @@ def _final(workdir: pathlib.Path) -> dict:
     return next(row for row in reversed(_curve(workdir)) if "val_bpb" in row)
 
 
-def _evaluate_parts(job: Job, results: pathlib.Path, parts: dict, sha: str, s: Settings) -> tuple[dict, dict]:
+def _evaluate_parts(job: Job, results: pathlib.Path, parts: dict, sha: str, s: Settings,
+                    workdir: pathlib.Path) -> tuple[dict, dict]:
     """Runs each of `parts` ({key: thunk}) once, keeping finished ones in results/<name>.partial, stamped with
-    the parameters' hash `sha`, the job and the Settings (`jobs.stamp`): parts of other parameters (a run
-    trained again) or made under other settings are dropped. Returns the parts (in the order of `parts`,
-    whichever sitting ran each) and their timing (`jobs.parts_timing`)."""
-    stamp_ = jobs.stamp(sha, {"job": dataclasses.asdict(job), "settings": settings_record(s)})
+    the parameters' hash `sha`, the job, the Settings and the fingerprint of the corpus that `workdir`'s run
+    reads (`jobs.stamp`): parts of other parameters (a run trained again), made under other settings or on
+    another corpus are dropped. Returns the parts (in the order of `parts`, whichever sitting ran each) and
+    their timing (`jobs.parts_timing`)."""
+    data_cfg = ev.load_run(str(workdir)).config.data
+    corpus = data.load_corpus(data_cfg.path, data_cfg.get("cache_dir")).sha256
+    stamp_ = jobs.stamp(sha, {"job": dataclasses.asdict(job), "settings": settings_record(s), "corpus": corpus})
     done, seconds = jobs.run_parts(results / f"{job.name}.partial", parts, stamp_)
     return done, jobs.parts_timing(seconds)
 
@@ -501,7 +505,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
         if cfg.encoding.max_positions(cfg) is not None:  # a table, interpolated past its length: reported apart
             parts["interpolate"] = lambda: _relabel(ev.evaluate(w, lengths, ["none"], documents=True, progress=False,
                                                                 learned_beyond="interpolate", ngram_floor=False))
-        done, eval_timing = _evaluate_parts(job, results, parts, sha, s)
+        done, eval_timing = _evaluate_parts(job, results, parts, sha, s, workdir)
         result["eval"] = _merge({k: v for k, v in done.items() if k != "in_range"})
         result["eval"]["per_position"].update(done["in_range"]["per_position"])
         result["timing"].update(eval_timing)
@@ -527,7 +531,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
                                                           num_bytes=s.prefix_windows * longest, progress=False))
                            for sc in tracking})
             parts.update({f"prefix-dynamic:{k}": v for k, v in prefix.items()})
-            done, eval_timing = _evaluate_parts(job, results, parts, sha, s)
+            done, eval_timing = _evaluate_parts(job, results, parts, sha, s, workdir)
             result["eval"] = {k: v for k, v in done.items() if not k.startswith("prefix-dynamic:")}
             result["eval"]["prefix-dynamic"] = _merge({k: done[f"prefix-dynamic:{k}"] for k in prefix})
         elif job.kind == "longrope":
