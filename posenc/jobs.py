@@ -19,6 +19,7 @@ look at, not a result to skip.
 from __future__ import annotations
 
 import base64
+import fcntl
 import gzip
 import hashlib
 import json
@@ -175,6 +176,18 @@ def claim_is_live(path: pathlib.Path) -> bool:
     return _claim_state(path) == "live"
 
 
+def drop_stale_claim(path: pathlib.Path) -> bool:
+    """Removes the claim at `path` if it is stale, reading it again under an exclusive lock on its folder's
+    `.claims.lock` (every taker-over holds it), so that a claim that another worker took over and renewed since
+    this one read it stale is never removed. Returns whether it removed one."""
+    with open(path.parent / ".claims.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _claim_state(path) != "stale":
+            return False
+        path.unlink(missing_ok=True)
+        return True
+
+
 def exit_on_sigterm() -> None:
     """Makes SIGTERM raise SystemExit, so that a terminated worker runs its `finally`s and removes its claim."""
     def _exit(signum, frame):
@@ -224,7 +237,7 @@ def work(jobs: Sequence[J], run_job: Callable[[J], None], results: pathlib.Path,
             if state == "live":
                 claimed.add(j.name)
             elif state == "stale":  # left by a killed worker (only a claim read as stale: never one just created)
-                path.unlink(missing_ok=True)
+                drop_stale_claim(path)
         ready = [j for j in pending if j.name not in claimed and all(done(n) for n in needed(j))]
         if not ready:
             if any(n in claimed for j in pending for n in needed(j)):

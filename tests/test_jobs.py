@@ -61,6 +61,19 @@ def test_workers_share_a_plan_through_claims(tmp_path):
     assert [n for n, what, _ in log if what == "start"] == ["base", "b"]
 
 
+def test_a_stale_claim_renewed_by_another_worker_is_not_dropped(tmp_path):
+    """Two workers read one claim as stale; the first drops it and claims the job anew; the second, taking over
+    after it, reads the claim again under the lock and leaves the live one."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path = tmp_path / "a.claim"
+    path.write_text(str(dead.pid))
+    assert jobs._claim_state(path) == "stale"  # both workers read this
+    assert jobs.drop_stale_claim(path) and not path.exists()  # the first takes it over
+    path.write_text(jobs.claim_text())  # and claims the job (this process: live)
+    assert not jobs.drop_stale_claim(path) and path.read_text() == jobs.claim_text()  # the second leaves it
+
+
 def test_a_failing_job_stops_its_worker_and_releases_its_claim(tmp_path):
     def broken(job):
         raise RuntimeError(f"{job.name} broke")
