@@ -9,8 +9,9 @@ Workers share one plan through claims: before running a job a worker creates `re
 exclusively (O_CREAT | O_EXCL) and writes its pid and start time into it; the claim is removed when the job
 ends, also when the worker is terminated (after `exit_on_sigterm()`, SIGTERM raises SystemExit and `finally`
 runs). A claim whose process no longer runs (`claim_is_live`: its pid is gone, or now names a process started
-at another time) is dropped and its job run again. So several workers — the processes `spawn_workers` starts,
-or separate commands — can run one plan, and a rerun of the same command goes on where it stopped.
+at another time) is dropped (`drop_stale_claim`, under a lock) and its job run again. So several workers — the
+processes `spawn_workers` starts, or separate commands — can run one plan, and a rerun of the same command goes
+on where it stopped.
 
 A job that raises stops its worker with the exception (and its claim removed): a broken job is an error to
 look at, not a result to skip.
