@@ -93,8 +93,9 @@ ARCHIVES = (
      "pk-8000-alibi-s1). The fine-tunes here start from this budget's passkey-rope-s0."),
     ("rp-v1", "Randomized positions drawn per padded row (positions version 1)",
      "These runs drew randomized positions once per padded row of {train_len} inputs, and an example of n inputs "
-     "took the first n, so a short training example only ever had low positions (its last near 512 · n / 32) "
-     "while a test example draws over the whole of [0, 512): a train–test mismatch that Ruoss et al., who draw "
+     "took the first n, so a short training example only ever had low positions (its last near max_position · n / "
+     "{train_len}) while a test example draws over the whole of [0, max_position): a train–test mismatch that Ruoss "
+     "et al., who draw "
      "positions for each sequence of its own length, do not have. {below} of {n} runs stayed below {bar}% at "
      "{train_len}. The randomized runs above draw per example (posenc.tasks.POSITIONS_VERSION 2); the Ruoss "
      "verdict reads only them."),
