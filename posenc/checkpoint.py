@@ -314,11 +314,15 @@ def restore_params(workdir: str | pathlib.Path, step: int | None = None):
     Without `step`, the newest checkpoint that verifies (a warning names each corrupt one skipped).
 
     Raises:
-      ValueError: the workdir has no config or no checkpoint; CorruptCheckpointError: `step` (or, without
-        it, every checkpoint) is corrupt.
+      ValueError: the workdir has no config or no checkpoint, or its config is refused (named with the
+        workdir: e.g. a task layout or positions version posenc no longer generates); CorruptCheckpointError:
+        `step` (or, without it, every checkpoint) is corrupt.
     """
     config = load_config(workdir)
-    cfg = validate(config)
+    try:
+        cfg = validate(config)
+    except ValueError as e:  # a field its config.json holds that posenc no longer accepts: name the run
+        raise ValueError(f"workdir={str(workdir)!r}: its config.json: {e}") from None
     if cfg.act_dtype == "auto":  # the activations it trained with, not this backend's default (activation_dtype)
         cfg = dataclasses.replace(cfg, act_dtype=trained_activations(workdir))
     mngr = manager(workdir, read_only=True)

@@ -413,8 +413,9 @@ def test_a_run_of_another_task_layout_neither_resumes_nor_is_tested(cache_dir, t
         if refused:
             with pytest.raises(train.RunMismatchError, match=r"task.version: 1 in the run, 3 now"):
                 train.train_and_evaluate(config, str(workdir))
-            with pytest.raises(ValueError, match=r"'recall' layout version 1 \(task.version\); posenc generates version 3"):
-                TaskRun.of(load_run(str(workdir)))
+            with pytest.raises(ValueError, match=r"workdir='.*recall': its config.json: .*'recall' layout version 1 "
+                                                 r"\(task.version\); posenc generates version 3"):
+                TaskRun.of(load_run(str(workdir)))  # named by the run's folder, where loading it refuses it
         else:
             train.train_and_evaluate(config, str(workdir))  # resumes: the missing field means version 1
             assert TaskRun.of(load_run(str(workdir))).task == "copy"
