@@ -210,11 +210,14 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
                              examples=_ALGO_EXAMPLES.value)}
     sha = params_sha256(runs / job.name)  # what a fine-tune from this run starts from
     # parts kept from an earlier sitting count only if computed from these parameters under these settings
-    settings = {"job": dataclasses.asdict(job), "passkey_examples": _PASSKEY_EXAMPLES.value,
-                "coarse_examples": _COARSE_EXAMPLES.value, "algo_examples": _ALGO_EXAMPLES.value,
-                "passkey_lengths": PASSKEY_LENGTHS, "algo_lengths": ALGO_LENGTHS, "depths": DEPTHS,
-                "coarse_depths": COARSE_DEPTHS, "task_versions": tasks.VERSIONS,
-                "positions_version": tasks.POSITIONS_VERSION}
+    settings = {"job": dataclasses.asdict(job), "task_version": tasks.VERSIONS[job.task]}  # only what its parts read
+    if job.task == "passkey":
+        settings.update(examples=_PASSKEY_EXAMPLES.value, coarse_examples=_COARSE_EXAMPLES.value,
+                        lengths=PASSKEY_LENGTHS, depths=DEPTHS, coarse_depths=COARSE_DEPTHS)
+    else:
+        settings.update(examples=_ALGO_EXAMPLES.value, lengths=ALGO_LENGTHS)
+    if config.positions.randomize:
+        settings["positions_version"] = tasks.POSITIONS_VERSION
     done, seconds = jobs.run_parts(partial_path, parts, jobs.stamp(sha, settings))
     result = merge_parts(done)
     result["job"] = dataclasses.asdict(job)
