@@ -227,10 +227,10 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
     rows = []
     for t, s, m, length, d in tqdm(jobs, desc="eval_tasks", disable=not progress or None, dynamic_ncols=True):
         ev = evaluators[t.run.workdir]
-        row = {**t.run.summary(), "task": t.task, "task_version": tasks.VERSIONS[t.task], "filler": t.filler if t.task == "passkey" else None,
-               "randomized_positions": t.randomize,
-               "positions_version": tasks.POSITIONS_VERSION if t.randomize else None, "scaling": s, "method": m.label, "length": length, "depth": d,
-               "split": "test", "seed": seed}
+        row = {**t.run.summary(), "task": t.task, "task_version": tasks.VERSIONS[t.task],
+               "filler": t.filler if t.task == "passkey" else None, "randomized_positions": t.randomize,
+               "positions_version": tasks.POSITIONS_VERSION if t.randomize else None, "scaling": s, "method": m.label,
+               "length": length, "depth": d, "split": "test", "seed": seed}
         reason = ev.undefined_reason(length, s, m)
         if reason:
             row.update(status="undefined", reason=reason, accuracy=None, n=examples, correct=None, ci_low=None,

@@ -415,7 +415,7 @@ def _evaluate_parts(job: Job, results: pathlib.Path, parts: dict, sha: str, s: S
     reads (`jobs.stamp`): parts of other parameters (a run trained again), made under other settings or on
     another corpus are dropped. Returns the parts (in the order of `parts`, whichever sitting ran each) and
     their timing (`jobs.parts_timing`)."""
-    data_cfg = ev.load_run(str(workdir)).config.data
+    data_cfg = checkpoint.load_config(workdir).data
     corpus = data.load_corpus(data_cfg.path, data_cfg.get("cache_dir")).sha256
     stamp_ = jobs.stamp(sha, {"job": dataclasses.asdict(job), "settings": settings_record(s), "corpus": corpus})
     done, seconds = jobs.run_parts(results / f"{job.name}.partial", parts, stamp_)
