@@ -70,8 +70,11 @@ class TaskRun:
         if name is None or name == "lm":
             raise ValueError(f"run {run.name!r} was not trained on a task (config.task); pass --task=passkey to "
                              "test it on one")
+        tasks.check_task(name)
         if task and own and own != "lm" and task != own:
             raise ValueError(f"run {run.name!r} was trained on task {own!r}, not {task!r}")
+        if filler is not None and name != "passkey":
+            raise ValueError(f"filler applies to the passkey task only; run {run.name!r} is tested on {name!r}")
         encode = tasks.byte_encode
         if run.tokenizer is not None:
             if name != "passkey":
@@ -189,13 +192,24 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
       task, filler: override the runs' task (a text-trained run, a Hugging Face checkpoint: passkey) and filler.
 
     Raises:
-      ValueError: bad lengths, depths, examples, or a run that has no task.
+      ValueError: lengths a run's task cannot make, depths outside [0, 1] or repeated, bad examples or seed,
+        depths or a filler where no run is tested on passkey, or a run that has no task.
     """
     lengths = sorted(set(int(n) for n in lengths))
     if not lengths or lengths[0] <= 0:
         raise ValueError(f"lengths must be positive integers, got {lengths}")
     if isinstance(examples, bool) or not isinstance(examples, int) or examples <= 0:
         raise ValueError(f"examples must be a positive integer, got {examples!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if depths is not None:
+        depths = [float(d) for d in depths]
+        if not depths or any(not 0.0 <= d <= 1.0 for d in depths):
+            raise ValueError(f"depths must be a non-empty list of values in [0, 1], got {depths}")
+        salts = [tasks.depth_salt(d) for d in depths]  # the examples of a depth are drawn from its salt
+        if len(set(salts)) != len(salts):
+            raise ValueError(f"depths must be distinct to 1e-4 (each draws its own examples, and a depth given twice "
+                             f"would be counted twice), got {depths}")
     runs = [load_run(w) for w in workdirs] + [hf_run(p, dtype=hf_dtype) for p in hf_models]
     if not runs:
         raise ValueError("evaluate_tasks: give at least one run (workdirs) or Hugging Face checkpoint (hf_models)")
@@ -208,6 +222,12 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
     if len(set(names)) != len(names):
         runs = [dataclasses.replace(r, name=str(r.workdir)) for r in runs]
     truns = [TaskRun.of(r, task, filler) for r in runs]
+    for t in truns:
+        if t.encode is tasks.byte_encode:  # a Hugging Face checkpoint's passkey needs its own tokens' count
+            tasks.check_input_lengths(t.task, lengths)
+    if depths is not None and not any(t.task == "passkey" for t in truns):
+        raise ValueError(f"depths apply to the passkey task only; the runs are tested on "
+                         f"{sorted({t.task for t in truns})}")
     methods = parse_methods(methods) or [Method()]
     for m in methods:
         if not any(method_applies(r, m) for r in runs):
@@ -220,8 +240,6 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
                 cell_depths = [None] if t.task != "passkey" else list(depths if depths is not None else
                                                                        (0.0, 0.25, 0.5, 0.75, 1.0))
                 for d in cell_depths:
-                    if d is not None and not 0.0 <= d <= 1.0:
-                        raise ValueError(f"depths must lie in [0, 1], got {d!r}")
                     jobs += [(t, s, m, length, d) for length in lengths]
     evaluators = {t.run.workdir: TaskEvaluator(t, attn_chunk=attn_chunk, seed=seed) for t in truns}
     rows = []
@@ -233,7 +251,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
                "length": length, "depth": d, "split": "test", "seed": seed}
         reason = ev.undefined_reason(length, s, m)
         if reason:
-            row.update(status="undefined", reason=reason, accuracy=None, n=examples, correct=None, ci_low=None,
+            row.update(status="undefined", reason=reason, accuracy=None, n=0, correct=None, ci_low=None,
                        ci_high=None, tf_accuracy=None, answer_logprob=None, factor=None)
         else:
             row.update(status="ok", reason="", **ev.score(length, examples, d, s, m))
@@ -371,8 +389,15 @@ def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
     for r in result["rows"]:
         if r["depth"] is not None:
             groups.setdefault(_series(r), []).append(r)
+    names = {s: "heatmap_" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in s.replace(" · ", "__"))
+             + ".png" for s in groups}
+    clash = sorted(s for s in groups if list(names.values()).count(names[s]) > 1)
+    if clash:
+        raise ValueError(f"the series {clash} map to the same heatmap file name; rename their runs")
+    for stale in out_dir.glob("heatmap_*.png"):  # an earlier evaluation's heatmaps are not this result's
+        if stale.name not in names.values():
+            stale.unlink()
     for s, rows in groups.items():
-        name = "heatmap_" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in s.replace(" · ", "__")) + ".png"
-        paths[name] = out_dir / name
-        plot_heatmap(rows, s, paths[name])
+        paths[names[s]] = out_dir / names[s]
+        plot_heatmap(rows, s, paths[names[s]])
     return paths

@@ -105,6 +105,24 @@ def min_length(task: str) -> int:
     return 3
 
 
+def max_length(task: str) -> int | None:
+    """The longest sequence a task can make (tokens; None: no limit). Recall's one-byte keys are distinct, so it
+    holds at most len(RECALL_KEYS) pairs: 4 · 52 + 1 tokens, and the 3 a length's remainder pads."""
+    check_task(task)
+    return 4 * len(RECALL_KEYS) + 4 if task == "recall" else None
+
+
+def check_input_lengths(task: str, lengths, field: str = "lengths") -> None:
+    """Raises a ValueError naming `field` unless every input length L (an example of L + 1 tokens, the last only
+    a target) is one that `task` can make in bytes."""
+    lo, hi = min_length(task) - 1, max_length(task)
+    bad = [n for n in lengths if n < lo or (hi is not None and n + 1 > hi)]
+    if bad:
+        span = f"[{lo}, {hi - 1}]" if hi is not None else f">= {lo}"
+        raise ValueError(f"{field}: task {task!r} takes input lengths {span} (an example of L inputs has L + 1 "
+                         f"tokens), got {bad}")
+
+
 def check_version(task: str, version: int | None, run: str = "the run") -> None:
     """Raises a ValueError unless `version` (a run's config.task.version; None for a run recorded before the
     field, that is version 1) is the layout `task` is generated in now (VERSIONS)."""
@@ -303,6 +321,7 @@ class TaskSpec:
                                  f"got {self.min_len!r}")
             if train_len < lo:
                 raise ValueError(f"train_len={train_len} is shorter than task {self.name!r}'s shortest example ({lo})")
+            check_input_lengths(self.name, [train_len], "train_len")
         if not 0.0 <= self.prompt_weight <= 1.0:
             raise ValueError(f"task.prompt_weight must be in [0, 1], got {self.prompt_weight!r}")
         if not 0.0 <= self.lm_ratio <= 1.0:
@@ -372,13 +391,18 @@ def validation_batch(spec: TaskSpec, corpus: data.Corpus, *, seed: int, batch_si
                  batch_size=batch_size, length=length, split="validation")
 
 
+def depth_salt(depth: float | None) -> int:
+    """The seed word of a needle depth's test examples (depth to 1e-4; 10001 for none)."""
+    return int(round(depth * 10000)) if depth is not None else 10001
+
+
 def eval_examples(task: str, *, length: int, n: int, seed: int = 0, split: str = "test", depth: float | None = None,
                   filler: str = "repeat", corpus: data.Corpus | None = None, stream: np.ndarray | None = None,
                   encode: Callable = byte_encode) -> list[Example]:
     """`n` examples the model reads in `length` tokens (each has `length + 1`: the last is only a target, as
     in an LM window), a pure function of (task, seed, length, depth, split) — and, for passkey, of the filler
     `stream` and `encode` (a Hugging Face checkpoint's tokens: `posenc.task_eval`)."""
-    salt = [int(round(depth * 10000)) if depth is not None else 10001, SPLITS.index(split)]
+    salt = [depth_salt(depth), SPLITS.index(split)]
     rng = np.random.default_rng([seed, length, *salt, 2])
     return [make_example(task, rng, length + 1, split=split, depth=depth, filler=filler, corpus=corpus,
                          stream=stream, encode=encode) for _ in range(n)]

@@ -118,6 +118,20 @@ def test_loss_counts_only_answer_tokens(corpus):
     np.testing.assert_allclose(float(ce(graphdef, params, x, other, wj)[0]), float(total), rtol=1e-6)
 
 
+def test_recall_s_longest_example_is_checked_before_training(corpus):
+    """Recall holds at most 52 distinct one-byte keys: 4 · 52 + 4 = 212 tokens, that is 211 inputs."""
+    assert tasks.max_length("recall") == 212 and tasks.max_length("copy") is None
+    longest = tasks.eval_examples("recall", length=211, n=1)[0]
+    assert len(longest.tokens) == 212 and longest.answer.sum() == 52
+    with pytest.raises(ValueError, match="distinct one-byte keys"):  # the generator's own limit, one token past
+        tasks.eval_examples("recall", length=212, n=1)
+    spec = tasks.TaskSpec(name="recall", version=tasks.VERSIONS["recall"])
+    spec.check(211, "rope")
+    with pytest.raises(ValueError, match=r"train_len: task 'recall' takes input lengths \[8, 211\].*got \[212\]"):
+        spec.check(212, "rope")
+    tasks.train_batch(spec, corpus, seed=0, step=0, batch_size=2, length=211)  # the longest trains
+
+
 def test_prompt_weight_weighs_the_prompt_and_validation_stays_answer_only(corpus):
     spec = tasks.TaskSpec(name="copy", prompt_weight=0.25)
     a = tasks.train_batch(spec, corpus, seed=0, step=0, batch_size=4, length=40)
@@ -274,6 +288,8 @@ def test_task_training_resumes_and_eval_tasks_writes_outputs(cache_dir, tmp_path
     again = train.train_and_evaluate(config, str(workdir))  # complete: the same run, nothing recomputed
     assert again == {} and len(rows) == len((workdir / "metrics.jsonl").read_text().splitlines())
     out = tmp_path / "out"
+    out.mkdir()
+    (out / "heatmap_an_earlier_run.png").write_bytes(b"")  # another evaluation's output in the same --out
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "eval_tasks.py"), f"--workdir={workdir}",
                            "--lengths=128,256", "--depths=0,1", "--examples=3", f"--out={out}", "--method=none",
                            "--method=sinks,num_sinks=2"],
@@ -289,6 +305,15 @@ def test_task_training_resumes_and_eval_tasks_writes_outputs(cache_dir, tmp_path
     assert by_len[128]["factor"] == 1.0 and by_len[256]["factor"] is None  # the scaling's factor, recorded
     assert (out / "results.csv").exists() and (out / "accuracy_vs_length.png").exists()
     assert list(out.glob("heatmap_*.png")) and "| pk · none |" in proc.stdout
+    assert not (out / "heatmap_an_earlier_run.png").exists()
+    from posenc.task_eval import evaluate_tasks  # noqa: PLC0415
+
+    for kwargs, message in (({"depths": [0.5, 0.50004]}, "distinct to 1e-4"),  # one seeding: counted twice
+                            ({"depths": [0.5, 1.5]}, r"values in \[0, 1\]"),
+                            ({"lengths": [100]}, "lengths: task 'passkey' takes input lengths >= 103"),
+                            ({"seed": -1}, "seed must be a non-negative integer")):
+        with pytest.raises(ValueError, match=message):
+            evaluate_tasks([str(workdir)], **{"lengths": [128], **kwargs}, examples=2, progress=False)
     for bad, message in (("--examples=0", "examples must be a positive integer, got 0"),  # not the config's default
                          ("--depths=", "--depths is empty")):
         proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "eval_tasks.py"), f"--workdir={workdir}",
@@ -321,6 +346,41 @@ def test_randomized_positions_train_with_a_table_of_max_position(cache_dir, tmp_
     assert status == {32: "ok", 511: "ok", 512: "undefined", 1024: "undefined"}  # 512 + 1 tokens need 513 positions
     with pytest.raises(ValueError, match="given more than once"):  # the same run twice would count its examples twice
         evaluate_tasks([str(workdir), f"{workdir}/"], [32], examples=2, progress=False)
+    for kwargs, message in (({"depths": [0.5]}, "depths apply to the passkey task only"),
+                            ({"filler": "shakespeare"}, "filler applies to the passkey task only"),
+                            ({"task": "sort"}, "must be one of"),
+                            ({"lengths": [1]}, r"lengths: task 'copy' takes input lengths >= 2")):
+        with pytest.raises(ValueError, match=message):
+            evaluate_tasks([str(workdir)], **{"lengths": [32], **kwargs}, examples=2, progress=False)
+
+
+def test_scores_count_the_decoded_answers_at_the_run_s_randomized_positions(cache_dir, tmp_path, monkeypatch):
+    """Greedy decoding replaced by an oracle that answers every example right but the first of each batch, and
+    records the positions it is given: each cell counts n − 1 correct, teacher forcing agrees, and a randomized
+    run is scored at sorted distinct positions of [0, max_position), not at 0…L."""
+    config = _tasks_config(cache_dir, "task=copy,posenc=rope,randomize,tiny")
+    config.train_steps = 1
+    workdir = tmp_path / "copy"
+    train.train_and_evaluate(config, str(workdir))
+    from posenc import decode  # noqa: PLC0415
+    from posenc.task_eval import evaluate_tasks  # noqa: PLC0415
+
+    seen = []
+
+    def oracle(graphdef, params, tokens, answer, *, positions=None, teacher_forced=False, **kwargs):
+        seen.append(positions)
+        out = np.array(tokens)
+        out[0][answer[0]] = (out[0][answer[0]] + 1) % 256
+        return out, out, np.where(answer, -0.5, 0.0)
+
+    monkeypatch.setattr(decode, "greedy_answers", oracle)
+    rows = evaluate_tasks([str(workdir)], [16, 40], examples=5, progress=False)["rows"]
+    assert [(r["length"], r["correct"], r["n"], r["accuracy"]) for r in rows] == [(16, 4, 5, 0.8), (40, 4, 5, 0.8)]
+    assert all(r["tf_accuracy"] == r["accuracy"] for r in rows)
+    assert [pytest.approx(r["answer_logprob"]) for r in rows] == [-0.5 * 8, -0.5 * 20]  # (L + 1 − 1) // 2 answers
+    for pos, length in zip(seen, (16, 40), strict=True):
+        assert pos.shape == (5, length + 1) and (np.diff(pos, axis=1) > 0).all()
+        assert pos.min() >= 0 and pos.max() < 512 and not (pos == np.arange(length + 1)).all(axis=1).any()
 
 
 def test_stop_accuracy_stops_at_the_first_evaluation_that_reaches_it_and_the_rerun_is_complete(cache_dir, tmp_path,
