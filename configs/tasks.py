@@ -91,7 +91,8 @@ def get_config(arg: str | None = None):
         config.train_steps = 8000
         config.task.stop_accuracy = 0.99
         config.eval.lengths = "256,512,1024,2048,4096"
-        config.positions.max_position = 8192  # with randomize, the 4096 cell's 4097 tokens each draw a position
+        if config.positions.randomize:  # the 4096 cell's 4097 tokens each draw a position
+            config.positions.max_position = 8192
     elif task != "lm":
         config.train_len = 32
         config.batch_size = 32

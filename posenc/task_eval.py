@@ -1,7 +1,8 @@
 """Task accuracy past the training length: exact match by greedy decoding, per length × depth cell.
 
-Each cell (run, scaling, training-free method, length L, depth) scores `n` test examples of the run's task
-(`posenc.tasks.eval_examples`: keys of the test split, L input tokens, the needle at `depth` for passkey):
+Each cell (run, scaling, training-free method, length L, depth) scores `n` examples of the run's task
+(`posenc.tasks.eval_examples`: keys of the test split, L input tokens, the needle at `depth` for passkey; with
+`split="validation"`, the validation split's keys and filler, on which settings are chosen, as the pilots do):
 
   * `accuracy` — exact match of greedy decoding with the KV cache (`posenc.decode.greedy_answers`): every
     answer token is the model's argmax, fed back as generation would, and the row's count `correct` of `n`
@@ -94,8 +95,12 @@ class TaskRun:
 class TaskEvaluator:
     """Scores cells of one run; one compiled forward per length (scalings and methods traced)."""
 
-    def __init__(self, trun: TaskRun, attn_chunk: int = ATTN_CHUNK, tokens_per_batch: int = 16384, seed: int = 0):
+    def __init__(self, trun: TaskRun, attn_chunk: int = ATTN_CHUNK, tokens_per_batch: int = 16384, seed: int = 0,
+                 split: str = "test"):
+        if split not in ("validation", "test"):
+            raise ValueError(f"split must be 'validation' or 'test', got {split!r}")
         self.trun = trun
+        self.split = split
         self.ev = Evaluator(trun.run, attn_chunk=attn_chunk, tokens_per_batch=tokens_per_batch)
         self.tokens_per_batch = tokens_per_batch
         self.seed = seed
@@ -111,12 +116,13 @@ class TaskEvaluator:
     def examples(self, length: int, n: int, depth: float | None) -> list[tasks.Example]:
         t = self.trun
         if t.task != "passkey":
-            return tasks.eval_examples(t.task, length=length, n=n, seed=self.seed, depth=None)
+            return tasks.eval_examples(t.task, length=length, n=n, seed=self.seed, depth=None, split=self.split)
         if length not in self._streams:
             corpus = self.corpus() if t.filler == "shakespeare" else None
-            self._streams[length] = tasks.filler_stream(t.filler, corpus=corpus, split="test", min_tokens=length,
+            self._streams[length] = tasks.filler_stream(t.filler, corpus=corpus, split=self.split, min_tokens=length,
                                                          encode=t.encode)
         return tasks.eval_examples("passkey", length=length, n=n, seed=self.seed, depth=depth, filler=t.filler,
+                                   split=self.split,
                                    stream=self._streams[length], encode=t.encode)
 
     def undefined_reason(self, length: int, scaling: str, method: Method | None) -> str | None:
@@ -178,7 +184,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
                    scalings: Sequence[str] | None = None, methods: Sequence[str | Method] | None = None,
                    examples: int = 50, seed: int = 0, task: str | None = None, filler: str | None = None,
                    hf_models: Sequence[str] = (), hf_dtype: str | None = None, attn_chunk: int = ATTN_CHUNK,
-                   progress: bool = True) -> dict[str, Any]:
+                   split: str = "test", progress: bool = True) -> dict[str, Any]:
     """Every (run, scaling, method, length, depth) cell; returns {'rows': [...], 'lengths', 'depths', ...}.
 
     Args:
@@ -189,6 +195,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
         scaling); those that do not apply to a run's encoding are skipped for it.
       methods: training-free method specs (default `none`), each with every scaling, where defined.
       examples: test examples per cell; seed: their seed (the same examples for every run and scaling).
+      split: `test`, or `validation` to choose settings on (keys and filler of that split).
       task, filler: override the runs' task (a text-trained run, a Hugging Face checkpoint: passkey) and filler.
 
     Raises:
@@ -200,6 +207,8 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
         raise ValueError(f"lengths must be positive integers, got {lengths}")
     if isinstance(examples, bool) or not isinstance(examples, int) or examples <= 0:
         raise ValueError(f"examples must be a positive integer, got {examples!r}")
+    if split not in ("validation", "test"):
+        raise ValueError(f"split must be 'validation' or 'test', got {split!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if depths is not None:
@@ -241,14 +250,14 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
                                                                        (0.0, 0.25, 0.5, 0.75, 1.0))
                 for d in cell_depths:
                     jobs += [(t, s, m, length, d) for length in lengths]
-    evaluators = {t.run.workdir: TaskEvaluator(t, attn_chunk=attn_chunk, seed=seed) for t in truns}
+    evaluators = {t.run.workdir: TaskEvaluator(t, attn_chunk=attn_chunk, seed=seed, split=split) for t in truns}
     rows = []
     for t, s, m, length, d in tqdm(jobs, desc="eval_tasks", disable=not progress or None, dynamic_ncols=True):
         ev = evaluators[t.run.workdir]
         row = {**t.run.summary(), "task": t.task, "task_version": tasks.VERSIONS[t.task],
                "filler": t.filler if t.task == "passkey" else None, "randomized_positions": t.randomize,
                "positions_version": tasks.POSITIONS_VERSION if t.randomize else None, "scaling": s, "method": m.label,
-               "length": length, "depth": d, "split": "test", "seed": seed}
+               "length": length, "depth": d, "split": split, "seed": seed}
         reason = ev.undefined_reason(length, s, m)
         if reason:
             row.update(status="undefined", reason=reason, accuracy=None, n=0, correct=None, ci_low=None,

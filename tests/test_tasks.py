@@ -328,6 +328,10 @@ def test_task_training_resumes_and_eval_tasks_writes_outputs(cache_dir, tmp_path
     assert [e.key for e in scored] == [e.key for e in drawn]
     for a, b in zip(scored, drawn, strict=True):
         np.testing.assert_array_equal(a.tokens, b.tokens)
+    val = TaskEvaluator(TaskRun.of(load_run(str(workdir))), seed=3, split="validation").examples(128, 4, 0.25)
+    assert {tasks.key_split(e.key) for e in val} == {"validation"}  # what a pilot chooses on
+    with pytest.raises(ValueError, match="split must be 'validation' or 'test', got 'train'"):
+        evaluate_tasks([str(workdir)], [128], split="train", examples=2, progress=False)
 
 
 def test_randomized_positions_train_with_a_table_of_max_position(cache_dir, tmp_path):

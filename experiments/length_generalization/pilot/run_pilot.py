@@ -76,10 +76,11 @@ def main(argv):
     workdir = pathlib.Path(f.runs) / f.name
     train_and_evaluate(config, str(workdir))
     lengths = [int(n) for n in str(config.eval.lengths).split(",")]
-    rows = evaluate_tasks([str(workdir)], lengths, examples=f.examples, progress=False)["rows"]
+    # validation examples: a pilot chooses settings, and the test split is the experiment's
+    rows = evaluate_tasks([str(workdir)], lengths, examples=f.examples, split="validation", progress=False)["rows"]
     accuracy = {str(r["length"]): r["accuracy"] for r in rows if r["scaling"] == "none"}
     entry = {"name": f.name, "task": f.task, "task_version": VERSIONS[f.task], "posenc": f.posenc, "overrides": overrides,
-             "test_accuracy_by_length": accuracy, "threads": jobs.threads(), "cpu": cpu_model()}
+             "validation_accuracy_by_length": accuracy, "threads": jobs.threads(), "cpu": cpu_model()}
     record(HERE, entry, (workdir / "metrics.jsonl").read_text())
     print(json.dumps(entry))
 
