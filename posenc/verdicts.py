@@ -5,7 +5,8 @@ A verdict rule is a list of conditions, each a measured quantity compared with a
 condition's *margin* is the quantity minus the threshold, signed so that it is positive where the condition
 holds. Its firmness is the one-sample t statistic of the margins signed to the side they fell (Student 1908):
 **strong** when the 95% t-interval of the mean excludes 0, **moderate** when the 80% one does, **weak**
-otherwise, on the threshold, or from one run (no spread to judge it by). A verdict whose conditions all hold is
+otherwise, on the threshold, or without a spread to judge it by: from one run, or from runs whose margins are all
+equal (counts at a floor or a ceiling, e.g. 0 of 20 at every seed, where t would be infinite however few the runs). A verdict whose conditions all hold is
 as firm as the weakest; one decided by failed conditions is as firm as the firmest failure.
 """
 
@@ -29,7 +30,9 @@ def strength(margins) -> tuple[str, str]:
     if m.mean() == 0:
         return "weak", f"0 (on the threshold, {m.size} seeds)"
     se = m.std(ddof=1) / math.sqrt(m.size)
-    t = math.copysign(math.inf, m.mean()) if se == 0 else m.mean() / se
+    if se <= 1e-12 * max(1.0, abs(m.mean())):  # equal up to rounding
+        return "weak", f"{m.mean():+.3f} (the same at all {m.size} seeds: no spread to judge it by)"
+    t = m.mean() / se
     df = min(m.size - 1, max(T95))
     label = "strong" if t >= T95[df] else "moderate" if t >= T80[df] else "weak"
     return label, f"{m.mean():+.3f} (t = {t:.1f}, {m.size} seeds)"

@@ -47,4 +47,5 @@ def test_lm_study_summary_renders_the_summary_file(tmp_path, monkeypatch):
     assert "| alibi | 3 | 2.000 ± 0.020 | 1.990 ± 0.030 |" in text
     assert "| learned | 2 | 1.800 ± 0.010 | undefined |" in text
     assert "| n-gram floor | — | 2.200 | 2.190 |" in text and "208,896 bytes" in text
-    assert "At 1× 2 of 3 encodings beat the floor by ≥ 0.25 bpb: learned, rope." in text
+    assert "At 1× 2 of 3 encodings beat the floor by ≥ 0.25 bpb on the mean over seeds" in text
+    assert text.rstrip().endswith(": learned (0.400 ± 0.010), rope (0.300).")  # each margin, with its spread

@@ -482,9 +482,12 @@ def pilot_section(folder: pathlib.Path, pilot: dict) -> list[str]:
     lines = ["## Pilot (choosing configs/tasks.py's defaults)", "",
              f"Validation exact match (teacher-forced, {pilot['cpu']}) by step; training time is the sum of the "
              "timed steps (tokens / tokens_per_s, excluding data generation and evaluation). Runs were stopped "
-             "once their trend was clear.", "",
+             "once their trend was clear. The last column is greedy exact match by length on validation examples "
+             "(`val`), or on test examples (`test`) for the entries recorded before run_pilot.py scored validation: "
+             "the fine-tuning recipe (run.py's FT_LR, FT_MIN_LEN, FT_STEPS) and these defaults were chosen partly "
+             "from those test numbers, so the test split informed them.", "",
              "| run | task · encoding | overrides of configs/tasks.py | steps run | step time (min) | val answer loss (nats/token) "
-             "→ | val exact match by step | test exact match by length |", "|---|---|---|---|---|---|---|---|"]
+             "→ | val exact match by step | exact match by length |", "|---|---|---|---|---|---|---|---|"]
     for p in pilot["runs"]:
         rows = [json.loads(line) for line in (folder / f"{p['name']}.jsonl").read_text().splitlines() if line]
         config = load_config_file(str(HERE.parents[1] / "configs" / "tasks.py"), f"task={p['task']},posenc={p.get('posenc', 'rope')}")
@@ -497,8 +500,10 @@ def pilot_section(folder: pathlib.Path, pilot: dict) -> list[str]:
         over = ", ".join(f"{k}={v}" for k, v in p["overrides"].items())
         loss = " → ".join(f"{r['val_loss']:.2f}" for r in val[:: max(1, len(val) // 4)])
         acc = ", ".join(f"{r['step']}: {100 * r['val_accuracy']:.0f}%" for r in val[:: max(1, len(val) // 6)])
+        split = "validation" if "validation_accuracy_by_length" in p else "test"
         test = ", ".join(f"{k}: {100 * v:.0f}%" if v is not None else f"{k}: undef."  # a learned table past its rows
-                         for k, v in p.get("test_accuracy_by_length", {}).items()) or "—"
+                         for k, v in p.get(f"{split}_accuracy_by_length", {}).items())
+        test = f"{split[:4]} {test}" if test else "—"
         where = (["1 core"] if p.get("threads") == 1 else []) + ([p["cpu"]] if p.get("cpu") and p["cpu"] not in pilot["cpu"] else [])
         core = f" ({', '.join(where)})" if where else ""
         version = p.get("task_version", 1)  # entries from before the field: version 1
@@ -538,6 +543,7 @@ def nope_worse(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> tuple[bool
     return bool(z < -1.96 and d.mean() + half < 0), z, d, half
 
 
+RUOSS_GAIN = 0.12  # Ruoss et al. 2023: randomized positions' mean gain in accuracy (+12.0 points)
 NONINFERIORITY = 0.05  # "at least as good": within 5 points of accuracy past training, shown by a 95% interval
 
 
@@ -597,7 +603,7 @@ def kazemnejad(results: dict[str, dict], task: str) -> str:
     if not nope:
         state = ", ".join(f"{n} {fmt(at_train[n])}" for n in runs["none"].values())
         return f"- {rule} **not tested**: NoPE has no run in range (at {ALGO_TRAIN_LEN}: {state}){notes(False)}."
-    parts, worse, floor, unsettled = [], [], [], []
+    parts, worse, floor, unsettled, conditions = [], [], [], [], {}
     for enc, by_seed in ok.items():
         seeds = sorted(s for s in set(by_seed) & set(nope) if by_seed[s] not in undefined) if enc != "none" else []
         if not seeds:
@@ -612,9 +618,12 @@ def kazemnejad(results: dict[str, dict], task: str) -> str:
         if half is None:
             how += f"; 95% Newcombe interval from {100 * low:+.1f}"
         else:
-            how += (f"; 95% t interval [{100 * (d.mean() - half):+.1f}, {100 * (d.mean() + half):+.1f}], per seed "
+            how += (f"; 95% t interval [{100 * max(-1.0, d.mean() - half):+.1f}, {100 * min(1.0, d.mean() + half):+.1f}]"
+                    f"{' (clipped to ±100)' if abs(d.mean()) + half > 1 else ''}, per seed "
                     + ", ".join(f"{100 * x:+.1f}" for x in d))
         worse += [enc] if bad else []
+        conditions[f"within {100 * NONINFERIORITY:.0f} points of {enc}"] = (not bad and low > -NONINFERIORITY,
+                                                                            d + NONINFERIORITY)
         parts.append(f"vs {enc} {100 * d.mean():+.1f} points ({how})")
     if not parts:
         return f"- {rule} **not tested**: no other encoding has a run to compare with NoPE's{notes()}."
@@ -625,24 +634,33 @@ def kazemnejad(results: dict[str, dict], task: str) -> str:
                 f"comparison cannot test the claim: vs {', '.join(floor)} correct past {ALGO_TRAIN_LEN}") if floor else ""
     within = (f"; not worse, but not shown within {100 * NONINFERIORITY:.0f} points either: vs {', '.join(unsettled)}"
               if unsettled and not worse else "")
-    return f"- {rule} **{verdict}**: " + "; ".join(parts) + notes() + at_floor + within + "."
+    firm = "weak (inconclusive)" if verdict == "inconclusive" else firmness(conditions)
+    return (f"- {rule} **{verdict}**: " + "; ".join(parts) + notes() + at_floor + within
+            + f"; evidence {firm} (posenc.verdicts.firmness of the per-seed differences + {100 * NONINFERIORITY:.0f} "
+            "points; one seed: weak).")
 
 
 def ruoss(results: dict[str, dict]) -> str:
     """Ruoss et al.'s claim over the (task, encoding, seed) pairs of a run with randomized positions and its plain
     twin: d = the randomized run's mean accuracy over the lengths past training minus the plain run's. Seeds of one
     (task, encoding) are replicates, not independent cases of the claim, so the unit is the (task, encoding)
-    group: its mean d over its seeds. The rule: the 95% Student t interval of the mean over the groups is above 0
-    (at least 3 groups), both over the pairs whose two runs reach the in-range bar and over the pairs whose plain
-    run does (a randomized run below the bar counted as it is: a lower in-range accuracy is part of what randomized
-    positions do, and leaving those pairs out would favour the claim). Its firmness is posenc.verdicts.firmness
-    with each set a condition and its group means the margins (a reproduced verdict as firm as its weaker set, a
-    failed one as its firmest failure). A run undefined past training is never counted."""
-    rule = ("Ruoss et al.: randomized positions raise mean accuracy past the training length (+12.0 points in the paper) "
+    group: its mean d over its seeds. The rule: the 95% Student t interval of the mean over the groups (at least 3
+    groups), over the pairs whose two runs reach the in-range bar (extrapolation is not interpreted for a run below
+    it): above 0, reproduced; its upper end below the paper's gain (RUOSS_GAIN), not reproduced; else
+    inconclusive. Since a lower in-range accuracy can be part of what randomized positions do, and leaving those
+    pairs out could favour the claim, the same interval over the pairs whose plain run reaches the bar (the
+    randomized one counted as it is) is printed beside it as a sensitivity check, not a condition. Its firmness is
+    posenc.verdicts.firmness of the group means (above 0, or below the paper's gain; an inconclusive verdict is
+    weak). A run undefined past training is never counted."""
+    rule = (f"Ruoss et al.: randomized positions raise mean accuracy past the training length (+{100 * RUOSS_GAIN:.1f} "
+            "points in the paper) "
             "— rule: per (task, encoding), the mean over seeds of the paired difference (randomized minus plain); the "
-            "95% t interval of the mean over those groups is above 0 (3 groups at least), both over the pairs whose "
-            f"two runs are ≥ {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN} and over the pairs whose plain run is (a "
-            "randomized run below the bar counted: a lower in-range accuracy is part of its effect).")
+            "95% t interval of the mean over those groups is above 0 (3 groups at least), over the pairs whose "
+            f"two runs are ≥ {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN}: reproduced; its upper end below the paper's "
+            f"+{100 * RUOSS_GAIN:.1f} (a gain that large excluded): not reproduced; inconclusive otherwise. "
+            "Sensitivity check, not a condition: the same "
+            "over the pairs whose plain run is in range (a randomized run below the bar counted: a lower in-range "
+            "accuracy can be part of its effect).")
     diffs, dropped, skipped, undefined, twinless = {}, {}, [], [], []
     for n in sorted(results):
         if "-rp-" not in n:
@@ -662,7 +680,7 @@ def ruoss(results: dict[str, dict]) -> str:
             if in_range_ok(results[plain], ALGO_TRAIN_LEN):
                 dropped[n] = d
     if skipped:
-        rule += (" Pairs with a run below the in-range bar (in the second set where the plain run is in range): "
+        rule += (" Pairs with a run below the in-range bar (in the sensitivity check where the plain run is in range): "
                  f"{', '.join(skipped)}.")
     if undefined:
         rule += f" Pairs left out (a run undefined at a length past {ALGO_TRAIN_LEN}): {', '.join(undefined)}."
@@ -672,23 +690,30 @@ def ruoss(results: dict[str, dict]) -> str:
     if dropped:
         sets["plain run in range"] = {**diffs, **dropped}
     means = {k: group_means(v) for k, v in sets.items()}
-    if min(len(g) for g in means.values()) < 3:
-        return (f"- {rule} **not tested**: {min(len(g) for g in means.values())} (task, encoding) groups with paired "
-                "runs so far (3 needed).")
+    if len(means["both runs in range"]) < 3:
+        return (f"- {rule} **not tested**: {len(means['both runs in range'])} (task, encoding) groups with paired "
+                "runs in range so far (3 needed).")
     held, ts, parts = {}, {}, []
     for k, v in sets.items():
         g = np.array(list(means[k].values()))
         sd = g.std(ddof=1)
         half = T95[min(g.size - 1, max(T95))] * sd / math.sqrt(g.size)
-        held[k] = g.mean() - half > 0
+        held[k] = ("reproduced" if g.mean() - half > 0 else "not reproduced" if g.mean() + half < RUOSS_GAIN
+                   else "inconclusive")
         ts[k] = (g, g.mean() / (sd / math.sqrt(g.size)) if sd > 1e-12 else math.copysign(math.inf, g.mean()) if g.mean() else 0.0)
         seeds = {n.rsplit("-s", 1)[1] for n in v}
         parts.append(f"{k}: {100 * g.mean():+.1f} points [{100 * (g.mean() - half):+.1f}, {100 * (g.mean() + half):+.1f}] "
                      f"over {g.size} groups ({len(v)} pairs, {len(seeds)} seed{'s' if len(seeds) > 1 else ''}; "
                      f"t = {ts[k][1]:.1f})")
-    label = firmness({k: (held[k], ts[k][0]) for k in sets})  # each set a condition, its group means the margins
+    main = "both runs in range"
+    g = ts[main][0]  # the group means: the margins above 0, or below the paper's gain
+    label = ("weak (inconclusive)" if held[main] == "inconclusive" else
+             firmness({main: (True, g)}) if held[main] == "reproduced" else firmness({main: (False, g - RUOSS_GAIN)}))
+    if len(parts) > 1:
+        other = held["plain run in range"]
+        parts[1] = "sensitivity check, " + parts[1] + (" — the same verdict" if other == held[main] else f" — {other}")
     by_group = ", ".join(f"{g} {100 * m:+.1f} ({n})" for g, (m, n) in sorted(group_means(sets[list(sets)[-1]], counts=True).items()))
-    return (f"- {rule} **{'reproduced' if all(held.values()) else 'not reproduced'}**: " + "; ".join(parts)
+    return (f"- {rule} **{held[main]}**: " + "; ".join(parts)
             + f"; evidence {label} (the t of the group means); by task and encoding (pairs): {by_group}.")
 
 
@@ -750,8 +775,13 @@ def verdicts(results: dict[str, dict]) -> list[str]:
             verdict = ("not reproduced" if z < -1.96 else "reproduced" if low > -NONINFERIORITY else "inconclusive")
             gap = (f"the rule tests non-inferiority only, since it needs PI ≥ {100 * IN_RANGE:.0f}%: the paper's gap, PI at "
                    f"44–76%, is not seen, with PI at {100 * pct(b):.0f}% here")
+            firm = evidence({f"YaRN − PI above −{100 * NONINFERIORITY:.0f} points": (low > -NONINFERIORITY,
+                                                                                  [low + NONINFERIORITY])})
             out.append(f"- {rule} **{verdict}**: YaRN {fmt(a)} vs PI {fmt(b)}, z = {z:.2f}, YaRN − PI ≥ "
-                       f"{100 * low:+.1f} points (one seed; {gap}).")
+                       f"{100 * low:+.1f} points (one seed; {gap}); evidence {firm}. The fine-tuning recipe (run.py's "
+                       "FT_LR, FT_MIN_LEN, FT_STEPS) was chosen after pilot fine-tunes of other recipes were scored on "
+                       "test examples (the pilot section), so the test split informed it; the runs of this verdict were "
+                       "not scored before it was fixed.")
     else:
         out.append(f"- {rule} **not tested**: the fine-tuned runs have no results yet.")
     # NoPE (Kazemnejad) and randomized positions (Ruoss)
