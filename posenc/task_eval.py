@@ -272,8 +272,8 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
 # --------------------------------------------------------------------------------------------------------
 # Outputs
 
-COLUMNS = ("run", "posenc", "task", "task_version", "filler", "randomized_positions", "positions_version", "scaling", "method", "length", "depth",
-           "status", "accuracy", "correct", "n", "ci_low", "ci_high", "tf_accuracy", "answer_logprob", "train_len",
+COLUMNS = ("run", "posenc", "task", "task_version", "filler", "randomized_positions", "positions_version", "scaling",
+           "method", "length", "unit", "depth", "status", "accuracy", "correct", "n", "ci_low", "ci_high", "tf_accuracy", "answer_logprob", "train_len",
            "step", "factor", "method_params", "seed", "reason")
 
 
@@ -393,7 +393,9 @@ def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
     paths["results.md"].write_text(markdown_table(result) + "\n")
     cells = mean_over_depths(result["rows"])
     series = {s: [(n, cells.get((s, n))) for n in result["lengths"]] for s in dict.fromkeys(k[0] for k in cells)}
-    plot_accuracy(series, [r["train_len"] for r in result["rows"]], paths["accuracy_vs_length.png"])
+    units = {r.get("unit", "byte") for r in result["rows"]}
+    unit = f"{units.pop()}s" if len(units) == 1 else "bytes or tokens: each row's unit"
+    plot_accuracy(series, [r["train_len"] for r in result["rows"]], paths["accuracy_vs_length.png"], unit=unit)
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in result["rows"]:
         if r["depth"] is not None:
@@ -408,5 +410,5 @@ def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
             stale.unlink()
     for s, rows in groups.items():
         paths[names[s]] = out_dir / names[s]
-        plot_heatmap(rows, s, paths[names[s]])
+        plot_heatmap(rows, s, paths[names[s]], unit=f"{rows[0].get('unit', 'byte')}s")
     return paths

@@ -304,6 +304,8 @@ def test_task_training_resumes_and_eval_tasks_writes_outputs(cache_dir, tmp_path
     assert by_len[256]["status"] == "undefined" and "learned" in by_len[256]["reason"]
     assert by_len[128]["factor"] == 1.0 and by_len[256]["factor"] is None  # the scaling's factor, recorded
     assert (out / "results.csv").exists() and (out / "accuracy_vs_length.png").exists()
+    header, first = (out / "results.csv").read_text().splitlines()[:2]
+    assert dict(zip(header.split(","), first.split(",")))["unit"] == "byte"  # lengths count bytes here
     assert list(out.glob("heatmap_*.png")) and "| pk · none |" in proc.stdout
     assert not (out / "heatmap_an_earlier_run.png").exists()
     from posenc.task_eval import evaluate_tasks  # noqa: PLC0415
