@@ -51,6 +51,12 @@ def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     return (0.0 if k == 0 else centre - half), (1.0 if k == n else centre + half)
 
 
+def check_split(split: str) -> None:
+    """Tasks are scored on the test split, or on validation to choose settings; never on train."""
+    if split not in ("validation", "test"):
+        raise ValueError(f"split must be 'validation' or 'test', got {split!r}")
+
+
 @dataclasses.dataclass
 class TaskRun:
     """A run and what it is tested on."""
@@ -74,8 +80,6 @@ class TaskRun:
         tasks.check_task(name)
         if task and own and own != "lm" and task != own:
             raise ValueError(f"run {run.name!r} was trained on task {own!r}, not {task!r}")
-        if filler is not None and name != "passkey":
-            raise ValueError(f"filler applies to the passkey task only; run {run.name!r} is tested on {name!r}")
         encode = tasks.byte_encode
         if run.tokenizer is not None:
             if name != "passkey":
@@ -97,8 +101,7 @@ class TaskEvaluator:
 
     def __init__(self, trun: TaskRun, attn_chunk: int = ATTN_CHUNK, tokens_per_batch: int = 16384, seed: int = 0,
                  split: str = "test"):
-        if split not in ("validation", "test"):
-            raise ValueError(f"split must be 'validation' or 'test', got {split!r}")
+        check_split(split)
         self.trun = trun
         self.split = split
         self.ev = Evaluator(trun.run, attn_chunk=attn_chunk, tokens_per_batch=tokens_per_batch)
@@ -194,7 +197,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
       scalings: names of `posenc.evaluate.SCALINGS` (default `none`; `run` added for a run fine-tuned with a
         scaling); those that do not apply to a run's encoding are skipped for it.
       methods: training-free method specs (default `none`), each with every scaling, where defined.
-      examples: test examples per cell; seed: their seed (the same examples for every run and scaling).
+      examples: examples per cell; seed: their seed (the same examples for every run and scaling).
       split: `test`, or `validation` to choose settings on (keys and filler of that split).
       task, filler: override the runs' task (a text-trained run, a Hugging Face checkpoint: passkey) and filler.
 
@@ -207,8 +210,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
         raise ValueError(f"lengths must be positive integers, got {lengths}")
     if isinstance(examples, bool) or not isinstance(examples, int) or examples <= 0:
         raise ValueError(f"examples must be a positive integer, got {examples!r}")
-    if split not in ("validation", "test"):
-        raise ValueError(f"split must be 'validation' or 'test', got {split!r}")
+    check_split(split)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if depths is not None:
@@ -234,9 +236,10 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
     for t in truns:
         if t.encode is tasks.byte_encode:  # a Hugging Face checkpoint's passkey needs its own tokens' count
             tasks.check_input_lengths(t.task, lengths)
-    if depths is not None and not any(t.task == "passkey" for t in truns):
-        raise ValueError(f"depths apply to the passkey task only; the runs are tested on "
-                         f"{sorted({t.task for t in truns})}")
+    for name, value in (("depths", depths), ("filler", filler)):
+        if value is not None and not any(t.task == "passkey" for t in truns):
+            raise ValueError(f"{name}: for the passkey task only, and the runs are tested on "
+                             f"{sorted({t.task for t in truns})}")
     methods = parse_methods(methods) or [Method()]
     for m in methods:
         if not any(method_applies(r, m) for r in runs):
@@ -273,8 +276,8 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
 # Outputs
 
 COLUMNS = ("run", "posenc", "task", "task_version", "filler", "randomized_positions", "positions_version", "scaling",
-           "method", "length", "unit", "depth", "status", "accuracy", "correct", "n", "ci_low", "ci_high", "tf_accuracy", "answer_logprob", "train_len",
-           "step", "factor", "method_params", "seed", "reason")
+           "method", "length", "unit", "depth", "status", "accuracy", "correct", "n", "ci_low", "ci_high",
+           "tf_accuracy", "answer_logprob", "train_len", "step", "factor", "method_params", "seed", "reason")
 
 
 def _series(r: dict[str, Any]) -> str:

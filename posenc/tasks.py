@@ -392,7 +392,7 @@ def validation_batch(spec: TaskSpec, corpus: data.Corpus, *, seed: int, batch_si
 
 
 def depth_salt(depth: float | None) -> int:
-    """The seed word of a needle depth's test examples (depth to 1e-4; 10001 for none)."""
+    """The seed word of a needle depth's evaluation examples (depth to 1e-4; 10001 for none)."""
     return int(round(depth * 10000)) if depth is not None else 10001
 
 

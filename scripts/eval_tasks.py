@@ -33,7 +33,8 @@ _HF = flags.DEFINE_multi_string("hf_model", [], "Hugging Face checkpoint directo
                                 "own tokens (repeat the flag).")
 _HF_DTYPE = flags.DEFINE_enum("hf_dtype", None, ["float32", "bfloat16"], "Weights of the --hf_model checkpoints.")
 _LENGTHS = flags.DEFINE_list("lengths", None, "Input lengths (default: the first run's config.eval.lengths).")
-_DEPTHS = flags.DEFINE_list("depths", None, "Passkey needle depths in [0, 1] (default: config.eval.depths).")
+_DEPTHS = flags.DEFINE_list("depths", None, "Passkey needle depths in [0, 1] (default: the first run's "
+                            "config.eval.depths if it is a passkey run, else 0, 0.25, 0.5, 0.75, 1).")
 _SCALINGS = flags.DEFINE_list("scalings", None, "RoPE scalings (default: none, and run for a run fine-tuned with one).")
 _METHODS = flags.DEFINE_multi_string("method", None, "Training-free method spec, repeatable (default none); as in "
                                      "eval_extrapolation.py.")
@@ -64,8 +65,9 @@ def main(argv):
     if _DEPTHS.value is not None and not [d for d in _DEPTHS.value if d.strip()]:
         raise app.UsageError("--depths is empty: give depths in [0, 1] (e.g. --depths=0,0.5,1), or leave it out for "
                              "the run's config.eval.depths")
-    depth_text = _DEPTHS.value if _DEPTHS.value is not None else (
-        ev.get("depths", "0,0.25,0.5,0.75,1").split(",") if ev is not None else None)
+    passkey = first is not None and first.get("task") is not None and first.task.name == "passkey"
+    depth_text = _DEPTHS.value if _DEPTHS.value is not None else (  # a non-passkey run's config depths are unused
+        ev.get("depths", "0,0.25,0.5,0.75,1").split(",") if ev is not None and passkey else None)
     try:
         depths = None if depth_text is None else [float(d) for d in depth_text]
     except ValueError:

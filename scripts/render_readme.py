@@ -64,7 +64,8 @@ def study_summary() -> str:
     floor = {n: float(model.bits(*data.eval_windows(corpus.test, length=n, num_bytes=num_bytes), context).mean())
              for n in lengths}
     head = "| encoding | seeds | " + " | ".join(f"{n // train_len}× ({n})" for n in lengths) + " |"
-    lines = [f"Bits per byte on the first {num_bytes} test bytes (no scaling, mean ± standard deviation over seeds; lower is better), "
+    lines = [f"Bits per byte on the first {num_bytes} test bytes (no scaling, mean ± standard deviation over seeds; "
+             "lower is better), "
              f"trained at {train_len}; the floor is the Witten–Bell byte n-gram ({context} bytes of context, chosen "
              "on validation) on the same windows:", "", head, "|---|---|" + "---|" * len(lengths)]
     for enc, by in sorted(cells.items()):

@@ -352,18 +352,22 @@ def test_randomized_positions_train_with_a_table_of_max_position(cache_dir, tmp_
     assert status == {32: "ok", 511: "ok", 512: "undefined", 1024: "undefined"}  # 512 + 1 tokens need 513 positions
     with pytest.raises(ValueError, match="given more than once"):  # the same run twice would count its examples twice
         evaluate_tasks([str(workdir), f"{workdir}/"], [32], examples=2, progress=False)
-    for kwargs, message in (({"depths": [0.5]}, "depths apply to the passkey task only"),
-                            ({"filler": "shakespeare"}, "filler applies to the passkey task only"),
+    for kwargs, message in (({"depths": [0.5]}, r"depths: for the passkey task only, and the runs are tested on \['copy'\]"),
+                            ({"filler": "shakespeare"}, "filler: for the passkey task only"),
                             ({"task": "sort"}, "must be one of"),
                             ({"lengths": [1]}, r"lengths: task 'copy' takes input lengths >= 2")):
         with pytest.raises(ValueError, match=message):
             evaluate_tasks([str(workdir)], **{"lengths": [32], **kwargs}, examples=2, progress=False)
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "eval_tasks.py"), f"--workdir={workdir}",
+                           "--lengths=32", "--examples=2", f"--out={tmp_path / 'out'}"], capture_output=True, text=True,
+                          timeout=300)  # its config's eval.depths are passkey's: not passed for a copy run
+    assert proc.returncode == 0 and "| copy · none |" in proc.stdout, proc.stderr[-2000:]
 
 
 def test_scores_count_the_decoded_answers_at_the_run_s_randomized_positions(cache_dir, tmp_path, monkeypatch):
-    """Greedy decoding replaced by an oracle that answers every example right but the first of each batch, and
-    records the positions it is given: each cell counts n − 1 correct, teacher forcing agrees, and a randomized
-    run is scored at sorted distinct positions of [0, max_position), not at 0…L."""
+    """Greedy decoding replaced by an oracle that answers every example right but the first of each batch (teacher
+    forcing the first two), and records the positions it is given: each cell counts n − 1 correct, teacher forcing
+    n − 2, and a randomized run is scored at sorted distinct positions of [0, max_position), not at 0…L."""
     config = _tasks_config(cache_dir, "task=copy,posenc=rope,randomize,tiny")
     config.train_steps = 1
     workdir = tmp_path / "copy"
@@ -377,12 +381,14 @@ def test_scores_count_the_decoded_answers_at_the_run_s_randomized_positions(cach
         seen.append(positions)
         out = np.array(tokens)
         out[0][answer[0]] = (out[0][answer[0]] + 1) % 256
-        return out, out, np.where(answer, -0.5, 0.0)
+        forced = out.copy()  # teacher forcing gets the second example wrong too
+        forced[1][answer[1]] = (forced[1][answer[1]] + 1) % 256
+        return out, forced, np.where(answer, -0.5, 0.0)
 
     monkeypatch.setattr(decode, "greedy_answers", oracle)
     rows = evaluate_tasks([str(workdir)], [16, 40], examples=5, progress=False)["rows"]
     assert [(r["length"], r["correct"], r["n"], r["accuracy"]) for r in rows] == [(16, 4, 5, 0.8), (40, 4, 5, 0.8)]
-    assert all(r["tf_accuracy"] == r["accuracy"] for r in rows)
+    assert [r["tf_accuracy"] for r in rows] == [0.6, 0.6]  # read from the teacher-forced predictions
     assert [pytest.approx(r["answer_logprob"]) for r in rows] == [-0.5 * 8, -0.5 * 20]  # (L + 1 − 1) // 2 answers
     for pos, length in zip(seen, (16, 40), strict=True):
         assert pos.shape == (5, length + 1) and (np.diff(pos, axis=1) > 0).all()

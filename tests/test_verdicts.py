@@ -41,3 +41,17 @@ def test_firmness_is_the_label_evidence_states():
     mixed = {"a": (True, [0.5, 0.6, 0.55]), "b": (False, [-0.5, -0.6, -0.55])}
     assert verdicts.firmness(mixed) == "strong" and verdicts.evidence(mixed).startswith("**strong**")
     assert verdicts.firmness({"a": (True, [0.5, 0.6, 0.55])}) == "strong"
+
+
+def test_a_floor_under_the_spread_keeps_more_agreement_from_reading_weaker():
+    """Equal margins (0 of 10 at every seed) have no spread: weak, unless the measurement's own noise is given as a
+    floor, under which equal and nearly equal margins are judged alike."""
+    assert verdicts.strength([0.2, 0.2, 0.2])[0] == "weak"
+    assert verdicts.strength([0.2, 0.2, 0.19])[0] == "strong"  # t = 59 from a tiny spread
+    for margins in ([0.2, 0.2, 0.2], [0.2, 0.2, 0.19]):
+        label, text = verdicts.strength(margins, min_sd=0.1)  # t = mean / (0.1 / √3) ≈ 3.4–3.5: between t80 and t95
+        assert label == "moderate" and f"t = {np.mean(margins) / (0.1 / math.sqrt(3)):.1f}" in text
+    assert verdicts.firmness({"a": (True, [1.0, 1.1, 0.9])}, "inconclusive") == "weak"
+    text = verdicts.evidence({"a": (True, [1.0, 1.1, 0.9])}, "inconclusive (no power)")
+    assert text.startswith("**weak** (inconclusive; a holds by +1.000")
+    assert verdicts.firmness({"a": (True, [0.2, 0.2], 0.1)}) == "weak"  # t = 2.8 < t80 at df 1

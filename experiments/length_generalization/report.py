@@ -26,7 +26,7 @@ from posenc.task_eval import plot_accuracy, plot_heatmap, wilson_interval  # noq
 from posenc.tasks import POSITIONS_VERSION, VERSIONS  # noqa: E402
 from posenc.timing import machine  # noqa: E402
 from posenc.train import timed_curve  # noqa: E402
-from posenc.verdicts import T95, evidence, firmness  # noqa: E402
+from posenc.verdicts import T95, evidence, firmness, strength  # noqa: E402
 from run import ALGO_LENGTHS, ALGO_TRAIN_LEN, ALGORITHMIC, PASSKEY_LENGTHS, job_config, plan  # noqa: E402
 
 IN_RANGE = 0.9  # in-range accuracy a run must reach before its extrapolation is interpreted
@@ -503,7 +503,7 @@ def pilot_section(folder: pathlib.Path, pilot: dict) -> list[str]:
         split = "validation" if "validation_accuracy_by_length" in p else "test"
         test = ", ".join(f"{k}: {100 * v:.0f}%" if v is not None else f"{k}: undef."  # a learned table past its rows
                          for k, v in p.get(f"{split}_accuracy_by_length", {}).items())
-        test = f"{split[:4]} {test}" if test else "—"
+        test = f"{'val' if split == 'validation' else 'test'} {test}" if test else "—"
         where = (["1 core"] if p.get("threads") == 1 else []) + ([p["cpu"]] if p.get("cpu") and p["cpu"] not in pilot["cpu"] else [])
         core = f" ({', '.join(where)})" if where else ""
         version = p.get("task_version", 1)  # entries from before the field: version 1
@@ -545,6 +545,15 @@ def nope_worse(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> tuple[bool
 
 RUOSS_GAIN = 0.12  # Ruoss et al. 2023: randomized positions' mean gain in accuracy (+12.0 points)
 NONINFERIORITY = 0.05  # "at least as good": within 5 points of accuracy past training, shown by a 95% interval
+
+
+def count_sd(c: tuple[int, int]) -> float:
+    """The standard error of a proportion k / n from its Agresti–Coull estimate (k + 2) / (n + 4), which is not 0
+    at 0 or n: the noise of one seed's count, a floor under the spread of per-seed margins
+    (posenc.verdicts.strength's min_sd)."""
+    k, n = c
+    p = (k + 2) / (n + 4)
+    return math.sqrt(p * (1 - p) / (n + 4))
 
 
 def difference_low(a: list[tuple[int, int]], b: list[tuple[int, int]], d: np.ndarray, half: float | None) -> float:
@@ -610,7 +619,8 @@ def kazemnejad(results: dict[str, dict], task: str) -> str:
             continue
         a, b = [far_cell(results[nope[s]]) for s in seeds], [far_cell(results[by_seed[s]]) for s in seeds]
         bad, z, d, half = nope_worse(a, b)
-        if not nope_worse([(0, n) for _, n in a], b)[0]:
+        at_floor_ = not nope_worse([(0, n) for _, n in a], b)[0]
+        if at_floor_:
             floor.append(f"{enc} ({sum(k for k, _ in b)} of {sum(n for _, n in b)})")
         how = f"z = {z:.2f}, seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
         low = difference_low(a, b, d, half)
@@ -622,8 +632,12 @@ def kazemnejad(results: dict[str, dict], task: str) -> str:
                     f"{' (clipped to ±100)' if abs(d.mean()) + half > 1 else ''}, per seed "
                     + ", ".join(f"{100 * x:+.1f}" for x in d))
         worse += [enc] if bad else []
-        conditions[f"within {100 * NONINFERIORITY:.0f} points of {enc}"] = (not bad and low > -NONINFERIORITY,
-                                                                            d + NONINFERIORITY)
+        noise = float(np.mean([math.hypot(count_sd(x), count_sd(y)) for x, y in zip(a, b, strict=True)]))
+        if bad:  # NoPE worse: the margins are the differences below 0
+            conditions[f"NoPE not worse than {enc}"] = (False, d, noise)
+        elif not at_floor_:  # a comparison that cannot show NoPE worse tests nothing, and rates nothing
+            conditions[f"within {100 * NONINFERIORITY:.0f} points of {enc}"] = (low > -NONINFERIORITY,
+                                                                                d + NONINFERIORITY, noise)
         parts.append(f"vs {enc} {100 * d.mean():+.1f} points ({how})")
     if not parts:
         return f"- {rule} **not tested**: no other encoding has a run to compare with NoPE's{notes()}."
@@ -634,10 +648,10 @@ def kazemnejad(results: dict[str, dict], task: str) -> str:
                 f"comparison cannot test the claim: vs {', '.join(floor)} correct past {ALGO_TRAIN_LEN}") if floor else ""
     within = (f"; not worse, but not shown within {100 * NONINFERIORITY:.0f} points either: vs {', '.join(unsettled)}"
               if unsettled and not worse else "")
-    firm = "weak (inconclusive)" if verdict == "inconclusive" else firmness(conditions)
+    firm = firmness(conditions, verdict) if conditions else "weak"
     return (f"- {rule} **{verdict}**: " + "; ".join(parts) + notes() + at_floor + within
-            + f"; evidence {firm} (posenc.verdicts.firmness of the per-seed differences + {100 * NONINFERIORITY:.0f} "
-            "points; one seed: weak).")
+            + f"; evidence {firm} (posenc.verdicts.firmness of the per-seed differences, below 0 where NoPE is worse, "
+            f"else + {100 * NONINFERIORITY:.0f} points, the spread floored at the counts' own noise; one seed: weak).")
 
 
 def ruoss(results: dict[str, dict]) -> str:
@@ -648,17 +662,17 @@ def ruoss(results: dict[str, dict]) -> str:
     groups), over the pairs whose two runs reach the in-range bar (extrapolation is not interpreted for a run below
     it): above 0, reproduced; its upper end below the paper's gain (RUOSS_GAIN), not reproduced; else
     inconclusive. Since a lower in-range accuracy can be part of what randomized positions do, and leaving those
-    pairs out could favour the claim, the same interval over the pairs whose plain run reaches the bar (the
-    randomized one counted as it is) is printed beside it as a sensitivity check, not a condition. Its firmness is
-    posenc.verdicts.firmness of the group means (above 0, or below the paper's gain; an inconclusive verdict is
-    weak). A run undefined past training is never counted."""
+    pairs out could favour the claim, the same rule over the pairs whose plain run reaches the bar (the randomized
+    one counted as it is) is a sensitivity check: where it gives another verdict, the verdict is inconclusive. Its
+    firmness is posenc.verdicts.firmness of the group means (above 0, or below the paper's gain; an inconclusive
+    verdict is weak). A run undefined past training is never counted."""
     rule = (f"Ruoss et al.: randomized positions raise mean accuracy past the training length (+{100 * RUOSS_GAIN:.1f} "
             "points in the paper) "
             "— rule: per (task, encoding), the mean over seeds of the paired difference (randomized minus plain); the "
             "95% t interval of the mean over those groups is above 0 (3 groups at least), over the pairs whose "
             f"two runs are ≥ {100 * IN_RANGE:.0f}% at {ALGO_TRAIN_LEN}: reproduced; its upper end below the paper's "
             f"+{100 * RUOSS_GAIN:.1f} (a gain that large excluded): not reproduced; inconclusive otherwise. "
-            "Sensitivity check, not a condition: the same "
+            "Sensitivity check, inconclusive where it gives another verdict: the same rule "
             "over the pairs whose plain run is in range (a randomized run below the bar counted: a lower in-range "
             "accuracy can be part of its effect).")
     diffs, dropped, skipped, undefined, twinless = {}, {}, [], [], []
@@ -693,28 +707,37 @@ def ruoss(results: dict[str, dict]) -> str:
     if len(means["both runs in range"]) < 3:
         return (f"- {rule} **not tested**: {len(means['both runs in range'])} (task, encoding) groups with paired "
                 "runs in range so far (3 needed).")
-    held, ts, parts = {}, {}, []
+    held, groups, parts = {}, {}, []
     for k, v in sets.items():
-        g = np.array(list(means[k].values()))
-        sd = g.std(ddof=1)
-        half = T95[min(g.size - 1, max(T95))] * sd / math.sqrt(g.size)
+        g = groups[k] = np.array(list(means[k].values()))
+        half = T95[min(g.size - 1, max(T95))] * g.std(ddof=1) / math.sqrt(g.size)
         held[k] = ("reproduced" if g.mean() - half > 0 else "not reproduced" if g.mean() + half < RUOSS_GAIN
                    else "inconclusive")
-        ts[k] = (g, g.mean() / (sd / math.sqrt(g.size)) if sd > 1e-12 else math.copysign(math.inf, g.mean()) if g.mean() else 0.0)
         seeds = {n.rsplit("-s", 1)[1] for n in v}
-        parts.append(f"{k}: {100 * g.mean():+.1f} points [{100 * (g.mean() - half):+.1f}, {100 * (g.mean() + half):+.1f}] "
-                     f"over {g.size} groups ({len(v)} pairs, {len(seeds)} seed{'s' if len(seeds) > 1 else ''}; "
-                     f"t = {ts[k][1]:.1f})")
+        smaller = (f", below the paper's +{100 * RUOSS_GAIN:.1f}" if held[k] == "reproduced"
+                   and g.mean() + half < RUOSS_GAIN else "")
+        lo, hi = g.mean() - half, g.mean() + half
+        parts.append(f"{k}: {100 * g.mean():+.1f} points [{100 * lo:+.1f}, {100 * hi:+.1f}{smaller}] over {g.size} "
+                     f"groups ({len(v)} pairs, {len(seeds)} seed{'s' if len(seeds) > 1 else ''}; "
+                     + (f"t = {g.mean() / (g.std(ddof=1) / math.sqrt(g.size)):.1f})"
+                        if g.std(ddof=1) > 1e-12 * max(1.0, abs(g.mean())) else "no spread between the groups)"))
     main = "both runs in range"
-    g = ts[main][0]  # the group means: the margins above 0, or below the paper's gain
-    label = ("weak (inconclusive)" if held[main] == "inconclusive" else
-             firmness({main: (True, g)}) if held[main] == "reproduced" else firmness({main: (False, g - RUOSS_GAIN)}))
+    verdict = held[main]
     if len(parts) > 1:
         other = held["plain run in range"]
-        parts[1] = "sensitivity check, " + parts[1] + (" — the same verdict" if other == held[main] else f" — {other}")
-    by_group = ", ".join(f"{g} {100 * m:+.1f} ({n})" for g, (m, n) in sorted(group_means(sets[list(sets)[-1]], counts=True).items()))
-    return (f"- {rule} **{held[main]}**: " + "; ".join(parts)
-            + f"; evidence {label} (the t of the group means); by task and encoding (pairs): {by_group}.")
+        parts[1] = "sensitivity check, " + parts[1] + (" — the same verdict" if other == verdict else f" — {other}")
+        verdict = verdict if other == verdict else "inconclusive"  # a verdict that hangs on the below-bar pairs
+    g = groups[main]  # the group means: the margins above 0, or below the paper's gain
+    label = firmness({main: (True, g)} if verdict == "reproduced" else {main: (False, g - RUOSS_GAIN)}, verdict)
+
+    def listed(k):
+        return ", ".join(f"{g} {100 * m:+.1f} ({n})" for g, (m, n) in sorted(group_means(sets[k], counts=True).items()))
+
+    extra = sorted(set(means.get("plain run in range", {})) - set(means[main]))
+    added = means.get("plain run in range", {})
+    more = f"; the sensitivity check adds " + ", ".join(f"{g} {100 * added[g]:+.1f}" for g in extra) if extra else ""
+    return (f"- {rule} **{verdict}**: " + "; ".join(parts) + f"; evidence {label} (the t of the group means); "
+            f"by task and encoding (pairs): {listed(main)}{more}.")
 
 
 def group_means(diffs: dict[str, float], counts: bool = False) -> dict:
@@ -729,7 +752,7 @@ def alibi_far(results: dict[str, dict]) -> str:
     """The claim that ALiBi's flat perplexity (the LM study measures it) hides failed retrieval at long distance,
     over every seed of `passkey-alibi-s<seed>` that reaches 90% at 256: reproduced when each one's upper Wilson
     bound at 4096 with the needle at depth 0 is below 50%; its firmness (posenc.verdicts.evidence) is over those
-    seeds' margins, 50% minus the bound."""
+    seeds' margins, 50% minus the bound, their spread floored at one count's noise (count_sd)."""
     rule = ("ALiBi's flat perplexity hides failed retrieval at long distance — rule: for every ALiBi passkey seed "
             "≥ 90% at 256, at 16× with the needle at depth 0 (4 KB back), an upper Wilson bound below 50%.")
     names = sorted(n for n in results if re.fullmatch(r"passkey-alibi-s\d+", n))
@@ -743,11 +766,12 @@ def alibi_far(results: dict[str, dict]) -> str:
     if any(c is None for c in far.values()):
         return f"- {rule} **not tested**: no cell at 4096, depth 0 for {', '.join(n for n, c in far.items() if c is None)}."
     margins = [0.5 - wilson_interval(*c)[1] for c in far.values()]
+    noise = float(np.mean([count_sd(c) for c in far.values()]))  # one seed's count noise: a floor under the spread
     held = all(m > 0 for m in margins)
     return (f"- {rule} **{'reproduced' if held else 'not reproduced'}**: depth 0 at 4096: "
             + ", ".join(f"{n} {fmt(c)} (n = {c[1]})" for n, c in far.items())
             + (f"; below the in-range bar: {', '.join(below)}" if below else "")
-            + f"; evidence {evidence({'upper bound below 50%': (held, margins)})}.")
+            + f"; evidence {evidence({'upper bound below 50%': (held, margins, noise)})}.")
 
 
 def verdicts(results: dict[str, dict]) -> list[str]:

