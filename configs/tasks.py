@@ -9,7 +9,7 @@ The arg is a comma-separated list of variants:
   posenc=NAME  an encoding of posenc/encodings.py, or a RoPE scaling kind (as in configs/default.py)
   randomize    randomized positions (Ruoss et al. 2023): positions are a sorted random subset of
                [0, positions.max_position) (8192 for passkey, whose longest evaluation example has 4097
-               tokens; 512 for the other tasks)
+               tokens; 512 for copy, recall and reverse; 4096 for lm; 512 in tiny)
   tiny         a model and run small enough for tests
 
 Everything else is configs/default.py's (the same model and optimiser fields). The loss counts only answer

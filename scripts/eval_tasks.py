@@ -65,7 +65,8 @@ def main(argv):
     if _DEPTHS.value is not None and not [d for d in _DEPTHS.value if d.strip()]:
         raise app.UsageError("--depths is empty: give depths in [0, 1] (e.g. --depths=0,0.5,1), or leave it out for "
                              "the run's config.eval.depths")
-    passkey = first is not None and first.get("task") is not None and first.task.name == "passkey"
+    own = first.task.name if first is not None and first.get("task") is not None else None
+    passkey = (_TASK.value or own) == "passkey"  # the task the first run is tested on
     depth_text = _DEPTHS.value if _DEPTHS.value is not None else (  # a non-passkey run's config depths are unused
         ev.get("depths", "0,0.25,0.5,0.75,1").split(",") if ev is not None and passkey else None)
     try:

@@ -478,6 +478,19 @@ def test_the_kazemnejad_verdict_pools_seeds_by_their_spread():
     assert "**not reproduced**" in report.kazemnejad(two, "copy") and "vs alibi +1.7 points" in report.kazemnejad(two, "copy")
 
 
+def test_a_kazemnejad_failure_is_rated_by_the_comparisons_that_decide_it():
+    """NoPE worse than rope at one seed decides "not reproduced", weakly (one seed); alibi, not worse but not shown
+    within 5 points at three seeds, makes it no firmer."""
+    report = _load("length_generalization_report_kz_firm", HERE / "report.py")
+    results = {f"copy-none-s{s}": _algo_result((100, 95, 90, 0, 0)) for s in range(3)}
+    results |= {f"copy-alibi-s{s}": _algo_result((100, 95, 100, c, 0)) for s, c in enumerate((80, 65, 20))}
+    results |= {"copy-rope-s0": _algo_result((100, 95, 100, 20, 0)), "copy-rope-s1": _algo_result((100, 50, 30, 0, 0))}
+    line = report.kazemnejad(results, "copy")
+    assert "**not reproduced**" in line and "; evidence weak (" in line
+    alone = {k: v for k, v in results.items() if "rope" not in k}  # alibi alone: not worse, not within: inconclusive
+    assert "**inconclusive**" in report.kazemnejad(alone, "copy")
+
+
 def test_the_kazemnejad_verdict_names_every_run_it_does_not_compare():
     """A run below the bar drops its seed from the pairs; a run undefined past 32 (at one seed, or at one length)
     is named, not pooled over fewer lengths; randomized-position and other tasks' runs are not read."""
@@ -512,8 +525,9 @@ def test_the_ruoss_verdict_names_pairs_undefined_past_training():
     line = next(v for v in report.verdicts(results) if v.startswith("- Ruoss"))
     assert "Pairs left out (a run undefined at a length past 32): copy-learned-rp-s0." in line
     assert "Randomized runs without their plain run yet (not compared): reverse-rope-rp-s0." in line
-    assert ("**reproduced**: both runs in range: +10.0 points [+10.0, +10.0, below the paper's +12.0] over 3 groups "
-            "(3 pairs, 1 seed; no spread between the groups)") in line and "evidence weak" in line
+    # no spread between the groups: the interval's is floored at the pairs' count noise, hypot(count_sd) = 0.018
+    assert ("**reproduced**: both runs in range: +10.0 points [+5.5, +14.5] over 3 groups (3 pairs, 1 seed; t = 9.5)"
+            in line) and "evidence strong" in line
     two = {n: r for n, r in results.items() if "sinusoidal" not in n}
     assert "**not tested**: 2 (task, encoding) groups with paired runs in range so far (3 needed)." in report.ruoss(two)
 
@@ -545,7 +559,7 @@ def test_the_ruoss_verdict_takes_task_and_encoding_groups_as_its_unit():
             "recall-rope-rp-s0") in line
     assert "**inconclusive**: both runs in range: +14.0 points [+1.1, +26.9] over 3 groups" in line  # hangs on them
     assert "sensitivity check, plain run in range: +3.0 points [" in line and "over 4 groups (12 pairs, 3 seeds" in line
-    assert "— inconclusive" in line and "evidence weak" in line and "the sensitivity check adds recall-rope -30.0" in line
+    assert "— inconclusive" in line and "evidence weak" in line and "the sensitivity check's own group means: recall-rope -30.0." in line
     small = pairs("copy", "rope", (2, 2, 3)) | pairs("copy", "alibi", (1, 1, 1)) | pairs("reverse", "rope", (0, 1, 0))
     line = report.ruoss(small)  # group means +2.3, +1.0, +0.3: the interval ends below the paper's +12.0
     assert "**not reproduced**: both runs in range: +1.2 points [" in line and "evidence strong" in line

@@ -648,6 +648,8 @@ def kazemnejad(results: dict[str, dict], task: str) -> str:
                 f"comparison cannot test the claim: vs {', '.join(floor)} correct past {ALGO_TRAIN_LEN}") if floor else ""
     within = (f"; not worse, but not shown within {100 * NONINFERIORITY:.0f} points either: vs {', '.join(unsettled)}"
               if unsettled and not worse else "")
+    if worse:  # only the comparisons that decide "not reproduced" rate it
+        conditions = {k: c for k, c in conditions.items() if k.startswith("NoPE not worse")}
     firm = firmness(conditions, verdict) if conditions else "weak"
     return (f"- {rule} **{verdict}**: " + "; ".join(parts) + notes() + at_floor + within
             + f"; evidence {firm} (posenc.verdicts.firmness of the per-seed differences, below 0 where NoPE is worse, "
@@ -660,8 +662,8 @@ def ruoss(results: dict[str, dict]) -> str:
     (task, encoding) are replicates, not independent cases of the claim, so the unit is the (task, encoding)
     group: its mean d over its seeds. The rule: the 95% Student t interval of the mean over the groups (at least 3
     groups), over the pairs whose two runs reach the in-range bar (extrapolation is not interpreted for a run below
-    it): above 0, reproduced; its upper end below the paper's gain (RUOSS_GAIN), not reproduced; else
-    inconclusive. Since a lower in-range accuracy can be part of what randomized positions do, and leaving those
+    it), with the spread of the group means floored at the pairs' own count noise (count_sd): above 0,
+    reproduced; its upper end below the paper's gain (RUOSS_GAIN), not reproduced; else inconclusive. Since a lower in-range accuracy can be part of what randomized positions do, and leaving those
     pairs out could favour the claim, the same rule over the pairs whose plain run reaches the bar (the randomized
     one counted as it is) is a sensitivity check: where it gives another verdict, the verdict is inconclusive. Its
     firmness is posenc.verdicts.firmness of the group means (above 0, or below the paper's gain; an inconclusive
@@ -675,7 +677,7 @@ def ruoss(results: dict[str, dict]) -> str:
             "Sensitivity check, inconclusive where it gives another verdict: the same rule "
             "over the pairs whose plain run is in range (a randomized run below the bar counted: a lower in-range "
             "accuracy can be part of its effect).")
-    diffs, dropped, skipped, undefined, twinless = {}, {}, [], [], []
+    diffs, dropped, skipped, undefined, twinless, noise = {}, {}, [], [], [], {}
     for n in sorted(results):
         if "-rp-" not in n:
             continue
@@ -687,7 +689,9 @@ def ruoss(results: dict[str, dict]) -> str:
         d = None if a is None or b is None else pct(a) - pct(b)
         if d is None:
             undefined.append(n)
-        elif in_range_ok(results[n], ALGO_TRAIN_LEN) and in_range_ok(results[plain], ALGO_TRAIN_LEN):
+            continue
+        noise[n] = math.hypot(count_sd(a), count_sd(b))  # one pair's count noise: a floor under the groups' spread
+        if in_range_ok(results[n], ALGO_TRAIN_LEN) and in_range_ok(results[plain], ALGO_TRAIN_LEN):
             diffs[n] = d
         else:
             skipped.append(n)
@@ -710,7 +714,8 @@ def ruoss(results: dict[str, dict]) -> str:
     held, groups, parts = {}, {}, []
     for k, v in sets.items():
         g = groups[k] = np.array(list(means[k].values()))
-        half = T95[min(g.size - 1, max(T95))] * g.std(ddof=1) / math.sqrt(g.size)
+        floor_sd = float(np.mean([noise[n] for n in v]))
+        half = T95[min(g.size - 1, max(T95))] * max(g.std(ddof=1), floor_sd) / math.sqrt(g.size)
         held[k] = ("reproduced" if g.mean() - half > 0 else "not reproduced" if g.mean() + half < RUOSS_GAIN
                    else "inconclusive")
         seeds = {n.rsplit("-s", 1)[1] for n in v}
@@ -719,8 +724,7 @@ def ruoss(results: dict[str, dict]) -> str:
         lo, hi = g.mean() - half, g.mean() + half
         parts.append(f"{k}: {100 * g.mean():+.1f} points [{100 * lo:+.1f}, {100 * hi:+.1f}{smaller}] over {g.size} "
                      f"groups ({len(v)} pairs, {len(seeds)} seed{'s' if len(seeds) > 1 else ''}; "
-                     + (f"t = {g.mean() / (g.std(ddof=1) / math.sqrt(g.size)):.1f})"
-                        if g.std(ddof=1) > 1e-12 * max(1.0, abs(g.mean())) else "no spread between the groups)"))
+                     + f"t = {g.mean() / (max(g.std(ddof=1), floor_sd) / math.sqrt(g.size)):.1f})")
     main = "both runs in range"
     verdict = held[main]
     if len(parts) > 1:
@@ -728,14 +732,17 @@ def ruoss(results: dict[str, dict]) -> str:
         parts[1] = "sensitivity check, " + parts[1] + (" — the same verdict" if other == verdict else f" — {other}")
         verdict = verdict if other == verdict else "inconclusive"  # a verdict that hangs on the below-bar pairs
     g = groups[main]  # the group means: the margins above 0, or below the paper's gain
-    label = firmness({main: (True, g)} if verdict == "reproduced" else {main: (False, g - RUOSS_GAIN)}, verdict)
+    floor_sd = float(np.mean([noise[n] for n in sets[main]]))
+    label = firmness({main: (True, g, floor_sd)} if verdict == "reproduced" else
+                     {main: (False, g - RUOSS_GAIN, floor_sd)}, verdict)
 
     def listed(k):
         return ", ".join(f"{g} {100 * m:+.1f} ({n})" for g, (m, n) in sorted(group_means(sets[k], counts=True).items()))
 
-    extra = sorted(set(means.get("plain run in range", {})) - set(means[main]))
     added = means.get("plain run in range", {})
-    more = f"; the sensitivity check adds " + ", ".join(f"{g} {100 * added[g]:+.1f}" for g in extra) if extra else ""
+    extra = sorted(k for k, m in added.items() if k not in means[main] or abs(m - means[main][k]) > 1e-12)
+    more = (f"; the sensitivity check's own group means: " + ", ".join(f"{g} {100 * added[g]:+.1f}" for g in extra)
+            if extra else "")
     return (f"- {rule} **{verdict}**: " + "; ".join(parts) + f"; evidence {label} (the t of the group means); "
             f"by task and encoding (pairs): {listed(main)}{more}.")
 
@@ -752,7 +759,8 @@ def alibi_far(results: dict[str, dict]) -> str:
     """The claim that ALiBi's flat perplexity (the LM study measures it) hides failed retrieval at long distance,
     over every seed of `passkey-alibi-s<seed>` that reaches 90% at 256: reproduced when each one's upper Wilson
     bound at 4096 with the needle at depth 0 is below 50%; its firmness (posenc.verdicts.evidence) is over those
-    seeds' margins, 50% minus the bound, their spread floored at one count's noise (count_sd)."""
+    seeds' margins, 50% minus the bound, their spread floored at one count's noise (count_sd: the standard error
+    of the proportion, an approximation to how far the bound moves with the count)."""
     rule = ("ALiBi's flat perplexity hides failed retrieval at long distance — rule: for every ALiBi passkey seed "
             "≥ 90% at 256, at 16× with the needle at depth 0 (4 KB back), an upper Wilson bound below 50%.")
     names = sorted(n for n in results if re.fullmatch(r"passkey-alibi-s\d+", n))
