@@ -88,8 +88,8 @@ ARCHIVES = (
      "may explain their failures."),
     ("passkey-3000", "Passkey's first budget: a fixed 3000 steps",
      "Passkey first trained for a fixed 3000 steps; {below} of its {n} runs ended below {bar}% at {train_len}, "
-     "seed 1 of RoPE and of ALiBi among them where seed 0 had passed, so passkey now trains on an 8000-step "
-     "schedule and stops at 99% validation exact match (configs/tasks.py; pilots pk-8000-rope-s1 and "
+     "seed 1 of RoPE and of ALiBi among them where seed 0 had passed, so passkey now trains for up to {steps} steps "
+     "and stops at {stop}% validation exact match (configs/tasks.py; pilots pk-8000-rope-s1 and "
      "pk-8000-alibi-s1). The fine-tunes here start from this budget's passkey-rope-s0."),
     ("rp-v1", "Randomized positions drawn per padded row (positions version 1)",
      "These runs drew randomized positions once per padded row of {train_len} inputs, and an example of n inputs "
@@ -246,6 +246,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
         lines += [f"### {heading} (`results/{folder}/`, not used in the verdicts)", "",
                   text.format(below=below, n=len(main), bar=f"{100 * IN_RANGE:.0f}", train_len=train_len,
                               layers=algo_layers() if "{layers}" in text else None,
+                              **(passkey_schedule() if "{steps}" in text else {}),
                               pilot_v1=pilot_test(pilot, "recall-rope-4l-16k", ALGO_TRAIN_LEN)), ""]
         if passkey:
             fts = {n: r for n, r in kept.items() if "-ft" in n}
@@ -291,6 +292,14 @@ def algo_config(task: str = "copy"):
     from posenc.train import load_config_file  # noqa: PLC0415
 
     return load_config_file(str(HERE / "config.py"), f"task={task}")
+
+
+def passkey_schedule() -> dict[str, int]:
+    """The passkey jobs' training steps and stopping accuracy (%), as configs/tasks.py sets them."""
+    from posenc.train import load_config_file  # noqa: PLC0415
+
+    config = load_config_file(str(HERE.parents[1] / "configs" / "tasks.py"), "task=passkey")
+    return {"steps": config.train_steps, "stop": f"{100 * config.task.stop_accuracy:.0f}"}
 
 
 def algo_layers() -> int:
