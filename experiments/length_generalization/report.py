@@ -26,7 +26,7 @@ from posenc.task_eval import plot_accuracy, plot_heatmap, wilson_interval  # noq
 from posenc.tasks import POSITIONS_VERSION, VERSIONS  # noqa: E402
 from posenc.timing import machine  # noqa: E402
 from posenc.train import timed_curve  # noqa: E402
-from posenc.verdicts import T95, evidence, firmness, strength  # noqa: E402
+from posenc.verdicts import T95, evidence, firmness  # noqa: E402
 from run import ALGO_LENGTHS, ALGO_TRAIN_LEN, ALGORITHMIC, PASSKEY_LENGTHS, job_config, plan  # noqa: E402
 
 IN_RANGE = 0.9  # in-range accuracy a run must reach before its extrapolation is interpreted
@@ -750,7 +750,7 @@ def ruoss(results: dict[str, dict]) -> str:
 
     added = means.get("plain run in range", {})
     extra = sorted(k for k, m in added.items() if k not in means[main] or abs(m - means[main][k]) > 1e-12)
-    more = (f"; the sensitivity check's own group means: " + ", ".join(f"{g} {100 * added[g]:+.1f}" for g in extra)
+    more = ("; the sensitivity check's own group means: " + ", ".join(f"{g} {100 * added[g]:+.1f}" for g in extra)
             if extra else "")
     return (f"- {rule} **{verdict}**: " + "; ".join(parts) + f"; evidence {label} (the t of the group means); "
             f"by task and encoding (pairs): {listed(main)}{more}.")
