@@ -287,6 +287,19 @@ def test_passkey_stops_at_its_criterion_and_the_fine_tunes_run_their_steps():
         assert ft.init_from == str(pathlib.Path("runs") / "passkey-rope-s0")
 
 
+def test_the_plan_s_lengths_are_its_job_configs_lengths():
+    """run.py's in-range lengths (which the report's rules and tables name) are the train_len its jobs train
+    at, and the fine-tunes' scaling factor is their length over the base run's."""
+    plan = {j.name: j for j in run.plan([0])}
+    train_len = {n: run.job_config(j, pathlib.Path("runs")).train_len for n, j in plan.items()}
+    assert {train_len[n] for n in plan if n.startswith("passkey-") and "-ft" not in n} == {run.PASSKEY_TRAIN_LEN}
+    assert {train_len[n] for n in plan if "-ft" in n} == {run.FT_LEN}
+    assert {train_len[n] for n in plan if not n.startswith("passkey-")} == {run.ALGO_TRAIN_LEN}
+    assert run.PASSKEY_LENGTHS[0] == run.PASSKEY_TRAIN_LEN and run.FT_LEN in run.PASSKEY_LENGTHS
+    yarn = run.job_config(plan["passkey-rope-s0-ftyarn4x"], pathlib.Path("runs")).model.rope.scaling
+    assert yarn.factor * yarn.original_max_len == run.FT_LEN
+
+
 def test_passkey_results_of_another_budget_are_refused_and_render_in_their_archive(tmp_path):
     """A passkey result trained for a fixed 3000 steps (no stop) stops the report in results/; in
     results/passkey-3000/ it is rendered with its fine-tunes, outside the verdicts. A fine-tune whose starting

@@ -27,7 +27,8 @@ from posenc.tasks import POSITIONS_VERSION, VERSIONS  # noqa: E402
 from posenc.timing import machine  # noqa: E402
 from posenc.train import timed_curve  # noqa: E402
 from posenc.verdicts import T95, evidence, firmness  # noqa: E402
-from run import ALGO_LENGTHS, ALGO_TRAIN_LEN, ALGORITHMIC, PASSKEY_LENGTHS, job_config, plan  # noqa: E402
+from run import (ALGO_LENGTHS, ALGO_TRAIN_LEN, ALGORITHMIC, FT_LEN, PASSKEY_LENGTHS, PASSKEY_TRAIN_LEN,  # noqa: E402
+                 job_config, plan)
 
 IN_RANGE = 0.9  # in-range accuracy a run must reach before its extrapolation is interpreted
 BEYOND = tuple(L for L in ALGO_LENGTHS if L > ALGO_TRAIN_LEN)  # the algorithmic lengths past training
@@ -200,7 +201,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     pk = {n: r for n, r in results.items() if n.startswith("passkey-") and "-ft" not in n}
     for stale in set(figures.glob("heatmap_*.png")) - {figures / f"heatmap_{n}.png" for n in pk}:
         stale.unlink()  # a heatmap is drawn from a committed result only
-    lines += ["## (a) Passkey retrieval (trained at 256 bytes)", ""]
+    lines += [f"## (a) Passkey retrieval (trained at {PASSKEY_TRAIN_LEN} bytes)", ""]
     if pk:
         for name, res in pk.items():
             reached = time_to_accuracy(res)
@@ -218,7 +219,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
             plot_heatmap(sel, f"{name} · none", figures / f"heatmap_{name}.png", unit="bytes")
             lines.append(f"![{name}](figures/heatmap_{name}.png)")
         lines.append("")
-        plot_accuracy({n: [(L, cell(r["rows"], length=L)) for L in PASSKEY_LENGTHS] for n, r in pk.items()}, [256],
+        plot_accuracy({n: [(L, cell(r["rows"], length=L)) for L in PASSKEY_LENGTHS] for n, r in pk.items()}, [PASSKEY_TRAIN_LEN],
                       figures / "passkey_vs_length.png", unit="bytes")
         lines += ["![passkey against length](figures/passkey_vs_length.png)", ""]
     else:
@@ -226,7 +227,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
 
     ft = {n: r for n, r in results.items() if "-ft" in n}
     if ft:
-        lines += ["### Fine-tuned at 4× (1024) from the RoPE run", ""] + ft_table(ft)
+        lines += [f"### Fine-tuned at {FT_LEN // PASSKEY_TRAIN_LEN}× ({FT_LEN}) from the RoPE run", ""] + ft_table(ft)
 
     # (b) algorithmic tasks
     lines += [f"## (b) Copy, reverse, associative recall (trained on lengths ≤ {ALGO_TRAIN_LEN})", ""]
@@ -241,7 +242,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
         archived.update({f"{folder}/{n}": r for n, r in kept.items()})
         main = {n: r for n, r in kept.items() if "-ft" not in n}
         passkey = all(n.startswith("passkey-") for n in kept)
-        train_len = 256 if passkey else ALGO_TRAIN_LEN
+        train_len = PASSKEY_TRAIN_LEN if passkey else ALGO_TRAIN_LEN
         below = sum(1 for r in main.values() if not in_range_ok(r, train_len))
         lines += [f"### {heading} (`results/{folder}/`, not used in the verdicts)", "",
                   text.format(below=below, n=len(main), bar=f"{100 * IN_RANGE:.0f}", train_len=train_len,
@@ -279,7 +280,6 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     return text
 
 
-FT_LEN = 1024  # the fine-tunes' train_len (run.py)
 
 
 def in_range_ok(res: dict, length: int) -> bool:
@@ -390,10 +390,11 @@ def algo_table(algo: dict[str, dict]) -> list[str]:
 
 def passkey_table(pk: dict[str, dict]) -> list[str]:
     """The passkey runs' accuracy by length for each scaling and method (depths summed), and the runs below the
-    in-range bar at 256."""
+    in-range bar at PASSKEY_TRAIN_LEN."""
     lengths = list(PASSKEY_LENGTHS)
-    lines = ["Each cell sums its run's needle depths (`depths`; n = examples in the cell). In range = 256.", "",
-             "| run | scaling · method | depths | n | " + " | ".join(f"{n} ({n // 256}×)" for n in lengths) + " |",
+    lines = ["Each cell sums its run's needle depths (`depths`; n = examples in the cell). "
+             f"In range = {PASSKEY_TRAIN_LEN}.", "",
+             "| run | scaling · method | depths | n | " + " | ".join(f"{n} ({n // PASSKEY_TRAIN_LEN}×)" for n in lengths) + " |",
              "|---|---|---|---|" + "---|" * len(lengths)]
     failed = []
     for name, res in pk.items():
@@ -404,9 +405,9 @@ def passkey_table(pk: dict[str, dict]) -> list[str]:
             depths = ", ".join(f"{100 * d:.0f}" for d in sorted({r["depth"] for r in sel}))
             lines.append(f"| {name} | {s} · {m} | {depths} | {sum(r['n'] for r in sel)} | "
                          + " | ".join(fmt(c) for c in cells) + " |")
-        base = cell(rows, length=256)
+        base = cell(rows, length=PASSKEY_TRAIN_LEN)
         if base is not None and pct(base) < IN_RANGE:
-            failed.append(f"`{name}` ({100 * pct(base):.0f}% at 256)")
+            failed.append(f"`{name}` ({100 * pct(base):.0f}% at {PASSKEY_TRAIN_LEN})")
     lines.append("")
     if failed:
         lines += [f"In-range accuracy below {100 * IN_RANGE:.0f}% (extrapolation not interpreted): " + ", ".join(failed) + ".", ""]
@@ -553,6 +554,7 @@ def nope_worse(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> tuple[bool
 
 
 RUOSS_GAIN = 0.12  # Ruoss et al. 2023: randomized positions' mean gain in accuracy (+12.0 points)
+ALIBI_FAR_BOUND = 0.5  # ALiBi "fails" far away: the upper Wilson bound of its accuracy there below this
 NONINFERIORITY = 0.05  # "at least as good": within 5 points of accuracy past training, shown by a 95% interval
 
 
@@ -766,29 +768,33 @@ def group_means(diffs: dict[str, float], counts: bool = False) -> dict:
 
 def alibi_far(results: dict[str, dict]) -> str:
     """The claim that ALiBi's flat perplexity (the LM study measures it) hides failed retrieval at long distance,
-    over every seed of `passkey-alibi-s<seed>` that reaches 90% at 256: reproduced when each one's upper Wilson
-    bound at 4096 with the needle at depth 0 is below 50%; its firmness (posenc.verdicts.evidence) is over those
-    seeds' margins, 50% minus the bound, their spread floored at one count's noise (count_sd: the standard error
+    over every seed of `passkey-alibi-s<seed>` that reaches IN_RANGE at PASSKEY_TRAIN_LEN: reproduced when each
+    one's upper Wilson bound at the longest passkey length with the needle at depth 0 is below ALIBI_FAR_BOUND; its
+    firmness (posenc.verdicts.evidence) is over those seeds' margins, ALIBI_FAR_BOUND minus the bound, their spread
+    floored at one count's noise (count_sd: the standard error
     of the proportion, an approximation to how far the bound moves with the count)."""
+    far_len = PASSKEY_LENGTHS[-1]
     rule = ("ALiBi's flat perplexity hides failed retrieval at long distance — rule: for every ALiBi passkey seed "
-            "≥ 90% at 256, at 16× with the needle at depth 0 (4 KB back), an upper Wilson bound below 50%.")
+            f"≥ {100 * IN_RANGE:.0f}% at {PASSKEY_TRAIN_LEN}, at {far_len // PASSKEY_TRAIN_LEN}× with the needle at "
+            f"depth 0 ({far_len // 1024} KB back), an upper Wilson bound below {100 * ALIBI_FAR_BOUND:.0f}%.")
     names = sorted(n for n in results if re.fullmatch(r"passkey-alibi-s\d+", n))
     if not names:
         return f"- {rule} **not tested**: no result yet."
-    ok = [n for n in names if in_range_ok(results[n], 256)]
+    ok = [n for n in names if in_range_ok(results[n], PASSKEY_TRAIN_LEN)]
     below = [n for n in names if n not in ok]
     if not ok:
-        return f"- {rule} **not tested**: in-range accuracy below 90% ({', '.join(below)})."
-    far = {n: cell(results[n]["rows"], length=4096, depth=0.0) for n in ok}
+        return f"- {rule} **not tested**: in-range accuracy below {100 * IN_RANGE:.0f}% ({', '.join(below)})."
+    far = {n: cell(results[n]["rows"], length=far_len, depth=0.0) for n in ok}
     if any(c is None for c in far.values()):
-        return f"- {rule} **not tested**: no cell at 4096, depth 0 for {', '.join(n for n, c in far.items() if c is None)}."
-    margins = [0.5 - wilson_interval(*c)[1] for c in far.values()]
+        return (f"- {rule} **not tested**: no cell at {far_len}, depth 0 for "
+                f"{', '.join(n for n, c in far.items() if c is None)}.")
+    margins = [ALIBI_FAR_BOUND - wilson_interval(*c)[1] for c in far.values()]
     noise = float(np.mean([count_sd(c) for c in far.values()]))  # one seed's count noise: a floor under the spread
     held = all(m > 0 for m in margins)
-    return (f"- {rule} **{'reproduced' if held else 'not reproduced'}**: depth 0 at 4096: "
+    return (f"- {rule} **{'reproduced' if held else 'not reproduced'}**: depth 0 at {far_len}: "
             + ", ".join(f"{n} {fmt(c)} (n = {c[1]})" for n, c in far.items())
             + (f"; below the in-range bar: {', '.join(below)}" if below else "")
-            + f"; evidence {evidence({'upper bound below 50%': (held, margins, noise)})}.")
+            + f"; evidence {evidence({f'upper bound below {100 * ALIBI_FAR_BOUND:.0f}%': (held, margins, noise)})}.")
 
 
 def verdicts(results: dict[str, dict]) -> list[str]:
@@ -797,7 +803,8 @@ def verdicts(results: dict[str, dict]) -> list[str]:
     # YaRN vs PI after fine-tuning
     pi, yarn = "passkey-rope-s0-ftpi4x", "passkey-rope-s0-ftyarn4x"
     rule = ("YaRN retrieves at least as well as PI in its fine-tuning window (YaRN's passkey table: PI 0.44–0.76, "
-            f"YaRN 0.98–1.00) — rule: with both ≥ 90% at 1024 (their window), a non-inferiority test there: reproduced "
+            f"YaRN 0.98–1.00) — rule: with both ≥ {100 * IN_RANGE:.0f}% at {FT_LEN} (their window), a non-inferiority test "
+            "there: reproduced "
             f"when the lower end of the 95% Newcombe interval of YaRN − PI is above −{100 * NONINFERIORITY:.0f} points, not "
             "reproduced when YaRN is worse (two-proportion z < −1.96), inconclusive otherwise.")
     below = [f"{label} {fmt(ft_in_range(results[n]))}" for n, label in ((yarn, "YaRN"), (pi, "PI"))
@@ -808,9 +815,9 @@ def verdicts(results: dict[str, dict]) -> list[str]:
         out.append(f"- {rule} **not tested**: the rule needs both fine-tuned runs ≥ {100 * IN_RANGE:.0f}% in their own "
                    f"window ({', '.join(below)} at {FT_LEN}; fine-tuning recipe: {recipe}).")
     elif pi in results and yarn in results:
-        a, b = cell(results[yarn]["rows"], length=1024, scaling="run"), cell(results[pi]["rows"], length=1024, scaling="run")
+        a, b = cell(results[yarn]["rows"], length=FT_LEN, scaling="run"), cell(results[pi]["rows"], length=FT_LEN, scaling="run")
         if a is None or b is None:
-            out.append(f"- {rule} **not tested**: no accuracy at 1024 with the run's own scaling (YaRN {fmt(a)}, PI {fmt(b)}).")
+            out.append(f"- {rule} **not tested**: no accuracy at {FT_LEN} with the run's own scaling (YaRN {fmt(a)}, PI {fmt(b)}).")
         else:
             z, low = two_proportion_z(a, b), difference_low([a], [b], np.zeros(1), None)
             verdict = ("not reproduced" if z < -1.96 else "reproduced" if low > -NONINFERIORITY else "inconclusive")

@@ -61,7 +61,9 @@ from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
 
 CORE = ("rope", "alibi", "none", "learned", "sinusoidal")
 OTHERS = tuple(p for p in POSENCS if p not in CORE)
+PASSKEY_TRAIN_LEN = 256  # configs/tasks.py's train_len for passkey (the in-range length)
 PASSKEY_LENGTHS = (256, 512, 1024, 2048, 4096)
+FT_LEN = 4 * PASSKEY_TRAIN_LEN  # the fine-tunes' train_len
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 COARSE_DEPTHS = (0.0, 0.5, 1.0)  # for the scalings and methods beyond a run's own
 ALGO_TRAIN_LEN = 32  # configs/tasks.py's train_len for copy, reverse and recall (the in-range length)
@@ -128,11 +130,12 @@ def plan(seeds: list[int], finetune_steps: int = FT_STEPS) -> list[Job]:
     first, rest = seeds[:1], seeds[1:]
     jobs = [passkey(p, s, tier=1) for s in first for p in ("rope", "alibi")]
     for kind, label in (("none", "noscale"), ("linear", "pi"), ("yarn", "yarn")):
-        over = (("train_len", 1024), ("batch_size", 8), ("train_steps", finetune_steps), ("warmup_steps", 50),
+        over = (("train_len", FT_LEN), ("batch_size", 8), ("train_steps", finetune_steps), ("warmup_steps", 50),
                 ("learning_rate", FT_LR), ("task.min_len", FT_MIN_LEN), ("eval_windows", 16),
                 ("task.stop_accuracy", None))  # every fine-tune runs its steps
         if kind != "none":
-            over += (("model.rope.scaling.factor", 4.0), ("model.rope.scaling.original_max_len", 256))
+            over += (("model.rope.scaling.factor", float(FT_LEN // PASSKEY_TRAIN_LEN)),
+                     ("model.rope.scaling.original_max_len", PASSKEY_TRAIN_LEN))
         posenc = "rope" if kind == "none" else kind
         jobs.append(Job(f"passkey-rope-s0-ft{label}4x", f"task=passkey,posenc={posenc},seed=0", over,
                         init_from="passkey-rope-s0", scalings=("run", "none") if kind != "none" else ("none",)))
