@@ -128,15 +128,29 @@ def parts_timing(seconds: dict[str, float | None]) -> dict:
     return {**out, "eval_untimed_parts": untimed} if untimed else out
 
 
-def process_start(pid: int) -> str | None:
-    """When process `pid` started (clock ticks since boot, /proc/<pid>/stat's field 22), or None where /proc
-    does not tell (no such process, or not Linux). With the pid it names one process: a pid is reused, the
-    pair is not."""
+def _proc_stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields from field 3 (the state) on (they follow the ')' of the name), or None where
+    /proc does not tell (no such process, or not Linux)."""
     try:
         stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat[stat.rindex(")") + 2:].split()[19]  # fields from 3 (state) on follow the ')' of the name
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def process_start(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, /proc/<pid>/stat's field 22), or None where /proc
+    does not tell (no such process, or not Linux). With the pid it names one process: a pid is reused, the
+    pair is not."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields else None
+
+
+def process_exited(pid: int) -> bool:
+    """Whether /proc shows process `pid` as exited but not yet reaped by its parent (state Z, a zombie, or X):
+    `os.kill(pid, 0)` still succeeds on it."""
+    fields = _proc_stat(pid)
+    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def claim_text() -> str:
@@ -146,8 +160,8 @@ def claim_text() -> str:
 
 
 def _claim_state(path: pathlib.Path) -> str:
-    """'absent', 'live' or 'stale' (its process has exited, its pid now names another process, or it stayed
-    without a pid for a minute)."""
+    """'absent', 'live' or 'stale' (its process has exited, reaped or not, its pid now names another process,
+    or it stayed without a pid for a minute)."""
     try:
         fields = path.read_text().split()
         pid, start = int(fields[0]), (fields[1] if len(fields) > 1 else None)
@@ -166,6 +180,8 @@ def _claim_state(path: pathlib.Path) -> str:
         pass
     if start is not None and process_start(pid) not in (None, start):
         return "stale"  # the pid was reused by a process that started later
+    if process_exited(pid):
+        return "stale"  # killed, and not reaped yet by its parent
     return "live"
 
 
@@ -284,7 +300,9 @@ def spawn_workers(count: int, argv: Sequence[str]) -> None:
             env = {**os.environ, "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + ONE_THREAD).strip()}
             procs.append(subprocess.Popen([sys.executable, *argv, f"--worker={i}"], env=env,
                                           preexec_fn=lambda c=cores[i]: os.sched_setaffinity(0, {c})))
-        codes = [p.wait() for p in procs]
+        while None in [p.poll() for p in procs]:  # each polled (reaped as it exits): no claim held by a zombie
+            time.sleep(0.2)
+        codes = [p.returncode for p in procs]
     except BaseException:  # terminated or interrupted: the workers stop too (and remove their claims)
         for p in procs:
             p.terminate()

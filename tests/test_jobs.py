@@ -4,6 +4,7 @@ dropped, a failing job stops its worker and releases its claim, and the deadline
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -128,6 +129,22 @@ def test_a_claim_whose_pid_was_reused_is_stale(tmp_path, monkeypatch):
     assert jobs.claim_is_live(claim)
 
 
+def test_a_claim_of_a_killed_process_not_yet_reaped_is_stale(tmp_path):
+    """A worker killed while its parent waits on another one is a zombie until reaped: `os.kill(pid, 0)` still
+    succeeds on it, and its claim must not hold back the jobs that need its job."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    claim = tmp_path / "x.claim"
+    claim.write_text(f"{proc.pid} {jobs.process_start(proc.pid)}")
+    assert jobs.claim_is_live(claim)
+    os.kill(proc.pid, signal.SIGKILL)
+    deadline = time.time() + 30
+    while not jobs.process_exited(proc.pid) and time.time() < deadline:  # not reaped: a zombie
+        time.sleep(0.02)
+    os.kill(proc.pid, 0)  # the pid still answers
+    assert not jobs.claim_is_live(claim)
+    proc.wait()
+
+
 def test_write_atomic_replaces_whole(tmp_path):
     path = tmp_path / "r.json"
     jobs.write_atomic(path, "old")
@@ -174,6 +191,30 @@ def test_spawn_workers_pins_one_thread_per_core_and_reports_failures(tmp_path):
         assert affinity == f"[{core}]" and jobs.ONE_THREAD in flags
     with pytest.raises(SystemExit, match=r"workers exited with \[3"):
         jobs.spawn_workers(1, ["-c", _WORKER_SCRIPT, str(tmp_path), "3"])
+
+
+_REAP_SCRIPT = """
+import os, pathlib, sys, time
+out, i = pathlib.Path(sys.argv[1]), int(sys.argv[-1].removeprefix("--worker="))
+if i == 1:
+    (out / "pid1").write_text(str(os.getpid()))
+    sys.exit(0)
+deadline = time.time() + 30
+while not (out / "pid1").exists() and time.time() < deadline:
+    time.sleep(0.02)
+pid = (out / "pid1").read_text()
+while os.path.exists(f"/proc/{pid}") and time.time() < deadline:  # gone only once its parent reaped it
+    time.sleep(0.02)
+(out / "w0").write_text("reaped" if not os.path.exists(f"/proc/{pid}") else "zombie")
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two workers need two cores to pin to")
+def test_spawn_workers_reaps_a_worker_that_exits_while_another_runs(tmp_path):
+    """Worker 1 exits first; worker 0 runs until worker 1 is reaped. Waiting on the workers in order would keep
+    worker 1 a zombie (its claims live) as long as worker 0 runs."""
+    jobs.spawn_workers(2, ["-c", _REAP_SCRIPT, str(tmp_path)])
+    assert (tmp_path / "w0").read_text() == "reaped"
 
 
 def test_a_terminated_worker_removes_its_claim(tmp_path):
