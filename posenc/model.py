@@ -323,12 +323,12 @@ class Attention(nnx.Module):
             k_pos = jnp.concatenate([pos_cache, pos_new], axis=1)
             size = k_cache.shape[2]
             fixed = method.fixed if bounded else 0
-            p = pos_new[0]
+            p = pos_new  # [B, t]: each row's ring slots from its own positions (randomized positions differ by row)
             slots = jnp.where(p < fixed, p, fixed + (p - fixed) % (size - fixed))
-            slots = jnp.where((p < fixed) | (p > p[-1] - (size - fixed)), slots, size)  # size: dropped
-            k_cache = k_cache.at[:, :, slots].set(k_new, mode="drop")
-            v_cache = v_cache.at[:, :, slots].set(v_new, mode="drop")
-            pos_cache = pos_cache.at[:, slots].set(pos_new, mode="drop")
+            slots = jnp.where((p < fixed) | (p > p[:, -1:] - (size - fixed)), slots, size)  # size: dropped
+            put = jax.vmap(lambda c, new, s: c.at[..., s, :].set(new, mode="drop"))  # one row: [N, S, H] ← [N, t, H]
+            k_cache, v_cache = put(k_cache, k_new, slots), put(v_cache, v_new, slots)
+            pos_cache = jax.vmap(lambda c, new, s: c.at[s].set(new, mode="drop"))(pos_cache, pos_new, slots)
 
         def rotate_cached(keys, k_pos):  # head-major keys [B, N, S, H] as [B, N, S, 1, H], positions [B, 1, S]
             return rotate(keys[:, :, :, None], jnp.broadcast_to(k_pos, pos_cache.shape[:1] + k_pos.shape[1:])[:, None],

@@ -62,6 +62,24 @@ def test_cached_decoding_equals_full_recompute(name, kw, scaling):
     np.testing.assert_allclose(cached, full, atol=2e-4, rtol=1e-4)
 
 
+def test_a_windowed_cache_keeps_each_row_s_own_keys():
+    """Rows with different positions (randomized positions): each row's ring slots follow its own positions, so
+    cached decoding equals the full forward for every row, not only for the first."""
+    graphdef, params = model_parts("local_global", encoding_options=(("pattern", "LG"), ("window", 4)), max_len=64)
+    model = nnx.merge(graphdef, params)
+    t = 12
+    x = tokens(t)
+    positions = jnp.stack([jnp.arange(t) * 4, jnp.arange(t)])  # row 0 every 4th position, row 1 every position
+    full = model(x, positions, seq_len=int(positions.max()) + 1)
+    cache = model.init_cache(2, t)
+    logits, cache = model(x[:, :3], positions[:, :3], seq_len=int(positions.max()) + 1, cache=cache)
+    outs = [logits]
+    for i in range(3, t):
+        step, cache = model(x[:, i:i + 1], positions[:, i:i + 1], seq_len=int(positions.max()) + 1, cache=cache)
+        outs.append(step)
+    np.testing.assert_allclose(jnp.concatenate(outs, axis=1), full, atol=2e-4, rtol=1e-4)
+
+
 def test_dynamic_scaling_with_hf_style_cache_would_differ():
     """Caching keys rotated at the step they were computed (HF's behaviour) is not the recompute: the test
     above can tell the two apart."""
