@@ -47,17 +47,25 @@ class RopeSchedule(NamedTuple):
         return self.inv_freq[t], self.attention_factor[t], n_hat, self.inv_freq_lo[t]
 
 
-def rope_schedule(cfg: ModelConfig, scaling: RopeScaling, max_len: int) -> RopeSchedule:
-    """The `RopeSchedule` of steps t < max_len (placeholders for an encoding that takes no RoPE scaling)."""
+def rope_schedule(cfg: ModelConfig, scaling: RopeScaling, max_len: int, span: int | None = None) -> RopeSchedule:
+    """The `RopeSchedule` of steps t < max_len (placeholders for an encoding that takes no RoPE scaling): the
+    scaling at length t + 1, or at min(t + 1, span) under a bounded method (`Method.span()`: sinks' S + R + 1,
+    LM-Infinite's L), whose attention sees no longer distance — as StreamingLLM computes its rotary table at
+    the cache's length, and as the streaming evaluation (posenc.evaluate) scores."""
     if not cfg.encoding.takes_rope_scaling:
         zeros = jnp.zeros((max_len, 1), jnp.float32)
         return RopeSchedule(zeros, jnp.ones((max_len,), jnp.float32), zeros)
-    rows = [rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, t + 1)
+    rows = [rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, min(t + 1, span or t + 1))
             for t in (range(max_len) if is_length_dependent(scaling) else [max_len - 1])]
     inv, af, lo = (np.stack([r[i] for r in rows]).astype(np.float32) for i in (0, 1, 3))
     if len(rows) == 1:
         inv, af, lo = (np.repeat(a, max_len, axis=0) for a in (inv, af, lo))
     return RopeSchedule(jnp.asarray(inv), jnp.asarray(af), jnp.asarray(lo))
+
+
+def _span(method: Method | None) -> int | None:
+    """The longest distance + 1 a bounded method's attention sees (None: unbounded)."""
+    return None if method is None else method.span()
 
 
 def _rotate_at_use(cfg: ModelConfig, scaling: RopeScaling, method: Method | None = None) -> bool:
@@ -141,7 +149,7 @@ def teacher_forced_logits(graphdef, params, tokens, *, prefill_len: int, scaling
     args = _method_args(cfg, method, scaling)
     cache_size = _cache_size(method, cache_size, t)
     _check_request(cfg, prefill_len, t, cache_size, method)
-    schedule = rope_schedule(cfg, scaling, t)
+    schedule = rope_schedule(cfg, scaling, t, _span(method))
     rotate = _rotate_at_use(cfg, scaling, method)
     n_hat = jnp.int32(scaling.unscaled_positions)
     logits, cache = _prefill(graphdef, params, tokens[:, :prefill_len], schedule, n_hat, args, prompt_len=prefill_len,
@@ -253,7 +261,7 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
         raise too_big(f"the device has {available / 2**30:.2f} GiB")
     rotate = _rotate_at_use(cfg, scaling, method)
     try:
-        schedule = rope_schedule(cfg, scaling, max(cache_size, total))
+        schedule = rope_schedule(cfg, scaling, max(cache_size, total), _span(method))
         out = _generate(graphdef, params, prompt, schedule, jnp.int32(scaling.unscaled_positions), jax.random.key(seed),
                         args, max_new_tokens=max_new_tokens, cache_size=cache_size, rotate_at_use=rotate,
                         temperature=float(temperature), top_k=int(top_k))
@@ -346,7 +354,7 @@ def greedy_answers(graphdef, params, tokens, answer, *, positions=None, scaling:
     args = _method_args(cfg, method, scaling)
     cache_size = _cache_size(method, None, t)
     _check_request(cfg, first, seq_len, max(cache_size, seq_len), method)
-    schedule = rope_schedule(cfg, scaling, t)
+    schedule = rope_schedule(cfg, scaling, t, _span(method))
     greedy, forced, logp = _greedy(graphdef, params, jnp.asarray(tokens), jnp.asarray(answer), jnp.asarray(positions),
                                    schedule, jnp.int32(scaling.unscaled_positions), args, first=first,
                                    cache_size=cache_size, rotate_at_use=_rotate_at_use(cfg, scaling, method),

@@ -16,6 +16,7 @@ from flax import nnx
 from posenc import decode, training_free
 from posenc.alibi import alibi_slopes
 from posenc.model import ModelConfig, Transformer
+from posenc.rope_scaling import RopeScaling
 from posenc.sinusoidal import sinusoidal_encoding
 from posenc.training_free import Method
 
@@ -193,10 +194,14 @@ def test_cached_decoding_equals_the_parallel_forward(posenc, spec):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-4, rtol=1e-4)
 
 
-def test_sinks_cache_equals_recomputing_sinks_and_window_reindexed_from_zero():
+@pytest.mark.parametrize("scaling", [None, RopeScaling("dynamic_ntk", 2.0, original_max_len=8)],
+                         ids=["static", "dynamic_ntk"])
+def test_sinks_cache_equals_recomputing_sinks_and_window_reindexed_from_zero(scaling):
     """StreamingLLM's claim, for one layer (where a cached key is what recomputation gives): the logits of
-    the last token equal a fresh forward over [first S tokens ‖ last R + 1 tokens] at positions 0 … S + R."""
-    model = _model()
+    the last token equal a fresh forward over [first S tokens ‖ last R + 1 tokens] at positions 0 … S + R —
+    with a length-dependent scaling too, evaluated at that length S + R + 1 (the rotary table StreamingLLM
+    computes at the cache's length), not at the absolute position."""
+    model = _model(**({"rope_scaling": scaling} if scaling else {}))
     s, r = 3, 9
     x = _tokens(t=T)
     graphdef, params = nnx.split(model)
