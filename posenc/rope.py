@@ -274,7 +274,7 @@ class Rope(Encoding):
         cfg = self.cfg
         if rope is None:
             rope = rope_inputs(cfg.rotary_dim, cfg.rope_base, cfg.rope_scaling, seq_len)
-        inv_freq, attention_factor, n_hat, lo = (tuple(rope) + (0, None))[:4] if len(rope) < 4 else rope
+        inv_freq, attention_factor, n_hat, lo = tuple(rope) + (0, None)[len(rope) - 2:]  # n̂ = 0, lo = None if absent
         original = None
         if not (isinstance(n_hat, int) and n_hat == 0):
             original = jnp.asarray(rope_frequencies(cfg.rotary_dim, base=cfg.rope_base)[0], jnp.float32)

@@ -89,6 +89,7 @@ def test_rope_override_equals_configured_scaling():
     plain = sharpen(make("rope"))
     x = tokens()
     np.testing.assert_allclose(plain(x, rope=(jnp.asarray(inv, jnp.float32), af)), model(x), atol=1e-5)
+    np.testing.assert_allclose(plain(x, rope=(jnp.asarray(inv, jnp.float32), af, 0)), model(x), atol=1e-5)  # with n̂
     assert np.abs(plain(x) - model(x)).max() > 1e-3 * np.abs(model(x)).max()
 
 
