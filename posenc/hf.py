@@ -20,9 +20,13 @@ transformers does:
     parameters, then `max_position_embeddings`; LongRoPE without `factor` uses max / original;
   * the `proportional` type (p-RoPE, posenc/p_rope.py).
 
-Keys transformers accepts and does not use are named here and ignored as it ignores them: LongRoPE's
-`short_mscale` / `long_mscale` (transformers 5 derives the attention factor from `factor`). Any other
-unknown key or type is an error naming it, and a missing base is an error: nothing is defaulted silently.
+Keys transformers accepts and does not use are named here (IGNORED_BY_TRANSFORMERS) and ignored as it ignores
+them: LongRoPE's `short_mscale` / `long_mscale` (transformers 5 derives the attention factor from `factor`), the
+`attention_factor` of linear, dynamic NTK and llama3 (it returns 1 for them), and dynamic NTK's
+`original_max_position_embeddings` (it scales from `max_position_embeddings`). Any other unknown key or type is
+an error naming it, and so are a missing base, a missing key transformers requires (`factor`; llama3's
+`low_freq_factor` / `high_freq_factor`), a missing norm epsilon, and `rope_parameters` and `rope_scaling` that
+differ: nothing is defaulted silently.
 """
 
 from __future__ import annotations
@@ -38,13 +42,23 @@ from posenc.p_rope import p_rope_mask
 from posenc.rope_scaling import RopeScaling, default_inv_freq, rope_frequencies
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
-IGNORED_BY_TRANSFORMERS = {"longrope": ("short_mscale", "long_mscale")}
+# keys transformers 5 accepts for a type and does not read: linear, dynamic NTK and llama3 return an attention
+# factor of 1 ("unused in this type of RoPE"), and dynamic NTK scales from max_position_embeddings
+IGNORED_BY_TRANSFORMERS = {
+    "longrope": ("short_mscale", "long_mscale"),
+    "linear": ("attention_factor",),
+    "dynamic": ("attention_factor", "original_max_position_embeddings"),
+    "llama3": ("attention_factor",),
+}
 
 
 def _rope_parameters(config: Mapping[str, Any], layer_type: str | None) -> dict[str, Any]:
     """The RoPE parameter dict of (a layer type of) the model, with Gemma 3's legacy fields folded in."""
-    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
-    params = dict(params)
+    both = config.get("rope_parameters"), config.get("rope_scaling")
+    if all(both) and both[0] != both[1]:
+        raise ValueError("rope_from_hf_config: the config has both rope_parameters and rope_scaling, and they differ "
+                         f"({both[0]} vs {both[1]}); transformers versions disagree on which wins: keep one")
+    params = dict(both[0] or both[1] or {})
     nested = [k for k in params if k in LAYER_TYPES]
     gemma3_legacy = str(config.get("model_type", "")).startswith("gemma3") and not nested
     if gemma3_legacy:  # transformers' Gemma3TextConfig: rope_scaling -> full layers, local base -> sliding ones
@@ -178,6 +192,10 @@ def model_config_from_hf(config: Mapping[str, Any], *, dtype: str | None = None)
                              "layers only) is not supported")
         window = None
     base, rotary_dim, head_dim, scaling = rope_setup(config)
+    eps_key = "layer_norm_eps" if family == "gpt_neox" else "rms_norm_eps"
+    if eps_key not in config:
+        raise ValueError(f"load_pretrained: config.json has no {eps_key} (the {family} norms' epsilon; transformers "
+                         "saves it with every checkpoint)")
     heads = config["num_attention_heads"]
     bias = bool(config.get("attention_bias", family == "gpt_neox"))
     return ModelConfig(
@@ -186,7 +204,7 @@ def model_config_from_hf(config: Mapping[str, Any], *, dtype: str | None = None)
         mlp_dim=config["intermediate_size"], posenc="rope", max_len=config["max_position_embeddings"],
         rope_base=base, rope_layout="half", rope_fraction=rotary_dim / head_dim, rope_scaling=scaling,
         mlp_act=mlp_act, norm="layer" if family == "gpt_neox" else "rms",
-        norm_eps=float(config.get("layer_norm_eps" if family == "gpt_neox" else "rms_norm_eps", 1e-5)),
+        norm_eps=float(config[eps_key]),
         qkv_bias=family == "qwen2" or bias, out_bias=bias, mlp_bias=bool(config.get("mlp_bias", family == "gpt_neox")),
         qk_norm=family == "qwen3", parallel_residual=family == "gpt_neox" and config.get("use_parallel_residual", True),
         tie_embeddings=bool(config.get("tie_word_embeddings", False)), attn_window=int(window or 0),

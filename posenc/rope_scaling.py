@@ -52,6 +52,11 @@ _HF_TYPES = {
     "su": "longrope",  # early Phi-3 configs
     "llama3": "llama3",
 }
+# the keys transformers 5 requires of each type (a KeyError there): missing ones are an error, never defaulted
+_HF_REQUIRED = {
+    "linear": ("factor",), "ntk": ("factor",), "dynamic": ("factor",), "yarn": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+}
 
 
 def _as_tuple(value: Any) -> Any:
@@ -179,10 +184,20 @@ class RopeScaling:
         if hf_type not in _HF_TYPES:
             raise ValueError(f"RopeScaling.from_hf: rope_type must be one of {sorted(_HF_TYPES)}, got {hf_type!r}")
         kind = _HF_TYPES[hf_type]
+        missing = [k for k in _HF_REQUIRED.get(hf_type, ()) if k not in d]
+        if missing:
+            raise ValueError(f"RopeScaling.from_hf: rope_type {hf_type!r} requires {missing} (as transformers does); "
+                             f"got keys {sorted(d)}")
         original = d.get("original_max_position_embeddings", max_position_embeddings)
         kwargs: dict[str, Any] = {"kind": kind}
         if kind != "none":
-            kwargs["factor"] = float(d.get("factor", 1.0))
+            factor = d.get("factor")
+            if factor is None and kind in ("yarn", "longrope") and original and max_position_embeddings:
+                factor = max_position_embeddings / original  # DeepSeek-V3, Phi-3: the ratio of the lengths
+            elif factor is None and kind != "longrope":
+                raise ValueError(f"RopeScaling.from_hf: factor is None for rope_type {hf_type!r}, and there is no "
+                                 "max_position_embeddings / original_max_position_embeddings to take it from")
+            kwargs["factor"] = float(1.0 if factor is None else factor)
         if original is not None and kind != "none":
             kwargs["original_max_len"] = int(original)
         for key in ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim",
@@ -309,7 +324,7 @@ def rope_frequencies(rotary_dim: int, *, base: float = 10000.0, scaling: RopeSca
         keep = 1.0 - ramp  # 1: extrapolate (keep θ_i), 0: interpolate (θ_i / s)
         if s != 1.0:  # at s = 1 both branches are θ_i: skip the blend so the result is bit-identical
             inv_freq = inv_freq / s * (1.0 - keep) + inv_freq * keep
-        if scaling.mscale is not None and scaling.mscale_all_dim is not None:
+        if scaling.mscale and scaling.mscale_all_dim:  # as transformers tests them (0 or None: the default)
             attention_factor = yarn_get_mscale(s, scaling.mscale) / yarn_get_mscale(s, scaling.mscale_all_dim)
         else:
             attention_factor = yarn_get_mscale(s)

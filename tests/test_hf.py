@@ -47,5 +47,17 @@ def test_errors_name_the_key_or_field():
         rope_from_hf_config(gemma)
     with pytest.raises(ValueError, match="leave layer_type None"):
         rope_from_hf_config(llama, layer_type="full_attention")
-    # the bare-dict reader keeps working
+    for params, missing in (({"rope_type": "yarn"}, "'factor'"), ({"type": "dynamic"}, "'factor'"),
+                            ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}, "'high_freq_factor'")):
+        with pytest.raises(ValueError, match=f"requires \\[{missing}\\]"):  # transformers: a KeyError, never 1.0
+            rope_from_hf_config({**llama, "rope_scaling": params})
+    with pytest.raises(ValueError, match="both rope_parameters and rope_scaling, and they differ"):
+        rope_from_hf_config({**llama, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+                             "rope_parameters": {"rope_type": "linear", "factor": 4.0}})
+    same = {"rope_type": "linear", "factor": 2.0}
+    np.testing.assert_array_equal(rope_from_hf_config({**llama, "rope_scaling": same, "rope_parameters": same})[0],
+                                  rope_from_hf_config({**llama, "rope_scaling": same})[0])
+    # the bare-dict reader keeps working; a yarn factor of None is the ratio of the lengths (DeepSeek-V3)
     assert posenc.RopeScaling.from_hf({"rope_type": "linear", "factor": 2.0}).factor == 2.0
+    yarn = {"rope_type": "yarn", "factor": None, "original_max_position_embeddings": 4096}
+    assert posenc.RopeScaling.from_hf(yarn, max_position_embeddings=16384).factor == 4.0

@@ -73,6 +73,9 @@ def test_errors_name_the_problem(tmp_path):
     (bad / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
     with pytest.raises(ValueError, match="no tensor 'model.layers.2"):
         hf.load_pretrained(bad)
+    (bad / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "rms_norm_eps"}))
+    with pytest.raises(ValueError, match="no rms_norm_eps"):  # transformers saves it; its default differs by family
+        hf.load_pretrained(bad)
     with pytest.raises(ValueError, match="dtype must be"):
         hf.load_pretrained(DATA / "mistral", dtype="float16")
 
