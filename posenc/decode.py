@@ -253,8 +253,11 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     def too_big(why: str) -> MemoryError:
         return MemoryError(f"cache_size={cache_size}: the KV cache needs {need / 2**30:.2f} GiB (keys and values of "
                            f"{cfg.num_layers} layers x batch {prompt.shape[0]} x {cache_size} slots (a windowed layer: "
-                           f"its window) x d_model {cfg.d_model} x {jnp.dtype(cfg.dtype).itemsize} bytes) and {why}; "
-                           f"lower --cache_size (at least prompt + max_new_tokens = {total})")
+                           f"its window) x {cfg.kv_heads} key-value heads x head_dim {cfg.head_dim} x "
+                           f"{jnp.dtype(cfg.dtype).itemsize} bytes) and {why}; "
+                           + (f"lower --cache_size (at least prompt + max_new_tokens = {total})"
+                              if method is None or method.cache_layout() is None else
+                              f"method {method.label} keeps a fixed cache: use a smaller batch or model"))
 
     available = device_memory_bytes()
     if need > available:

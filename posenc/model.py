@@ -155,8 +155,8 @@ class ModelConfig:
 
     @property
     def rotary_dim(self) -> int:
-        rd = self.head_dim * self.rope_fraction
-        return int(rd) if float(rd).is_integer() else -1
+        rd = self.head_dim * self.rope_fraction  # a fraction like 14 / 100 comes back as 14.000000000000002
+        return round(rd) if abs(rd - round(rd)) < 1e-9 * max(1.0, rd) else -1
 
 
 @jax.custom_vjp

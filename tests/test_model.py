@@ -127,6 +127,12 @@ def test_bad_config_raises(kw, match):
         ModelConfig(**{**TINY, **kw})
 
 
+def test_a_rotary_fraction_of_a_hugging_face_head_comes_back_whole():
+    """posenc.hf passes rotary_dim / head_dim: 14 / 100 * 100 is 14.000000000000002 in floating point."""
+    assert ModelConfig(**{**TINY, "d_model": 200, "num_heads": 2, "rope_fraction": 14 / 100}).rotary_dim == 14
+    assert ModelConfig(**{**TINY, "d_model": 200, "num_heads": 2, "rope_fraction": 28 / 100}).rotary_dim == 28
+
+
 def test_dense_gradients_equal_float64_oracle():
     """`dense` (the layers' product with an XLA:CPU-friendly backward) has the gradients of x @ W:
     dx = dy Wᵀ and dW = Σ_tokens xᵀ dy, checked in float64 numpy for a batched input."""
