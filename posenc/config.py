@@ -57,12 +57,14 @@ def _resumable(field: str) -> bool:
 
 
 def defining_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:
-    """{dotted field: value} of what defines the run: every field but the resumable ones, train_steps and
-    the options of encodings the run does not use (`model.<other encoding>.*`), with `schedule_steps`
-    resolved and IMPLIED_FIELDS filled in."""
+    """{dotted field: value} of what defines the run: every field but the resumable ones (except `eval_every`
+    where `task.stop_accuracy` stops the run at an evaluation), train_steps and the options of encodings the
+    run does not use (`model.<other encoding>.*`), with `schedule_steps` resolved and IMPLIED_FIELDS filled in."""
     unused = tuple(f"model.{name}." for name, enc in ENCODINGS.items() if enc.options and name != config.model.posenc)
-    flat = {k: v for k, v in _flatten(config.to_dict()).items()
-            if not _resumable(k) and k != "train_steps" and not k.startswith(unused)}
+    task = config.get("task")
+    stops = task is not None and task.get("stop_accuracy") is not None  # checked at each evaluation: eval_every
+    flat = {k: v for k, v in _flatten(config.to_dict()).items()  # decides where the run ends
+            if (not _resumable(k) or (stops and k == "eval_every")) and k != "train_steps" and not k.startswith(unused)}
     for field, value in IMPLIED_FIELDS.items():
         section = field.rpartition(".")[0] + "."
         if field not in flat and any(k.startswith(section) for k in flat):

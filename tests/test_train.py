@@ -210,6 +210,19 @@ def test_rerun_may_change_cadences_and_layout(copy_run, tiny_config):
     assert json.loads((workdir / "config.json").read_text())["log_every"] == 2
 
 
+def test_eval_every_defines_a_run_that_stops_at_an_evaluation():
+    """A task run with `task.stop_accuracy` checks it at each evaluation, so `eval_every` decides the step it
+    stops at: a rerun may not change it there (it may elsewhere, test_rerun_may_change_cadences_and_layout)."""
+    from posenc.config import run_changes, with_fields  # noqa: PLC0415
+
+    stops = train.load_config_file(str(ROOT / "configs" / "tasks.py"), "task=passkey,posenc=rope")
+    assert stops.task.stop_accuracy is not None
+    assert run_changes(stops, with_fields(stops, {"eval_every": stops.eval_every * 2})) == {
+        "eval_every": (stops.eval_every, stops.eval_every * 2)}
+    runs_on = with_fields(stops, {"task.stop_accuracy": None})
+    assert run_changes(runs_on, with_fields(runs_on, {"eval_every": stops.eval_every * 2})) == {}
+
+
 def test_a_rerun_must_resolve_act_dtype_to_the_recorded_activations(copy_run, tiny_config):
     """run.json records the dtype model.act_dtype resolved to (auto: by backend); a rerun resolving to another
     is refused with the value that resumes it. A run recorded before act_dtype existed had float32 activations."""
