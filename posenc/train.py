@@ -38,7 +38,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from tqdm.auto import tqdm
 
-from posenc import checkpoint, data, sharding, tasks
+from posenc import checkpoint, data, jobs, sharding, tasks
 from posenc.config import RECOVERY_FIELDS, RESUMABLE_FIELDS, run_changes, schedule_steps, stop_accuracy, validate
 from posenc.evaluate import LN2, MAX_NLL
 from posenc.learned import interpolate_table
@@ -258,10 +258,23 @@ def _init_from(other: str, cfg: ModelConfig, params):
 
 
 def _read_metrics(path: pathlib.Path, upto_step: int) -> list[str]:
-    """The metrics lines of steps <= upto_step: a resumed run rewrites what followed its checkpoint."""
+    """The metrics lines of steps <= upto_step: a resumed run rewrites what followed its checkpoint. A last line
+    cut short (the process died writing it) is dropped with a warning; a bad line before it is an error."""
     if not path.exists():
         return []
-    return [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= upto_step]
+    lines = [line for line in path.read_text().splitlines() if line]
+    kept = []
+    for i, line in enumerate(lines):
+        try:
+            step = json.loads(line)["step"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            if i < len(lines) - 1:
+                raise ValueError(f"{path}: line {i + 1} is not a metrics row ({e}): {line[:80]!r}") from None
+            tqdm.write(f"{path}: its last line is cut short (dropped): {line[:80]!r}")
+            continue
+        if step <= upto_step:
+            kept.append(line)
+    return kept
 
 
 def timed_curve(curve: list[dict], tokens_per_step: int, resumed_at: int | None = None) -> list[tuple[int, int, float]]:
@@ -469,7 +482,7 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
     metrics_path = workdir_path / "metrics.jsonl"
     if is_main:
         kept = _read_metrics(metrics_path, start)
-        metrics_path.write_text("".join(line + "\n" for line in kept))
+        jobs.write_atomic(metrics_path, "".join(line + "\n" for line in kept))
 
     def diverged(reason: str, step: int):
         mngr.wait_until_finished()
@@ -486,7 +499,8 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
 
     from tensorboardX import SummaryWriter  # noqa: PLC0415  (import cost only when training)
 
-    writer = SummaryWriter(str(workdir_path / "tensorboard"), purge_step=start + 1 if start else None)
+    writer = SummaryWriter(str(workdir_path / "tensorboard"), purge_step=start + 1)  # drops what followed the
+    # checkpoint, and at step 0 the events of an attempt that wrote none
     tokens_per_step = config.batch_size * config.train_len
     timed_tokens, timed_seconds = 0, 0.0
     last: dict[str, float] = {}
@@ -542,13 +556,13 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
                     for key, value in row.items():
                         if key != "step" and value is not None:
                             writer.add_scalar(key, value, done)
+                if "stopped" in info and is_main:  # recorded before its checkpoint: a kill between the two
+                    checkpoint.write_run_info(workdir_path, info)  # resumes at the stop and finds the run complete
                 if save_now:
                     checkpoint.save(mngr, done, params, opt_state)
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps or 0:.0f}")
                 last = row
                 if "stopped" in info:
-                    if is_main:
-                        checkpoint.write_run_info(workdir_path, info)
                     tqdm.write(f"stopped at step {done}: validation exact match {row['val_accuracy']:.3f} >= "
                                f"task.stop_accuracy={stop}")
                     break

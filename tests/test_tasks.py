@@ -410,8 +410,16 @@ def test_stop_accuracy_stops_at_the_first_evaluation_that_reaches_it_and_the_rer
     config = _tasks_config(cache_dir, "task=copy,posenc=rope,tiny")
     config.eval_every, config.checkpoint_every, config.task.stop_accuracy = 2, 100, 0.85
     workdir = tmp_path / "stop"
+    real_save, recorded = checkpoint.save, {}
+
+    def save(mngr, step, *args, **kwargs):  # what run.json says when the stop's checkpoint is written
+        recorded[step] = json.loads((workdir / "run.json").read_text()).get("stopped")
+        return real_save(mngr, step, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "save", save)
     last = train.train_and_evaluate(config, str(workdir))
     assert last["step"] == 6 and last["val_accuracy"] == 0.9
+    assert recorded == {6: {"step": 6, "val_accuracy": 0.9, "stop_accuracy": 0.85}}  # a kill after the save: complete
     assert checkpoint.manager(workdir, read_only=True).all_steps() == [6]  # saved where it stopped
     assert json.loads((workdir / "run.json").read_text())["stopped"] == {"step": 6, "val_accuracy": 0.9,
                                                                          "stop_accuracy": 0.85}

@@ -210,6 +210,16 @@ def test_rerun_may_change_cadences_and_layout(copy_run, tiny_config):
     assert json.loads((workdir / "config.json").read_text())["log_every"] == 2
 
 
+def test_metrics_of_a_resumed_run_drop_a_line_cut_short_and_refuse_a_bad_one_before(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 2}\n{"step": 4}\n{"step": 6}\n{"ste')
+    assert train._read_metrics(path, 4) == ['{"step": 2}', '{"step": 4}']
+    assert train._read_metrics(path, 10) == ['{"step": 2}', '{"step": 4}', '{"step": 6}']
+    path.write_text('{"step": 2}\n{"ste\n{"step": 6}\n')
+    with pytest.raises(ValueError, match="metrics.jsonl: line 2 is not a metrics row"):
+        train._read_metrics(path, 10)
+
+
 def test_eval_every_defines_a_run_that_stops_at_an_evaluation():
     """A task run with `task.stop_accuracy` checks it at each evaluation, so `eval_every` decides the step it
     stops at: a rerun may not change it there (it may elsewhere, test_rerun_may_change_cadences_and_layout)."""
