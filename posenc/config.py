@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 from typing import Any, Sequence
 
 import ml_collections
@@ -21,7 +22,7 @@ import ml_collections
 from posenc.encodings import ENCODINGS, get_encoding
 from posenc.longrope import read_factors
 from posenc.model import ModelConfig
-from posenc.rope_scaling import RopeScaling
+from posenc.rope_scaling import KINDS, RopeScaling
 from posenc.tasks import TaskSpec
 
 
@@ -159,9 +160,19 @@ def rope_scaling_from_config(s: ml_collections.ConfigDict) -> RopeScaling:
                 kwargs[key] = saved[key]
         kwargs["unscaled_positions"] = int(saved.get("unscaled_positions", 0))
     try:
-        return RopeScaling(**kwargs)
+        scaling = RopeScaling(**kwargs)
     except ValueError as e:
         raise ValueError(f"model.rope.scaling: {e}") from None
+    if scaling.kind == "none":  # fields of a scaling that is not applied: a run would be labelled with them
+        unused = [f"model.rope.scaling.{f.name}={getattr(scaling, f.name)!r}" for f in dataclasses.fields(scaling)
+                  if getattr(scaling, f.name) != getattr(RopeScaling(), f.name)]
+        if s.get("factors_file"):
+            unused.append(f"model.rope.scaling.factors_file={s.factors_file!r}")
+        if unused:
+            raise ValueError(f"model.rope.scaling.kind='none' applies no scaling, but {', '.join(unused)} "
+                             f"{'is' if len(unused) == 1 else 'are'} set: set kind (one of {KINDS[1:]}) or leave "
+                             "them at their defaults")
+    return scaling
 
 
 def max_len(config: ml_collections.ConfigDict) -> int:
@@ -204,10 +215,20 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
     sched = config.get("schedule_steps")
     if sched is not None and (isinstance(sched, bool) or not isinstance(sched, int) or sched <= 0):
         raise ValueError(f"config.schedule_steps must be a positive integer or unset (= train_steps), got {sched!r}")
-    if config.warmup_steps < 0:
-        raise ValueError(f"config.warmup_steps must be >= 0, got {config.warmup_steps!r}")
+    if isinstance(config.warmup_steps, bool) or not isinstance(config.warmup_steps, int) or \
+            not 0 <= config.warmup_steps < schedule_steps(config):
+        raise ValueError(f"config.warmup_steps must be an integer in [0, schedule_steps = {schedule_steps(config)}) "
+                         f"(the cosine schedule's length: config.schedule_steps, else train_steps), got "
+                         f"{config.warmup_steps!r}")
     if not config.learning_rate > 0:
         raise ValueError(f"config.learning_rate must be > 0, got {config.learning_rate!r}")
+    for name in ("b1", "b2"):
+        if not 0 <= config[name] < 1:
+            raise ValueError(f"config.{name} (Adam's decay rate) must be in [0, 1), got {config[name]!r}")
+    if not config.weight_decay >= 0:
+        raise ValueError(f"config.weight_decay must be >= 0, got {config.weight_decay!r}")
+    if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
+        raise ValueError(f"config.seed must be a non-negative integer, got {config.seed!r}")
     if not 0 <= config.min_lr_ratio <= 1:
         raise ValueError(f"config.min_lr_ratio must be in [0, 1], got {config.min_lr_ratio!r}")
     if not config.grad_clip > 0:

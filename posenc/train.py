@@ -96,9 +96,8 @@ def make_optimizer(config: ml_collections.ConfigDict):
     """`(tx, schedule)`: AdamW (decay on matrices only) with linear warmup, cosine decay to lr·min_lr_ratio, and
     clipping, and its learning-rate schedule. The same hyperparameters give the same objects within a process,
     so that runs which share them share the train step's trace (`make_train_step`)."""
-    return _optimizer(config.learning_rate, config.warmup_steps,
-                      max(schedule_steps(config), config.warmup_steps + 1), config.min_lr_ratio, config.grad_clip,
-                      config.b1, config.b2, config.weight_decay)
+    return _optimizer(config.learning_rate, config.warmup_steps, schedule_steps(config), config.min_lr_ratio,
+                      config.grad_clip, config.b1, config.b2, config.weight_decay)  # warmup < schedule: validate()
 
 
 @functools.lru_cache(maxsize=16)

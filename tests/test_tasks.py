@@ -338,7 +338,7 @@ def test_task_training_resumes_and_eval_tasks_writes_outputs(cache_dir, tmp_path
 
 def test_randomized_positions_train_with_a_table_of_max_position(cache_dir, tmp_path):
     config = _tasks_config(cache_dir, "task=copy,posenc=learned,randomize,tiny")
-    config.train_steps = 2
+    config.train_steps, config.warmup_steps = 2, 0
     workdir = tmp_path / "copy"
     train.train_and_evaluate(config, str(workdir))
     from posenc.evaluate import load_run  # noqa: PLC0415
@@ -369,7 +369,7 @@ def test_scores_count_the_decoded_answers_at_the_run_s_randomized_positions(cach
     forcing the first two), and records the positions it is given: each cell counts n − 1 correct, teacher forcing
     n − 2, and a randomized run is scored at sorted distinct positions of [0, max_position), not at 0…L."""
     config = _tasks_config(cache_dir, "task=copy,posenc=rope,randomize,tiny")
-    config.train_steps = 1
+    config.train_steps, config.warmup_steps = 1, 0
     workdir = tmp_path / "copy"
     train.train_and_evaluate(config, str(workdir))
     from posenc import decode  # noqa: PLC0415

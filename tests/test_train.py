@@ -119,10 +119,24 @@ def test_misspelt_config_field_fails(tmp_path):
         ({"train_len": 0}, "config.train_len must be a positive integer"),
         ({"model.rope.scaling.kind": "yarn", "model.rope.scaling.factor": 4.0}, "original_max_len is required"),
         ({"model.rope.scaling.factor": 0.5}, "factor must be"),
+        ({"model.rope.scaling.factor": 4.0, "model.rope.scaling.attention_factor": 2.0},
+         r"kind='none' applies no scaling, but model.rope.scaling.factor=4.0, model.rope.scaling.attention_factor=2.0 "
+         r"are set"),
         ({"batch_size": 3, "train_len": 10**7}, "train split has"),
+        ({"warmup_steps": 8}, r"warmup_steps must be an integer in \[0, schedule_steps = 8\)"),  # never peaks
+        ({"warmup_steps": 8, "schedule_steps": 9}, None),  # a longer schedule makes room
+        ({"b1": 1.5}, r"config.b1 \(Adam's decay rate\) must be in \[0, 1\)"),
+        ({"b2": -1.0}, r"config.b2 \(Adam's decay rate\) must be in \[0, 1\)"),
+        ({"weight_decay": -3.0}, "config.weight_decay must be >= 0"),
+        ({"seed": -1}, "config.seed must be a non-negative integer"),
     ],
 )
 def test_invalid_config_fails_before_training(tiny_config, tmp_path, overrides, match):
+    if match is None:  # valid
+        from posenc.config import validate  # noqa: PLC0415
+
+        validate(tiny_config("tiny", **overrides))
+        return
     with pytest.raises(ValueError, match=match):
         train.train_and_evaluate(tiny_config("tiny", **overrides), str(tmp_path))
     assert not (tmp_path / "checkpoints").exists()
@@ -153,7 +167,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tiny_config, tmp_p
 def test_init_from_copies_weights_and_extends_learned_table(tiny_config, tmp_path):
     base = tiny_config("posenc=learned,tiny", train_steps=4)
     train.train_and_evaluate(base, str(tmp_path / "base"))
-    longer = tiny_config("posenc=learned,tiny", train_steps=1, train_len=64, init_from=str(tmp_path / "base"))
+    longer = tiny_config("posenc=learned,tiny", train_steps=1, warmup_steps=0, train_len=64, init_from=str(tmp_path / "base"))
     with pytest.raises(ValueError, match="learned_beyond='interpolate'"):
         train.train_and_evaluate(longer, str(tmp_path / "long_error"))
     longer.model.learned_beyond = "interpolate"
