@@ -34,7 +34,7 @@ import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
-from posenc import data
+from posenc import data, jobs
 from posenc.config import defining_fields, parse_value, with_fields
 from posenc.evaluate import LN2, Evaluator, check_num_bytes, hf_run, load_run, run_stream
 from posenc.rope_scaling import RopeScaling
@@ -101,15 +101,20 @@ def _read(path: pathlib.Path) -> dict[str, Any] | None:
 
 def _write(path: pathlib.Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1))
-    tmp.replace(path)
+    jobs.write_atomic(path, json.dumps(record, indent=1))  # its temporary file named by pid: sweeps may share points
 
 
 def select(points: list[dict[str, Any]], names: Sequence[str] | None = None, shard: str | None = None):
     """The points this command runs: all, the named ones, or shard i/n (points i, i+n, …)."""
     fields = list(points[0]) if points else []
     named = [(point_name(p, fields), p) for p in points]
+    by_name: dict[str, list] = {}
+    for n, p in named:
+        by_name.setdefault(n, []).append(p)
+    same = {n: ps for n, ps in by_name.items() if len(ps) > 1}
+    if same:  # one run directory / record for several points: one would overwrite or refuse another
+        raise ValueError("sweep points whose names coincide (values alike to 6 digits, or '/' read as '_'): "
+                         + "; ".join(f"{n}: {ps}" for n, ps in same.items()))
     if names:
         known = {n for n, _ in named}
         unknown = [n for n in names if n not in known]

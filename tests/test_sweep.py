@@ -45,6 +45,9 @@ def test_select_shards_and_named_points():
         sweep.select(points, names=["x=9"])
     with pytest.raises(ValueError, match="shard must be"):
         sweep.select(points, shard="2/2")
+    for axes in (["learning_rate=1e-3,0.0010000001"], ["model.posenc=a/b,a_b"]):  # one name: one record for two
+        with pytest.raises(ValueError, match="names coincide"):
+            sweep.select(sweep.expand(sweep.parse_axes(axes)))
 
 
 def test_with_fields_copies_and_names_unknown_fields(tiny_config):
