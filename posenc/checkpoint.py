@@ -161,7 +161,9 @@ def save(mngr: ocp.CheckpointManager, step: int, params, opt_state) -> None:
         sha["opt_state"] = tree_sha256(opt_state)
         items["opt_state"] = ocp.args.StandardSave(opt_state)
     meta = {"step": step, "sha256": sha, **({} if opt_state is not None else {"params_only": True})}
-    mngr.save(step, args=ocp.args.Composite(**items, meta=ocp.args.JsonSave(meta)))
+    if not mngr.save(step, args=ocp.args.Composite(**items, meta=ocp.args.JsonSave(meta))):
+        raise RuntimeError(f"checkpoint step {step} was not saved in {mngr.directory} (its latest step is "
+                           f"{mngr.latest_step()}): a step is saved once, after the ones before it")
     mngr.wait_until_finished()
     if is_main:
         sums.parent.mkdir(exist_ok=True)

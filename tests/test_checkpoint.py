@@ -118,6 +118,16 @@ def test_a_checkpoint_is_never_written_with_non_finite_parameters(trained_run, t
     assert mngr.all_steps() == []
 
 
+def test_a_save_orbax_declines_is_an_error_not_a_checkpoint(trained_run, tmp_path):
+    """Orbax returns False, writing nothing, for a step at or before its latest: `save` says so."""
+    _, _, _, params, _ = checkpoint.restore_params(trained_run)
+    mngr = checkpoint.manager(tmp_path)
+    checkpoint.save(mngr, 4, params, None)
+    with pytest.raises(RuntimeError, match=r"checkpoint step 2 was not saved .* \(its latest step is 4\)"):
+        checkpoint.save(mngr, 2, params, None)
+    assert mngr.all_steps() == [4]
+
+
 def test_second_writer_is_refused_and_a_dead_holder_does_not_block(tiny_config, tmp_path, cache_dir):
     args = ["--config=configs/default.py:tiny", "--config.train_steps=100000", "--config.checkpoint_every=5",
             f"--config.data.cache_dir={cache_dir}", f"--workdir={tmp_path}"]
