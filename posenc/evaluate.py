@@ -664,7 +664,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         raise ValueError(f"lengths must be positive integers, got {lengths}")
     if factor is not None and not factor > 0:
         raise ValueError(f"factor must be > 0 (or unset for L / L0), got {factor!r}")
-    if stride is not None and stride <= 0:
+    if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride <= 0):
         raise ValueError(f"stride must be a positive integer (or unset for train_len / 2), got {stride!r}")
     for name in scalings or ():
         if name not in SCALINGS:
@@ -675,6 +675,10 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
     names = [r.name for r in runs]
     if len(set(names)) != len(names):  # same basename: use the whole path
         runs = [dataclasses.replace(r, name=str(r.workdir)) for r in runs]
+    if stride is not None and stride > min(r.train_len for r in runs):  # the sliding windows are train_len long
+        raise ValueError(f"stride={stride} is longer than the sliding window (train_len "
+                         f"{min(r.train_len for r in runs)} of {min(runs, key=lambda r: r.train_len).name}): it would "
+                         "skip targets; give at most that")
     for name in scalings or ():
         if not any(applies(r, name) for r in runs):
             raise ValueError(f"scaling {name!r} does not apply to any of the runs (posenc: "
@@ -737,7 +741,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
 
         plain = method == Method()
         base_row = {**run.summary(), "scaling": sname, "method": method.label, "split": split, "corpus": corpus_path,
-                    "num_bytes": nb}
+                    "num_bytes": nb, **_setting_fields(run, ev, sname, longrope_file)}
         for length in lengths:
             bar.set_postfix_str(f"{run.name} {sname} {method.label} L={length}")
             resolved = ev.resolve(method, length)
@@ -813,7 +817,15 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
 COLUMNS = ("run", "posenc", "scaling", "method", "protocol", "length", "factor", "status", "nll", "bpb", "bpb_lo",
            "bpb_hi", "windows", "ppl",
            "train_len", "step", "rope_base", "run_scaling", "d_model", "num_layers", "split", "corpus", "num_bytes",
-           "stride", "method_params", "reason")
+           "stride", "method_params", "learned_beyond", "longrope_file", "weights_dtype", "reason")
+
+
+def _setting_fields(run: Run, ev: "Evaluator", scaling: str, longrope_file: str | None) -> dict[str, Any]:
+    """The evaluation settings that change a row's numbers beyond its scaling and method: a learned table's
+    behaviour past its length (`--learned_beyond`), the LongRoPE factors file, the weights' dtype."""
+    return {"learned_beyond": ev.learned_beyond if run.cfg.posenc == "learned" else None,
+            "longrope_file": str(longrope_file) if scaling == "longrope" and longrope_file else None,
+            "weights_dtype": str(run.cfg.param_dtype)}
 
 
 def _column(r: dict[str, Any]) -> str:

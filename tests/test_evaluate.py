@@ -128,8 +128,10 @@ def test_learned_past_its_table_is_undefined_unless_interpolated(runs):
     status = {r["length"]: r for r in result["rows"] if r["protocol"] == "nonoverlap"}
     assert status[32]["status"] == "ok" and status[64]["status"] == "undefined"
     assert "max_len=32" in status[64]["reason"] and status[64]["nll"] is None
+    assert status[32]["learned_beyond"] == "error" and status[32]["weights_dtype"] == "float32"
     result = ev.evaluate([runs["learned"]], [64], ["none"], num_bytes=128, learned_beyond="interpolate", progress=False)
     assert result["rows"][0]["status"] == "ok" and np.isfinite(result["rows"][0]["nll"])
+    assert result["rows"][0]["learned_beyond"] == "interpolate"  # labelled: not the plain table's numbers
 
 
 def test_sliding_windows_score_every_byte_once():
@@ -265,7 +267,8 @@ def test_non_finite_weights_are_an_error_not_a_table(runs):
 
 def test_zero_or_negative_values_are_errors(runs):
     for kwargs, match in [({"factor": 0.0}, "factor must be > 0"), ({"stride": 0}, "stride must be a positive"),
-                          ({"num_bytes": 0}, "num_bytes must be a positive integer")]:
+                          ({"num_bytes": 0}, "num_bytes must be a positive integer"),
+                          ({"stride": 33}, r"stride=33 is longer than the sliding window \(train_len 32")]:
         with pytest.raises(ValueError, match=match):
             ev.evaluate([runs["rope"]], [32], ["none", "linear"], progress=False, **kwargs)
     with pytest.raises(ValueError, match="'32.5' is not a positive integer"):
