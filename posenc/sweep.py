@@ -37,7 +37,8 @@ from tqdm.auto import tqdm
 from posenc import data, jobs
 from posenc.config import defining_fields, parse_value, with_fields
 from posenc.evaluate import LN2, Evaluator, check_num_bytes, hf_run, load_run, run_stream
-from posenc.rope_scaling import RopeScaling
+from posenc.encodings import get_encoding
+from posenc.rope_scaling import KINDS, RopeScaling
 from posenc.training_free import FIELDS as METHOD_FIELDS
 from posenc.training_free import Method
 
@@ -190,6 +191,15 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
     from posenc.evaluate import scaling_for  # noqa: PLC0415
     from posenc.train import train_and_evaluate  # noqa: PLC0415
 
+    from posenc.evaluate import SCALINGS  # noqa: PLC0415
+
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling must be one of {SCALINGS}, got {scaling!r}")
+    for name, point in points:  # before any point trains: a scaling its encoding cannot take
+        posenc = with_fields(base_config, point, "sweep axis").model.posenc
+        if scaling not in ("none", "run") and not get_encoding(posenc).takes_rope_scaling:
+            raise ValueError(f"scaling {scaling!r} does not apply to point {name} (posenc={posenc!r} takes no RoPE "
+                             "scaling): use --scaling=none")
     train_fn = train_fn or train_and_evaluate
     records = []
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
@@ -261,6 +271,8 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
     `scaling` is the base RoPE scaling kind and `method` the base training-free method the points modify.
     With `hf_model`, `workdir` is a Hugging Face checkpoint directory scoring the corpus `text` in its own
     tokens (lengths and `num_bytes` in tokens; bits per UTF-8 byte)."""
+    if scaling not in KINDS:
+        raise ValueError(f"scaling (the RoPE scaling kind the points modify) must be one of {KINDS}, got {scaling!r}")
     run = hf_run(workdir, text) if hf_model else load_run(workdir)
     rescales = scaling != "none" or any(split_point(p)[0] for _, p in points)
     if rescales and not run.cfg.encoding.takes_rope_scaling:

@@ -61,6 +61,18 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.ERROR)
+    if _MODE.value == "train":  # flags of the other mode would be ignored: a sweep labelled with them
+        given = [f"--{f.name}" for f in (_WORKDIR, _HF, _TEXT) if f.present] + (["--method"] if _METHOD.present else [])
+        if given:
+            raise app.UsageError(f"{', '.join(given)}: for --mode=eval only (train mode trains each point from --config)")
+    else:
+        given = [f"--{name}" for name in flags.FLAGS if (name == "config" or name.startswith("config."))
+                 and flags.FLAGS[name].present]
+        if given:
+            raise app.UsageError(f"{', '.join(given)}: for --mode=train only (eval mode re-evaluates --workdir or "
+                                 "--hf_model as it was trained)")
+    if _TEXT.present and not _HF.present:
+        raise app.UsageError("--text: the corpus a --hf_model scores; give --hf_model too")
     axes = sweep.parse_axes(_AXES.value)
     fields = [f for f, _ in axes]
     lengths = parse_lengths(_LENGTHS.value)

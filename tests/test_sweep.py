@@ -177,6 +177,23 @@ def test_script_errors_and_a_sweep_that_failed_everywhere_exits_non_zero(trained
     assert result.returncode != 0 and "shard must be i/n with integers 0 <= i < n (such as 0/3), got 'abc'" in result.stderr
     result = sweep_script(*common, "--axis=factor=2", "--lengths=32.5")
     assert result.returncode != 0 and "--lengths: '32.5' is not a positive integer" in result.stderr
+    result = sweep_script(*common, "--axis=factor=2", "--lengths=32", "--config.train_steps=3")
+    assert result.returncode != 0 and "--config.train_steps: for --mode=train only" in result.stderr
+    result = sweep_script("--mode=train", f"--workdir={trained_run}", f"--root={tmp_path / 't'}", "--axis=seed=1")
+    assert result.returncode != 0 and "--workdir: for --mode=eval only" in result.stderr
+    with pytest.raises(ValueError, match=r"scaling \(the RoPE scaling kind the points modify\) must be one of"):
+        sweep.run_eval_sweep(str(trained_run), str(tmp_path / "u"), [("factor=2", {"factor": 2.0})], lengths=[32],
+                             scaling="yran")
+
+
+def test_a_train_sweep_refuses_a_scaling_its_points_cannot_take_before_training(tiny_config, tmp_path):
+    points = sweep.select(sweep.expand(sweep.parse_axes(["model.posenc=rope,alibi"])))
+    trained = []
+    for scaling, match in (("yran", "scaling must be one of"), ("yarn", "does not apply to point posenc=alibi")):
+        with pytest.raises(ValueError, match=match):
+            sweep.run_train_sweep(tiny_config(train_steps=4), str(tmp_path), points, lengths=[32], scaling=scaling,
+                                  train_fn=lambda c, w: trained.append(w), progress=False)
+    assert trained == []
 
 
 def test_eval_sweep_over_training_free_method_fields_matches_evaluation_and_compiles_once(trained_run, tiny_config,
