@@ -34,7 +34,7 @@ import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
-from posenc import data, jobs
+from posenc import checkpoint, data, jobs
 from posenc.config import defining_fields, parse_value, with_fields
 from posenc.evaluate import LN2, Evaluator, check_num_bytes, hf_run, load_run, run_stream
 from posenc.encodings import get_encoding
@@ -188,10 +188,8 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
     A point whose run directory holds a run of another config fails with the training's error naming the
     fields (a run directory is never retrained under another config).
     """
-    from posenc.evaluate import scaling_for  # noqa: PLC0415
+    from posenc.evaluate import SCALINGS, scaling_for  # noqa: PLC0415
     from posenc.train import train_and_evaluate  # noqa: PLC0415
-
-    from posenc.evaluate import SCALINGS  # noqa: PLC0415
 
     if scaling not in SCALINGS:
         raise ValueError(f"scaling must be one of {SCALINGS}, got {scaling!r}")
@@ -208,10 +206,11 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
         record = {"name": name, "point": point, "mode": "train", "status": "running"}
         try:
             config = with_fields(base_config, point, "sweep axis")
-            stream = data.load_corpus(config.data.path, config.data.cache_dir).test
+            corpus = data.load_corpus(config.data.path, config.data.cache_dir)
+            stream = corpus.test
             nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what="the test split")
             key = {"config": json.loads(json.dumps(defining_fields(config))), "train_steps": config.train_steps,
-                   "scaling": scaling, "split": "test", "num_bytes": nb}
+                   "scaling": scaling, "split": "test", "num_bytes": nb, "corpus": corpus.sha256}
             record, todo = _record(old, key, lengths, record)
             workdir = str(pathlib.Path(root) / name)
             if not todo and pathlib.Path(workdir).exists():  # each length's scaling as it resolves now
@@ -284,11 +283,12 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
     nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what=f"the {split} split")
     ev = Evaluator(run)
     key = {"run": str(pathlib.Path(workdir).expanduser().resolve()), "step": run.step, "scaling": scaling,
-           "split": split, "num_bytes": nb}
+           "split": split, "num_bytes": nb, "corpus": digest,
+           "params_sha256": checkpoint.tree_sha256(run.params)}  # a run trained again to the same step differs
     if method != "none":
         key["method"] = method
     if hf_model:
-        key.update(hf_model=True, corpus=digest)
+        key["hf_model"] = True
     records = []
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
         path = pathlib.Path(root) / "points" / f"{name}.json"

@@ -161,6 +161,17 @@ def test_eval_sweep_extends_lengths_and_recomputes_for_other_bytes(trained_run, 
     assert (again["bpb_L32"], again["bpb_L64"]) == (first["bpb_L32"], more["bpb_L64"])
     assert again["scaling_L64"] == sweep.scaling_fields(sweep.eval_scaling(ev.load_run(str(trained_run)), {"factor": 2.0},
                                                                            "yarn", 64))
+    # a record is reused for the same parameters only: a run trained again to the same step is scored again
+    from posenc import checkpoint  # noqa: PLC0415
+
+    assert again["key"]["params_sha256"] == checkpoint.tree_sha256(ev.load_run(str(trained_run)).params)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "bpb_L32": 99.0}))
+    reused = sweep.run_eval_sweep(str(trained_run), root, points, lengths=[32], num_bytes=128, progress=False)[0]
+    assert reused["bpb_L32"] == 99.0
+    stale_key = {**json.loads(path.read_text())["key"], "params_sha256": "another run"}
+    path.write_text(json.dumps({**json.loads(path.read_text()), "key": stale_key}))
+    fresh = sweep.run_eval_sweep(str(trained_run), root, points, lengths=[32], num_bytes=128, progress=False)[0]
+    assert fresh["bpb_L32"] == first["bpb_L32"]
 
 
 def sweep_script(*args):
