@@ -310,10 +310,33 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
     return records
 
 
+# what every record of one sweep table shares (its axes aside): records of another command would be one series
+SHARED = {"train": ("scaling",), "eval": ("run", "scaling", "method", "split", "num_bytes")}
+
+
 def gather(root: str, mode: str) -> list[dict[str, Any]]:
-    """Every point record written under `root` (from any machine)."""
+    """Every point record written under `root` (from any machine).
+
+    Raises:
+      ValueError: records made with other settings (SHARED: the scaling; in eval mode also the run, the method,
+        the split and the bytes scored) — sweeps with other settings belong under their own --root.
+    """
     pattern = "*/sweep_point.json" if mode == "train" else "points/*.json"
-    return [json.loads(p.read_text()) for p in sorted(pathlib.Path(root).glob(pattern))]
+    records = [json.loads(p.read_text()) for p in sorted(pathlib.Path(root).glob(pattern))]
+    values: dict[str, dict[Any, list[str]]] = {}
+    for r in records:
+        setting = {**r, "method": r.get("key", {}).get("method", "none")}
+        for field in SHARED[mode]:
+            if setting.get(field) is not None:
+                values.setdefault(field, {}).setdefault(json.dumps(setting[field]), []).append(r["name"])
+    mixed = {f: v for f, v in values.items() if len(v) > 1}
+    if mixed:
+        raise ValueError(f"{root} holds sweep points made with other settings: "
+                         + "; ".join(f"{f}: " + ", ".join(f"{json.loads(k)!r} ({', '.join(n[:3])}"
+                                                             f"{', …' if len(n) > 3 else ''})" for k, n in v.items())
+                                     for f, v in mixed.items())
+                         + " — give each sweep its own --root")
+    return records
 
 
 def write_outputs(records: list[dict[str, Any]], root: str, axes: list[str], lengths: Sequence[int],

@@ -50,6 +50,19 @@ def test_select_shards_and_named_points():
             sweep.select(sweep.expand(sweep.parse_axes(axes)))
 
 
+def test_gather_refuses_records_of_other_settings_under_one_root(tmp_path):
+    """`--scaling=yarn --axis=factor=2,4`, then `--scaling=ntk --axis=factor=8` into the same root: one table
+    would show factors 2, 4 and 8 as one series."""
+    (tmp_path / "points").mkdir()
+    record = {"point": {}, "status": "done", "run": "/r", "split": "test", "num_bytes": 128, "key": {}}
+    for name, scaling in (("factor=2", "yarn"), ("factor=4", "yarn")):
+        (tmp_path / "points" / f"{name}.json").write_text(json.dumps({**record, "name": name, "scaling": scaling}))
+    assert [r["name"] for r in sweep.gather(str(tmp_path), "eval")] == ["factor=2", "factor=4"]
+    (tmp_path / "points" / "factor=8.json").write_text(json.dumps({**record, "name": "factor=8", "scaling": "ntk"}))
+    with pytest.raises(ValueError, match=r"other settings: scaling: 'yarn' \(factor=2, factor=4\), 'ntk' \(factor=8\)"):
+        sweep.gather(str(tmp_path), "eval")
+
+
 def test_with_fields_copies_and_names_unknown_fields(tiny_config):
     """posenc.config.with_fields (the sweep's axes, the experiments' overrides): a copy, ints cast to float
     fields, and an unknown field or section an error naming it and where it came from."""
