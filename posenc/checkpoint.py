@@ -37,7 +37,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
-from posenc.config import validate
+from posenc.config import check_rope_factors, validate
 from posenc.model import ModelConfig, Transformer
 
 
@@ -325,6 +325,7 @@ def restore_params(workdir: str | pathlib.Path, step: int | None = None):
         cfg = validate(config)
     except ValueError as e:  # a field its config.json holds that posenc no longer accepts: name the run
         raise ValueError(f"workdir={str(workdir)!r}: its config.json: {e}") from None
+    check_rope_factors(config, read_run_info(workdir), workdir)  # LongRoPE factors read by path: the same ones
     if cfg.act_dtype == "auto":  # the activations it trained with, not this backend's default (activation_dtype)
         cfg = dataclasses.replace(cfg, act_dtype=trained_activations(workdir))
     mngr = manager(workdir, read_only=True)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import hashlib
+import pathlib
 from typing import Any, Sequence
 
 import ml_collections
@@ -156,8 +158,12 @@ def rope_scaling_from_config(s: ml_collections.ConfigDict) -> RopeScaling:
         for key in ("short_factor", "long_factor"):
             kwargs[key] = saved[key]
         for key in ("factor", "attention_factor", "original_max_len"):
-            if saved.get(key) is not None and kwargs.get(key) in (None, 1.0):
-                kwargs[key] = saved[key]
+            if saved.get(key) is None:
+                continue
+            if kwargs.get(key) not in (None, 1.0) and float(kwargs[key]) != float(saved[key]):
+                raise ValueError(f"model.rope.scaling.{key}={kwargs[key]!r} disagrees with {saved[key]!r} in "
+                                 f"factors_file={s.factors_file!r}: leave it unset to take the file's")
+            kwargs[key] = saved[key]
         kwargs["unscaled_positions"] = int(saved.get("unscaled_positions", 0))
     try:
         scaling = RopeScaling(**kwargs)
@@ -173,6 +179,23 @@ def rope_scaling_from_config(s: ml_collections.ConfigDict) -> RopeScaling:
                              f"{'is' if len(unused) == 1 else 'are'} set: set kind (one of {KINDS[1:]}) or leave "
                              "them at their defaults")
     return scaling
+
+
+def rope_factors_sha256(config: ml_collections.ConfigDict) -> str | None:
+    """The SHA-256 of `model.rope.scaling.factors_file`'s bytes (None without one): a run records it, and a
+    resumed or evaluated run must read the same factors (the config names the file only by its path)."""
+    path = config.model.rope.scaling.get("factors_file")
+    return hashlib.sha256(pathlib.Path(path).expanduser().read_bytes()).hexdigest() if path else None
+
+
+def check_rope_factors(config: ml_collections.ConfigDict, info: dict, workdir) -> None:
+    """Raises a ValueError if the run's factors file (recorded in run.json's `rope_factors`) changed since."""
+    recorded = info.get("rope_factors", {}).get("sha256")
+    now = rope_factors_sha256(config)
+    if recorded and recorded != now:
+        raise ValueError(f"workdir {workdir}: model.rope.scaling.factors_file="
+                         f"{config.model.rope.scaling.get('factors_file')!r} now holds other factors than the run "
+                         f"was trained with (sha256 {now} now, {recorded} in run.json)")
 
 
 def max_len(config: ml_collections.ConfigDict) -> int:

@@ -39,7 +39,8 @@ from jax.sharding import NamedSharding
 from tqdm.auto import tqdm
 
 from posenc import checkpoint, data, jobs, sharding, tasks
-from posenc.config import RECOVERY_FIELDS, RESUMABLE_FIELDS, run_changes, schedule_steps, stop_accuracy, validate
+from posenc.config import (RECOVERY_FIELDS, RESUMABLE_FIELDS, check_rope_factors, rope_factors_sha256, run_changes,
+                           schedule_steps, stop_accuracy, validate)
 from posenc.evaluate import LN2, MAX_NLL
 from posenc.learned import interpolate_table
 from posenc.model import ModelConfig, activation_dtype
@@ -348,6 +349,10 @@ def check_rerun(workdir: pathlib.Path, config: ml_collections.ConfigDict, corpus
             f"change only {', '.join(RESUMABLE_FIELDS)}, eval.*, and train_steps (to stop earlier or go on) "
             + (f"and, after a divergence, {', '.join(RECOVERY_FIELDS)}." if not recovering else
                f"and, since the run diverged, {', '.join(RECOVERY_FIELDS)}."))
+    try:
+        check_rope_factors(config, info, workdir)
+    except ValueError as e:
+        raise RunMismatchError(str(e)) from None
     fingerprint = info.get("corpus", {}).get("sha256")
     if fingerprint and fingerprint != corpus.sha256:
         raise RunMismatchError(f"workdir {workdir}: data.path={config.data.path!r} now holds other bytes than the "
@@ -459,6 +464,8 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
         info.setdefault("history", []).append({"resumed_at": start, "after_divergence": info.pop("diverged"),
                                                "changed": {k: list(v) for k, v in recovery.items()}})
     info["corpus"] = {"path": config.data.path, "sha256": corpus.sha256}
+    if rope_factors_sha256(config):
+        info["rope_factors"] = {"path": config.model.rope.scaling.factors_file, "sha256": rope_factors_sha256(config)}
     info["activations"] = str(activation_dtype(cfg))  # what model.act_dtype resolved to (auto: by backend)
     # each sitting's XLA options ({}: XLA's defaults) and the XLA_FLAGS under them (a jit's options override those)
     info.setdefault("compiler_options", []).append({"from_step": start, "options": compiler_options() or {},

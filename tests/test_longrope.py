@@ -149,9 +149,35 @@ def test_saved_factors_load_through_the_config(rope_run, tmp_path):
     cfg = model_config(config)
     assert cfg.rope_scaling == longrope.scaling_from_json(path)
     assert cfg.rope_scaling.unscaled_positions == 4 and cfg.rope_scaling.attention_factor == 1.1
+    config.model.rope.scaling.attention_factor = 1.3
+    with pytest.raises(ValueError, match=r"attention_factor=1.3 disagrees with 1.1 in factors_file="):
+        model_config(config)
+    config.model.rope.scaling.attention_factor = None
     config.model.rope.scaling.factors_file = str(tmp_path / "missing.json")
     with pytest.raises(ValueError, match="factors_file=.*does not exist"):
         model_config(config)
+
+
+def test_a_run_reads_the_factors_it_was_trained_with_or_refuses(tmp_path, cache_dir):
+    """The config names the factors file by its path: a run records the file's SHA-256, and resuming or
+    evaluating it after the file changed is an error, not a run labelled the same with other factors."""
+    from posenc import checkpoint  # noqa: PLC0415
+
+    path = tmp_path / "longrope.json"
+    factors = {"factor": 2.0, "original_max_len": 32, "short_factor": [1.0] * 8, "long_factor": [1.5] * 8}
+    path.write_text(json.dumps(factors))
+    config = train.load_config_file("configs/default.py", "posenc=longrope,tiny")
+    config.model.rope.scaling.factors_file = str(path)
+    config.train_steps, config.data.cache_dir = 4, str(cache_dir)
+    train.train_and_evaluate(config, str(tmp_path / "run"))
+    assert checkpoint.read_run_info(tmp_path / "run")["rope_factors"]["path"] == str(path)
+    checkpoint.restore_params(tmp_path / "run")  # the same factors: loads
+    path.write_text(json.dumps({**factors, "long_factor": [1.7] * 8}))
+    with pytest.raises(ValueError, match="factors_file=.* now holds other factors than the run was trained with"):
+        checkpoint.restore_params(tmp_path / "run")
+    config.train_steps, config.schedule_steps = 8, 4  # going on at the final learning rate: the same run
+    with pytest.raises(train.RunMismatchError, match="now holds other factors"):
+        train.train_and_evaluate(config, str(tmp_path / "run"))
 
 
 def test_search_rerun_into_an_out_of_another_target_refuses(rope_run, tmp_path):
