@@ -63,7 +63,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.checkpoint_every = 100  # steps between checkpoints (and at the end)
     config.keep_checkpoints = 2  # checkpoints kept in workdir/checkpoints
     config.eval_every = 100  # steps between validation losses (and at the end)
-    config.eval_windows = 64  # fixed validation windows of train_len
+    config.eval_windows = 64  # fixed validation windows of train_len (at most: the split may hold fewer)
     config.log_every = 20  # steps between train-loss lines in metrics.jsonl
     config.init_from = config_dict.placeholder(str)  # workdir whose latest weights initialise a new run
 

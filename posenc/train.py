@@ -428,6 +428,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     if spec is None:
         val_x, val_y = data.eval_windows(corpus.validation, length=config.train_len, max_windows=config.eval_windows)
         val = {"inputs": val_x, "targets": val_y}
+        if len(val_x) < config.eval_windows:  # eval_windows is a most: the split decides, and says so
+            tqdm.write(f"validation: {len(val_x)} windows of {config.train_len} bytes, all the validation split of "
+                       f"data.path holds (config.eval_windows={config.eval_windows} asks for up to that many)")
     else:
         val = tasks.validation_batch(spec, corpus, seed=config.seed, batch_size=config.eval_windows,
                                      length=config.train_len)
