@@ -231,6 +231,21 @@ def method_applies(run: Run, method: Method) -> bool:
     return True
 
 
+def skipped(run: Run, scalings: Sequence[str], methods: Sequence[Method]) -> list[dict[str, str]]:
+    """The scalings and methods asked for that do not apply to `run`, each with its reason: the result's
+    `skipped` list and a line on stdout, so that a missing row is never silent."""
+    out = [{"run": run.name, "scaling": s, "reason": f"posenc={run.cfg.posenc!r} takes no RoPE scaling"}
+           for s in dict.fromkeys(scalings) if not applies(run, s)]
+    for m in dict.fromkeys(methods):
+        try:
+            m.check(run.cfg.encoding, run.cfg)
+        except ValueError as e:
+            out.append({"run": run.name, "method": m.label, "reason": str(e)})
+    for item in out:
+        tqdm.write(f"skipped for {item['run']}: {item.get('scaling') or item.get('method')} ({item['reason']})")
+    return out
+
+
 def parse_methods(specs: Sequence[str | Method] | None) -> list[Method] | None:
     """['none', 'self_extend,group=4', …] → Methods (a ValueError names a bad spec)."""
     if specs is None:
@@ -713,8 +728,9 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
             if run.tokenizer is not None:
                 corpora[key]["text_bytes"] = scored[key].target_bytes
 
-    jobs = []
+    jobs, skips = [], []
     for run in runs:
+        skips += skipped(run, scalings or (), methods or ())
         wanted = scalings if scalings is not None else default_scalings(run.config)
         run_scalings = [s for s in wanted if applies(run, s)] or ["none"]
         run_methods = [m for m in (methods if methods is not None else default_methods(run.config))
@@ -807,7 +823,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
             baselines += ngram_rows(key, run.config.data.cache_dir, scored[key], lengths, split, name)
     sizes = {c["num_bytes"] for c in corpora.values()}
     return {"rows": rows, "baselines": baselines, "per_position": per_position, "lengths": lengths, "split": split,
-            "corpora": corpora, "num_bytes": sizes.pop() if len(sizes) == 1 else None}
+            "corpora": corpora, "num_bytes": sizes.pop() if len(sizes) == 1 else None, "skipped": skips}
 
 
 # --------------------------------------------------------------------------------------------------------

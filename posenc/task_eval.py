@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from posenc import data, decode, tasks
 from posenc.evaluate import (ATTN_CHUNK, Evaluator, Run, applies, hf_run, load_run, method_applies, parse_methods,
-                             prepare_out_dir, scaling_for)
+                             prepare_out_dir, scaling_for, skipped)
 from posenc.training_free import Method
 
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
@@ -244,8 +244,9 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
     for m in methods:
         if not any(method_applies(r, m) for r in runs):
             m.check(runs[0].cfg.encoding, runs[0].cfg)  # raises, naming the method and the encoding
-    jobs = []
+    jobs, skips = [], []
     for t in truns:
+        skips += skipped(t.run, scalings or (), methods)
         wanted = list(scalings) if scalings else ["none"] + (["run"] if t.run.cfg.rope_scaling.kind != "none" else [])
         for m in dict.fromkeys(m for m in methods if method_applies(t.run, m)):
             for s in dict.fromkeys(s for s in wanted if applies(t.run, s)):
@@ -268,7 +269,8 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
         else:
             row.update(status="ok", reason="", **ev.score(length, examples, d, s, m))
         rows.append(row)
-    return {"rows": rows, "lengths": lengths, "depths": sorted({r["depth"] for r in rows if r["depth"] is not None}),
+    return {"rows": rows, "skipped": skips, "lengths": lengths,
+            "depths": sorted({r["depth"] for r in rows if r["depth"] is not None}),
             "examples": examples, "seed": seed}
 
 

@@ -189,6 +189,7 @@ def test_several_runs_outputs_and_table(runs, tmp_path):
     keys = {(r["run"], r["scaling"], r["protocol"]) for r in result["rows"]}
     assert ("rope", "yarn", "nonoverlap") in keys and ("alibi", "none", "sliding") in keys
     assert ("alibi", "yarn", "nonoverlap") not in keys  # a scaling that does not apply is skipped for that run
+    assert [(k["run"], k["scaling"]) for k in result["skipped"]] == [("alibi", "yarn"), ("learned", "yarn")]  # said
     paths = ev.write_outputs(result, str(tmp_path))
     for p in paths.values():
         assert p.exists() and p.stat().st_size > 0
