@@ -27,7 +27,7 @@ import dataclasses
 import json
 import math
 import pathlib
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -80,20 +80,24 @@ class TaskRun:
         tasks.check_task(name)
         if task and own and own != "lm" and task != own:
             raise ValueError(f"run {run.name!r} was trained on task {own!r}, not {task!r}")
-        encode = tasks.byte_encode
-        if run.tokenizer is not None:
-            if name != "passkey":
-                raise ValueError(f"a Hugging Face checkpoint is tested on passkey only (in its own tokens), not {name!r}")
-            from posenc import hf  # noqa: PLC0415
-
-            def encode(text, _tok=run.tokenizer):
-                return np.asarray(hf.tokenize(_tok, text.decode("utf-8", "replace") if isinstance(text, bytes)
-                                              else text)[0], np.int32)
+        encode = tasks.byte_encode if run.tokenizer is None else _token_encoder(run.tokenizer, name)
         if own == name:
             tasks.check_version(name, cfg_task.get("version"), f"run {run.name!r}")
         randomize = bool(pos is not None and pos.get("randomize"))
         return cls(run, name, filler or (cfg_task.get("filler", "repeat") if cfg_task is not None else "repeat"),
                    randomize, int(pos.max_position) if randomize else None, encode)
+
+
+def _token_encoder(tokenizer, task: str) -> Callable:
+    """A Hugging Face checkpoint's encoder of task text (passkey only: the other tasks are byte-level)."""
+    if task != "passkey":
+        raise ValueError(f"a Hugging Face checkpoint is tested on passkey only (in its own tokens), not {task!r}")
+    from posenc import hf  # noqa: PLC0415
+
+    def encode(text):
+        return np.asarray(hf.tokenize(tokenizer, text.decode("utf-8", "replace") if isinstance(text, bytes)
+                                      else text)[0], np.int32)
+    return encode
 
 
 class TaskEvaluator:
