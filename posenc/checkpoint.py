@@ -152,6 +152,10 @@ def save(mngr: ocp.CheckpointManager, step: int, params, opt_state) -> None:
     if not all_finite(pure):
         raise FloatingPointError(f"step {step}: parameters are not finite; no checkpoint written")
     sums = _sums_path(mngr, step)
+    declined = RuntimeError(f"checkpoint step {step} was not saved in {mngr.directory} (its latest step is "
+                            f"{mngr.latest_step()}): a step is saved once, after the ones before it")
+    if not mngr.should_save(step):  # Orbax would write nothing: said before any checksum file is touched
+        raise declined
     is_main = jax.process_index() == 0
     if is_main:
         sums.unlink(missing_ok=True)  # a stale file of an earlier checkpoint at this step
@@ -162,8 +166,7 @@ def save(mngr: ocp.CheckpointManager, step: int, params, opt_state) -> None:
         items["opt_state"] = ocp.args.StandardSave(opt_state)
     meta = {"step": step, "sha256": sha, **({} if opt_state is not None else {"params_only": True})}
     if not mngr.save(step, args=ocp.args.Composite(**items, meta=ocp.args.JsonSave(meta))):
-        raise RuntimeError(f"checkpoint step {step} was not saved in {mngr.directory} (its latest step is "
-                           f"{mngr.latest_step()}): a step is saved once, after the ones before it")
+        raise declined
     mngr.wait_until_finished()
     if is_main:
         sums.parent.mkdir(exist_ok=True)
@@ -322,7 +325,7 @@ def restore_params(workdir: str | pathlib.Path, step: int | None = None):
     """
     config = load_config(workdir)
     try:
-        cfg = validate(config)
+        cfg = validate(config, training=False)
     except ValueError as e:  # a field its config.json holds that posenc no longer accepts: name the run
         raise ValueError(f"workdir={str(workdir)!r}: its config.json: {e}") from None
     check_rope_factors(config, read_run_info(workdir), workdir)  # LongRoPE factors read by path: the same ones
@@ -405,7 +408,7 @@ def import_params(path: str | pathlib.Path, workdir: str | pathlib.Path, config:
     with np.load(path) as f:
         arrays = dict(f)
     activations = str(arrays.pop(ACTIVATIONS_KEY, "float32"))
-    cfg = validate(config)
+    cfg = validate(config, training=False)
     if activations not in ("float32", cfg.dtype) or cfg.act_dtype not in ("auto", activations):
         raise ValueError(f"{path}: its run trained with {activations!r} activations, which model.dtype="
                          f"{cfg.dtype!r} and model.act_dtype={cfg.act_dtype!r} do not give (activations are float32 "

@@ -224,8 +224,26 @@ def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
     )
 
 
-def validate(config: ml_collections.ConfigDict) -> ModelConfig:
-    """Checks every field a run depends on; returns the `ModelConfig`. Raises ValueError naming the field."""
+def _validate_optimizer(config: ml_collections.ConfigDict) -> None:
+    """The fields only training reads: warmup within the schedule, Adam's rates, weight decay, the seed."""
+    if isinstance(config.warmup_steps, bool) or not isinstance(config.warmup_steps, int) or \
+            not 0 <= config.warmup_steps < schedule_steps(config):
+        raise ValueError(f"config.warmup_steps must be an integer in [0, schedule_steps = {schedule_steps(config)}) "
+                         f"(the cosine schedule's length: config.schedule_steps, else train_steps), got "
+                         f"{config.warmup_steps!r}")
+    for name in ("b1", "b2"):
+        if not 0 <= config[name] < 1:
+            raise ValueError(f"config.{name} (Adam's decay rate) must be in [0, 1), got {config[name]!r}")
+    if not config.weight_decay >= 0:
+        raise ValueError(f"config.weight_decay must be >= 0, got {config.weight_decay!r}")
+    if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
+        raise ValueError(f"config.seed must be a non-negative integer, got {config.seed!r}")
+
+
+def validate(config: ml_collections.ConfigDict, training: bool = True) -> ModelConfig:
+    """Checks every field a run depends on; returns the `ModelConfig`. Raises ValueError naming the field.
+    `training=False` (a trained run loaded for evaluation or as a starting point) leaves out the optimizer's
+    fields (warmup, Adam's rates, weight decay, seed), which change nothing there."""
 
     def positive_int(name):
         value = config[name]
@@ -238,20 +256,10 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
     sched = config.get("schedule_steps")
     if sched is not None and (isinstance(sched, bool) or not isinstance(sched, int) or sched <= 0):
         raise ValueError(f"config.schedule_steps must be a positive integer or unset (= train_steps), got {sched!r}")
-    if isinstance(config.warmup_steps, bool) or not isinstance(config.warmup_steps, int) or \
-            not 0 <= config.warmup_steps < schedule_steps(config):
-        raise ValueError(f"config.warmup_steps must be an integer in [0, schedule_steps = {schedule_steps(config)}) "
-                         f"(the cosine schedule's length: config.schedule_steps, else train_steps), got "
-                         f"{config.warmup_steps!r}")
+    if training:
+        _validate_optimizer(config)
     if not config.learning_rate > 0:
         raise ValueError(f"config.learning_rate must be > 0, got {config.learning_rate!r}")
-    for name in ("b1", "b2"):
-        if not 0 <= config[name] < 1:
-            raise ValueError(f"config.{name} (Adam's decay rate) must be in [0, 1), got {config[name]!r}")
-    if not config.weight_decay >= 0:
-        raise ValueError(f"config.weight_decay must be >= 0, got {config.weight_decay!r}")
-    if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
-        raise ValueError(f"config.seed must be a non-negative integer, got {config.seed!r}")
     if not 0 <= config.min_lr_ratio <= 1:
         raise ValueError(f"config.min_lr_ratio must be in [0, 1], got {config.min_lr_ratio!r}")
     if not config.grad_clip > 0:

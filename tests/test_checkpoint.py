@@ -123,9 +123,11 @@ def test_a_save_orbax_declines_is_an_error_not_a_checkpoint(trained_run, tmp_pat
     _, _, _, params, _ = checkpoint.restore_params(trained_run)
     mngr = checkpoint.manager(tmp_path)
     checkpoint.save(mngr, 4, params, None)
-    with pytest.raises(RuntimeError, match=r"checkpoint step 2 was not saved .* \(its latest step is 4\)"):
-        checkpoint.save(mngr, 2, params, None)
-    assert mngr.all_steps() == [4]
+    sums = checkpoint._sums_path(mngr, 4).read_text()
+    for step in (2, 4):  # before it, or itself again
+        with pytest.raises(RuntimeError, match=rf"checkpoint step {step} was not saved .* \(its latest step is 4\)"):
+            checkpoint.save(mngr, step, params, None)
+    assert mngr.all_steps() == [4] and checkpoint._sums_path(mngr, 4).read_text() == sums  # its checksums kept
 
 
 def test_second_writer_is_refused_and_a_dead_holder_does_not_block(tiny_config, tmp_path, cache_dir):

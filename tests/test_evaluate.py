@@ -226,7 +226,7 @@ def test_script_prints_table(runs, tmp_path):
 def test_finetuned_run_is_evaluated_with_its_own_scaling(runs, tmp_path, cache_dir):
     config = load_config_file(str(ROOT / "configs" / "default.py"), "posenc=yarn,tiny")
     config.data.cache_dir = cache_dir
-    config.train_steps, config.train_len, config.init_from = 2, 64, runs["rope"]
+    config.train_steps, config.warmup_steps, config.train_len, config.init_from = 2, 0, 64, runs["rope"]
     config.model.rope.scaling.factor, config.model.rope.scaling.original_max_len = 2.0, 32
     train.train_and_evaluate(config, str(tmp_path / "ft"))
     run = ev.load_run(str(tmp_path / "ft"))

@@ -224,6 +224,17 @@ def test_rerun_may_change_cadences_and_layout(copy_run, tiny_config):
     assert json.loads((workdir / "config.json").read_text())["log_every"] == 2
 
 
+def test_the_optimizer_fields_are_checked_for_training_only(tiny_config):
+    """A run loaded for evaluation or as a starting point (validate(training=False)) is not refused for its
+    optimizer's fields: they change nothing there."""
+    from posenc.config import validate  # noqa: PLC0415
+
+    config = tiny_config("tiny", warmup_steps=8, b2=1.0)
+    with pytest.raises(ValueError, match="config.warmup_steps must be"):
+        validate(config)
+    assert validate(config, training=False) == validate(tiny_config("tiny"), training=False)
+
+
 def test_metrics_of_a_resumed_run_drop_a_line_cut_short_and_refuse_a_bad_one_before(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 2}\n{"step": 4}\n{"step": 6}\n{"ste')
