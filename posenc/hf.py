@@ -20,13 +20,13 @@ transformers does:
     parameters, then `max_position_embeddings`; LongRoPE without `factor` uses max / original;
   * the `proportional` type (p-RoPE, posenc/p_rope.py).
 
-Keys transformers accepts and does not use are named here (IGNORED_BY_TRANSFORMERS) and ignored as it ignores
-them: LongRoPE's `short_mscale` / `long_mscale` (transformers 5 derives the attention factor from `factor`), the
+Keys transformers accepts and does not use (`posenc.rope_scaling.IGNORED_BY_TRANSFORMERS`) are ignored as it
+ignores them: LongRoPE's `short_mscale` / `long_mscale` (transformers 5 derives the attention factor from `factor`), the
 `attention_factor` of linear, dynamic NTK and llama3 (it returns 1 for them), and dynamic NTK's
 `original_max_position_embeddings` (it scales from `max_position_embeddings`). Any other unknown key or type is
 an error naming it, and so are a missing base, a missing key transformers requires (`factor`; llama3's
-`low_freq_factor` / `high_freq_factor`), a missing norm epsilon, and `rope_parameters` and `rope_scaling` that
-differ: nothing is defaulted silently.
+`low_freq_factor` / `high_freq_factor`) and a missing norm epsilon: nothing is defaulted silently. A config with
+both `rope_scaling` and `rope_parameters` is read from `rope_scaling`, as transformers 5.23 reads it.
 """
 
 from __future__ import annotations
@@ -42,23 +42,12 @@ from posenc.p_rope import p_rope_mask
 from posenc.rope_scaling import RopeScaling, default_inv_freq, rope_frequencies
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
-# keys transformers 5 accepts for a type and does not read: linear, dynamic NTK and llama3 return an attention
-# factor of 1 ("unused in this type of RoPE"), and dynamic NTK scales from max_position_embeddings
-IGNORED_BY_TRANSFORMERS = {
-    "longrope": ("short_mscale", "long_mscale"),
-    "linear": ("attention_factor",),
-    "dynamic": ("attention_factor", "original_max_position_embeddings"),
-    "llama3": ("attention_factor",),
-}
+
 
 
 def _rope_parameters(config: Mapping[str, Any], layer_type: str | None) -> dict[str, Any]:
     """The RoPE parameter dict of (a layer type of) the model, with Gemma 3's legacy fields folded in."""
-    both = config.get("rope_parameters"), config.get("rope_scaling")
-    if all(both) and both[0] != both[1]:
-        raise ValueError("rope_from_hf_config: the config has both rope_parameters and rope_scaling, and they differ "
-                         f"({both[0]} vs {both[1]}); transformers versions disagree on which wins: keep one")
-    params = dict(both[0] or both[1] or {})
+    params = dict(config.get("rope_scaling") or config.get("rope_parameters") or {})  # 5.23: rope_scaling first
     nested = [k for k in params if k in LAYER_TYPES]
     gemma3_legacy = str(config.get("model_type", "")).startswith("gemma3") and not nested
     if gemma3_legacy:  # transformers' Gemma3TextConfig: rope_scaling -> full layers, local base -> sliding ones
@@ -97,8 +86,6 @@ def rope_setup(config: Mapping[str, Any], *, layer_type: str | None = None) -> t
         partial = config.get("partial_rotary_factor", config.get("rotary_pct", 1.0))
     head_dim = config.get("qk_rope_head_dim") or config.get("head_dim") or \
         config["hidden_size"] // config["num_attention_heads"]
-    for key in IGNORED_BY_TRANSFORMERS.get("longrope" if rope_type in ("longrope", "su") else rope_type, ()):
-        params.pop(key, None)
     if rope_type == "proportional":
         raise ValueError("rope_setup: the 'proportional' type is p-RoPE (posenc/p_rope.py), not a RopeScaling")
     rotary_dim = int(head_dim * partial)

@@ -52,6 +52,15 @@ _HF_TYPES = {
     "su": "longrope",  # early Phi-3 configs
     "llama3": "llama3",
 }
+# keys transformers 5 accepts for a type and does not read: linear, dynamic NTK and llama3 return an attention
+# factor of 1 ("unused in this type of RoPE"), dynamic NTK scales from max_position_embeddings, and LongRoPE
+# derives its attention factor from `factor`
+IGNORED_BY_TRANSFORMERS = {
+    "longrope": ("short_mscale", "long_mscale"), "su": ("short_mscale", "long_mscale"),
+    "linear": ("attention_factor",),
+    "dynamic": ("attention_factor", "original_max_position_embeddings"),
+    "llama3": ("attention_factor",),
+}
 # the keys transformers 5 requires of each type (a KeyError there): missing ones are an error, never defaulted
 _HF_REQUIRED = {
     "linear": ("factor",), "ntk": ("factor",), "dynamic": ("factor",), "yarn": ("factor",),
@@ -177,10 +186,11 @@ class RopeScaling:
             "truncate", "attention_factor", "mscale", "mscale_all_dim", "short_factor", "long_factor",
             "low_freq_factor", "high_freq_factor", "rope_theta", "partial_rotary_factor",
         }
+        hf_type = d.get("rope_type", d.get("type", "default"))
+        d = {k: v for k, v in d.items() if k not in IGNORED_BY_TRANSFORMERS.get(hf_type, ())}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"RopeScaling.from_hf: unknown keys {unknown}; valid keys are {sorted(known)}")
-        hf_type = d.get("rope_type", d.get("type", "default"))
         if hf_type not in _HF_TYPES:
             raise ValueError(f"RopeScaling.from_hf: rope_type must be one of {sorted(_HF_TYPES)}, got {hf_type!r}")
         kind = _HF_TYPES[hf_type]
@@ -213,15 +223,21 @@ class RopeScaling:
         return cls(**kwargs)
 
     def to_hf(self) -> dict[str, Any]:
-        """The inverse of `from_hf` (a dict with `rope_type` and the fields that apply to the kind)."""
+        """The inverse of `from_hf` (a dict with `rope_type` and the fields transformers reads for the kind: dynamic
+        NTK's original length is the model's `max_position_embeddings`, outside this dict, and linear, dynamic
+        NTK and llama3 take no attention factor)."""
         hf_type = {v: k for k, v in _HF_TYPES.items() if k != "su"}[self.kind]
         out: dict[str, Any] = {"rope_type": hf_type}
         if self.kind == "none":
             return out
         out["factor"] = self.factor
-        if self.original_max_len is not None:
+        ignored = IGNORED_BY_TRANSFORMERS.get(hf_type, ())
+        if self.original_max_len is not None and "original_max_position_embeddings" not in ignored:
             out["original_max_position_embeddings"] = self.original_max_len
         if self.attention_factor is not None:
+            if "attention_factor" in ignored:
+                raise ValueError(f"RopeScaling.to_hf: transformers reads no attention_factor for rope_type "
+                                 f"{hf_type!r}, so attention_factor={self.attention_factor} has no Hugging Face form")
             out["attention_factor"] = self.attention_factor
         if self.kind == "yarn":
             out.update(beta_fast=self.beta_fast, beta_slow=self.beta_slow, truncate=self.truncate)

@@ -184,7 +184,7 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
                     train_fn: Callable | None = None, progress: bool = True) -> list[dict[str, Any]]:
     """Trains (or resumes) and evaluates each point; returns the point records.
 
-    A point is reused only for the same config, scaling and test bytes, and extended with lengths it lacks.
+    A point is reused only for the same config, scaling, corpus and test bytes, and extended with lengths it lacks.
     A point whose run directory holds a run of another config fails with the training's error naming the
     fields (a run directory is never retrained under another config).
     """
@@ -318,14 +318,17 @@ def gather(root: str, mode: str) -> list[dict[str, Any]]:
     """Every point record written under `root` (from any machine).
 
     Raises:
-      ValueError: records made with other settings (SHARED: the scaling; in eval mode also the run, the method,
-        the split and the bytes scored) — sweeps with other settings belong under their own --root.
+      ValueError: records made with other settings (SHARED: the scaling; in eval mode also the run — its
+        parameters' SHA-256 and step —, the method, the split and the bytes scored) — sweeps with other
+        settings belong under their own --root.
     """
     pattern = "*/sweep_point.json" if mode == "train" else "points/*.json"
     records = [json.loads(p.read_text()) for p in sorted(pathlib.Path(root).glob(pattern))]
     values: dict[str, dict[Any, list[str]]] = {}
     for r in records:
-        setting = {**r, "method": r.get("key", {}).get("method", "none")}
+        key = r.get("key", {})  # the run by its weights (a path is typed differently on each machine)
+        setting = {**r, "method": key.get("method", "none"),
+                   "run": [key["params_sha256"], r.get("step")] if "params_sha256" in key else r.get("run")}
         for field in SHARED[mode]:
             if setting.get(field) is not None:
                 values.setdefault(field, {}).setdefault(json.dumps(setting[field]), []).append(r["name"])

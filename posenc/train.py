@@ -346,7 +346,8 @@ def check_rerun(workdir: pathlib.Path, config: ml_collections.ConfigDict, corpus
         raise RunMismatchError(
             f"workdir {workdir} holds another run (at step {latest_step}): {_fmt_changes(blocking)}. A rerun resumes "
             f"the same run: use another --workdir, or the run's own values (its config.json).{hint} A rerun may "
-            f"change only {', '.join(RESUMABLE_FIELDS)}, eval.*, and train_steps (to stop earlier or go on) "
+            f"change only {', '.join(RESUMABLE_FIELDS)} (eval_every not where task.stop_accuracy stops the run), "
+            "eval.*, and train_steps (to stop earlier or go on) "
             + (f"and, after a divergence, {', '.join(RECOVERY_FIELDS)}." if not recovering else
                f"and, since the run diverged, {', '.join(RECOVERY_FIELDS)}."))
     try:

@@ -56,6 +56,12 @@ CASES = [
                                   "head_dim": 128, "max_position_embeddings": 40960,
                                   "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1000000.0,
                                                       "original_max_position_embeddings": 32768}}, None, None),
+    # both keys: transformers 5.23 takes rope_scaling (convert_rope_params_to_dict)
+    ("qwen3-both-keys", {"model_type": "qwen3", "hidden_size": 256, "num_attention_heads": 4, "head_dim": 128,
+                         "max_position_embeddings": 40960, "rope_theta": 1000000.0,
+                         "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
+                         "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                          "original_max_position_embeddings": 32768}}, None, None),
     ("phi3-mini-128k-short", {"model_type": "phi3", "hidden_size": 384, "num_attention_heads": 4,
                               "rope_theta": 10000.0, "max_position_embeddings": 131072,
                               "original_max_position_embeddings": 4096,

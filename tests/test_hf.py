@@ -51,12 +51,11 @@ def test_errors_name_the_key_or_field():
                             ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}, "'high_freq_factor'")):
         with pytest.raises(ValueError, match=f"requires \\[{missing}\\]"):  # transformers: a KeyError, never 1.0
             rope_from_hf_config({**llama, "rope_scaling": params})
-    with pytest.raises(ValueError, match="both rope_parameters and rope_scaling, and they differ"):
-        rope_from_hf_config({**llama, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
-                             "rope_parameters": {"rope_type": "linear", "factor": 4.0}})
-    same = {"rope_type": "linear", "factor": 2.0}
-    np.testing.assert_array_equal(rope_from_hf_config({**llama, "rope_scaling": same, "rope_parameters": same})[0],
-                                  rope_from_hf_config({**llama, "rope_scaling": same})[0])
+    # keys transformers ignores for a type, ignored by the bare-dict reader too
+    plain = posenc.RopeScaling.from_hf({"rope_type": "linear", "factor": 2.0})
+    assert posenc.RopeScaling.from_hf({"rope_type": "linear", "factor": 2.0, "attention_factor": 1.5}) == plain
+    dynamic = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 1024}
+    assert posenc.RopeScaling.from_hf(dynamic, max_position_embeddings=4096).original_max_len == 4096
     # the bare-dict reader keeps working; a yarn factor of None is the ratio of the lengths (DeepSeek-V3)
     assert posenc.RopeScaling.from_hf({"rope_type": "linear", "factor": 2.0}).factor == 2.0
     yarn = {"rope_type": "yarn", "factor": None, "original_max_position_embeddings": 4096}

@@ -10,6 +10,7 @@ import pytest
 
 import posenc
 from posenc import RopeScaling, rope_frequencies
+from posenc.rope_scaling import IGNORED_BY_TRANSFORMERS
 
 D, BASE, L = 64, 10000.0, 2048
 
@@ -230,12 +231,16 @@ def test_dynamic_kinds_are_none_up_to_original_len_and_scale_past_it(scaling):
     ],
 )
 def test_from_hf_round_trips(hf):
-    sc = RopeScaling.from_hf(hf)
-    assert RopeScaling.from_hf(sc.to_hf()) == sc
+    """Dynamic NTK's length is the model's max_position_embeddings (transformers ignores the dict's)."""
+    sc = RopeScaling.from_hf(hf, max_position_embeddings=4096)
+    assert RopeScaling.from_hf(sc.to_hf(), max_position_embeddings=sc.original_max_len) == sc
     back = sc.to_hf()
     for key, value in hf.items():
         key = "rope_type" if key == "type" else key
-        np.testing.assert_allclose(back[key], value) if key != "rope_type" else None
+        if key in IGNORED_BY_TRANSFORMERS.get(back["rope_type"], ()):
+            assert key not in back
+        elif key != "rope_type":
+            np.testing.assert_allclose(back[key], value)
     assert back["rope_type"] == hf.get("rope_type", hf.get("type"))
 
 

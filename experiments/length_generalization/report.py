@@ -280,8 +280,6 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
     return text
 
 
-
-
 def in_range_ok(res: dict, length: int) -> bool:
     c = cell(res["rows"], length=length)
     return c is not None and pct(c) >= IN_RANGE
