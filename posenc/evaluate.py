@@ -7,7 +7,7 @@ Protocols (each row of the results names its protocol):
     and each window's bits per byte (`window_bpb`, for intervals and paired comparisons across rows).
     Every position of a window is scored, so the mean mixes short and long contexts.
   * `per_position` — the mean loss at each position inside the window at the longest length (from the
-    same forward passes): where extrapolation breaks.
+    same forward passes): where extrapolation breaks; `per_position_se`, its standard error over the windows.
   * `sliding` — windows of the training length moved by `stride`, each scoring only its last `stride`
     tokens (the first window scores all): the model never sees a position past train_len. The baseline
     of the ALiBi paper's "early token curse" discussion (Press et al. 2022, §B).
@@ -738,7 +738,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         for m in dict.fromkeys(run_methods):
             for s in dict.fromkeys(run_scalings):
                 jobs.append((run, s, m))
-    rows, per_position = [], {}
+    rows, per_position, per_position_se = [], {}, {}
     total = sum(len(lengths) + 1 + (sum(n > r.train_len for n in lengths) if sliding_long and m == Method() else 0)
                 for r, _, m in jobs)
     bar = tqdm(total=total, desc="evaluate", disable=not progress or None, dynamic_ncols=True)
@@ -772,7 +772,10 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                 nll = ev.nll(x, y, sc, resolved)
                 row.update(_scores(nll, bpb(nll), sc), **_window_fields(nll, window_bytes))
                 if length == longest:
-                    per_position[f"{run.name}|{sname}" + ("" if plain else f"|{method.label}")] = nll.mean(axis=0).tolist()
+                    label = f"{run.name}|{sname}" + ("" if plain else f"|{method.label}")
+                    per_position[label] = nll.mean(axis=0).tolist()
+                    if len(nll) > 1:  # its uncertainty: the standard error over the windows
+                        per_position_se[label] = (nll.std(axis=0, ddof=1) / math.sqrt(len(nll))).tolist()
             rows.append(row)
             if prefix_dynamic and plain and not reason and is_length_dependent(sc):
                 nll = ev.prefix_nll(x, y, sc)
@@ -822,8 +825,9 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
             name = "n-gram" if len(byte_corpora) == 1 else f"n-gram {key}"
             baselines += ngram_rows(key, run.config.data.cache_dir, scored[key], lengths, split, name)
     sizes = {c["num_bytes"] for c in corpora.values()}
-    return {"rows": rows, "baselines": baselines, "per_position": per_position, "lengths": lengths, "split": split,
-            "corpora": corpora, "num_bytes": sizes.pop() if len(sizes) == 1 else None, "skipped": skips}
+    return {"rows": rows, "baselines": baselines, "per_position": per_position, "per_position_se": per_position_se,
+            "lengths": lengths, "split": split, "corpora": corpora,
+            "num_bytes": sizes.pop() if len(sizes) == 1 else None, "skipped": skips}
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -190,6 +190,8 @@ def test_several_runs_outputs_and_table(runs, tmp_path):
     assert ("rope", "yarn", "nonoverlap") in keys and ("alibi", "none", "sliding") in keys
     assert ("alibi", "yarn", "nonoverlap") not in keys  # a scaling that does not apply is skipped for that run
     assert [(k["run"], k["scaling"]) for k in result["skipped"]] == [("alibi", "yarn"), ("learned", "yarn")]  # said
+    curve, se = result["per_position"]["rope|none"], result["per_position_se"]["rope|none"]
+    assert len(curve) == len(se) == 64 and all(s > 0 for s in se)  # 2 windows of 64: a spread at every position
     paths = ev.write_outputs(result, str(tmp_path))
     for p in paths.values():
         assert p.exists() and p.stat().st_size > 0
