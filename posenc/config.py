@@ -86,6 +86,8 @@ def run_changes(stored: ml_collections.ConfigDict, new: ml_collections.ConfigDic
     old, cur = defining_fields(stored), defining_fields(new)
     changes = {}
     for key in sorted(set(old) | set(cur)):
+        if key == "eval_every" and (key not in old or key not in cur):
+            continue  # it defines only a run that stops at an evaluation: task.stop_accuracy differs, and is named
         a, b = old.get(key), cur.get(key)
         numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
         if (float(a) != float(b)) if numbers else (a != b):

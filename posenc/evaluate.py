@@ -843,7 +843,8 @@ COLUMNS = ("run", "posenc", "scaling", "method", "protocol", "length", "factor",
 def _setting_fields(run: Run, ev: "Evaluator", scaling: str, longrope_file: str | None) -> dict[str, Any]:
     """The evaluation settings that change a row's numbers beyond its scaling and method: a learned table's
     behaviour past its length (`--learned_beyond`), the LongRoPE factors file, the weights' dtype."""
-    return {"learned_beyond": ev.learned_beyond if run.cfg.posenc == "learned" else None,
+    table = run.cfg.encoding.max_positions(dataclasses.replace(run.cfg, learned_beyond="error")) is not None
+    return {"learned_beyond": ev.learned_beyond if table else None,  # an encoding with a table of positions
             "longrope_file": str(longrope_file) if scaling == "longrope" and longrope_file else None,
             "weights_dtype": str(run.cfg.param_dtype)}
 

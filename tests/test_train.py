@@ -167,7 +167,8 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tiny_config, tmp_p
 def test_init_from_copies_weights_and_extends_learned_table(tiny_config, tmp_path):
     base = tiny_config("posenc=learned,tiny", train_steps=4)
     train.train_and_evaluate(base, str(tmp_path / "base"))
-    longer = tiny_config("posenc=learned,tiny", train_steps=1, warmup_steps=0, train_len=64, init_from=str(tmp_path / "base"))
+    longer = tiny_config("posenc=learned,tiny", train_steps=1, schedule_steps=3, train_len=64,
+                         init_from=str(tmp_path / "base"))
     with pytest.raises(ValueError, match="learned_beyond='interpolate'"):
         train.train_and_evaluate(longer, str(tmp_path / "long_error"))
     longer.model.learned_beyond = "interpolate"
