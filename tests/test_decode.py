@@ -67,7 +67,7 @@ def test_a_windowed_cache_keeps_each_row_s_own_keys():
     cached decoding equals the full forward for every row, not only for the first."""
     graphdef, params = model_parts("local_global", encoding_options=(("pattern", "LG"), ("window", 4)), max_len=64)
     model = nnx.merge(graphdef, params)
-    t = 12
+    t = 8
     x = tokens(t)
     positions = jnp.stack([jnp.arange(t) * 4, jnp.arange(t)])  # row 0 every 4th position, row 1 every position
     full = model(x, positions, seq_len=int(positions.max()) + 1)
