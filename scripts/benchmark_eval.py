@@ -52,7 +52,7 @@ def torch_forward(model: Transformer):
     import torch.nn.functional as F  # noqa: PLC0415
 
     cfg = model.cfg
-    t = lambda a: torch.from_numpy(np.asarray(a[...], np.float32))  # noqa: E731
+    t = lambda a: torch.from_numpy(np.array(a[...], np.float32))  # noqa: E731  (a writable copy for torch)
     d, n, h = cfg.d_model, cfg.num_heads, cfg.head_dim
     blocks = [{"n1": t(b.norm1.scale), "qkv": t(b.attn.qkv.kernel), "out": t(b.attn.out.kernel),
                "n2": t(b.norm2.scale), "fc": t(b.fc.kernel), "proj": t(b.proj.kernel)} for b in model.blocks]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idle 2-core A/B (Intel): evaluation forward at L=4096 vs PyTorch SDPA, YNNPACK fusions on (default) / off.
 set -u
-cd /work/main
+cd "$(dirname "$0")/../../../../.."  # the repository root
 out=experiments/benchmarks/cpu/intel-xeon-processor/eval_ynn_two_cores
 for i in 1 2; do
   for arm in default noynn; do
