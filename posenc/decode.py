@@ -51,8 +51,8 @@ def rope_schedule(cfg: ModelConfig, scaling: RopeScaling, max_len: int, span: in
     """The `RopeSchedule` of steps t < max_len (placeholders for an encoding that takes no RoPE scaling): the
     scaling at length t + 1, or at min(t + 1, span) under a bounded method (`Method.span()`: sinks' S + R + 1,
     LM-Infinite's L), whose attention sees no longer distance — as StreamingLLM computes its rotary table at
-    the cache's length. The streaming evaluation (posenc.evaluate) takes the span for every token: the same
-    once the cache is full (t + 1 ≥ span)."""
+    the cache's length. The evaluation's forward passes (posenc.evaluate, `Method.scaling_length`) take
+    min(L, span) for every token of a length-L sequence: the same once t + 1 ≥ span."""
     if not cfg.encoding.takes_rope_scaling:
         zeros = jnp.zeros((max_len, 1), jnp.float32)
         return RopeSchedule(zeros, jnp.ones((max_len,), jnp.float32), zeros)

@@ -33,9 +33,12 @@ applies to a run's encoding, each method's unset parameters resolved per run and
 
   * `streaming` — the first `num_bytes` bytes as one stream, fed in chunks through a KV cache of exactly
     S + R slots (the `eval_long_ppl` protocol of StreamingLLM): every byte is scored once, with memory
-    bounded by the cache whatever the length; `length` is the stream's. A scaling is evaluated at the
-    longest distance the method lets attention see (S + R + 1 for sinks, L for lm_infinite), not at the
-    stream's length.
+    bounded by the cache whatever the length; `length` is the stream's.
+
+Under a bounded method a scaling is resolved (its default factor, a dynamic scaling's length) at the longest
+distance the method lets attention see, `Method.scaling_length`: min(L, S + R + 1) for sinks, min(L, window)
+for lm_infinite — in every protocol, as in decoding (`posenc.decode.rope_schedule`), not at the window's or
+the stream's length.
 
 What is scored (`Scored`): by default the first `num_bytes` bytes of the split as one stream, so a window
 may cross from one document into the next. With `documents=True`, the whole split by document: each
@@ -344,8 +347,8 @@ class Evaluator:
         `method` (resolved at L for this run if it is not already)."""
         length = x.shape[1]
         cfg = self.run.cfg
-        inv, af, n_hat, lo = _rope_args(cfg, scaling, length)
         method = self.resolve(method, length)
+        inv, af, n_hat, lo = _rope_args(cfg, scaling, length if method is None else method.scaling_length(length))
         args = None if method is None or method == Method() else method.args(cfg.encoding)
         fn = self._fn(length)
         batch = max(1, self.tokens_per_batch // length)
@@ -421,7 +424,7 @@ class Evaluator:
                 return nll.reshape(-1)
 
             self._fns[key] = jax.jit(fn, compiler_options=compiler_options())
-        inv, af, n_hat, lo = _rope_args(cfg, scaling, method.span())  # the longest distance attention sees
+        inv, af, n_hat, lo = _rope_args(cfg, scaling, method.scaling_length(num_bytes))
         rope = (inv, af, n_hat, lo) if cfg.encoding.takes_rope_scaling else None
         args = method.args(cfg.encoding)
         if method.method == "sinks" and not scaling.unscaled_positions:
@@ -767,7 +770,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
             if reason:
                 row.update(_undefined(reason))
             else:
-                sc = scaling_for(run, sname, length, factor, longrope_file)
+                sc = scaling_for(run, sname, resolved.scaling_length(length), factor, longrope_file)
                 x, y, window_bytes = sc_in.windows(length)
                 nll = ev.nll(x, y, sc, resolved)
                 row.update(_scores(nll, bpb(nll), sc), **_window_fields(nll, window_bytes))
@@ -784,7 +787,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         if not plain:
             if method.cache_layout() is not None:  # (d) one stream through the bounded cache
                 resolved = ev.resolve(method, nb)
-                sc = scaling_for(run, sname, resolved.span(), factor, longrope_file)  # at the longest distance seen
+                sc = scaling_for(run, sname, resolved.scaling_length(nb), factor, longrope_file)
                 row = {**base_row, "protocol": "streaming", "length": nb, "status": "ok", "reason": "",
                        "method_params": json.dumps(resolved.set_fields())}
                 reason = ev.undefined_reason(nb, resolved)

@@ -147,7 +147,7 @@ class TaskEvaluator:
         run = self.trun.run
         resolved = self.ev.resolve(method, length)
         plain = resolved is None or resolved == Method()
-        sc = scaling_for(run, scaling, length)
+        sc = scaling_for(run, scaling, length if resolved is None else resolved.scaling_length(length))
         exs = self.examples(length, n, depth)
         tokens = np.stack([e.tokens for e in exs])
         answer = np.stack([e.answer for e in exs])

@@ -195,13 +195,20 @@ class Method:
                           logn=jnp.float32(self.logn or 2))
 
     def span(self) -> int | None:
-        """The largest distance + 1 attention sees under `sinks` (S + R + 1) or `lm_infinite` (L), else None:
-        the length at which a RoPE scaling is evaluated in the streaming protocol."""
+        """The largest distance + 1 attention sees under `sinks` (S + R + 1) or `lm_infinite` (L), else None."""
         if self.method == "sinks":
             return self.num_sinks + self.window + 1
         if self.method == "lm_infinite":
             return self.window
         return None
+
+    def scaling_length(self, length: int) -> int:
+        """The length at which a RoPE scaling is resolved for sequences of `length` under this method:
+        min(length, `span()`) for a bounded method, whose attention sees no farther (as StreamingLLM computes
+        its rotary table at the cache's length), else `length`. Every protocol and decoding use it, so a
+        window, a stream and a decoded sequence under `sinks` / `lm_infinite` get the same frequencies."""
+        span = self.span()
+        return length if span is None else min(length, span)
 
     def cache_layout(self) -> tuple[int, int] | None:
         """(fixed slots, ring slots) of the bounded KV cache of `lm_infinite` / `sinks`, else None."""

@@ -318,6 +318,12 @@ def test_training_free_methods_are_rows_next_to_the_scalings(runs):
     nll = {(r["run"], r["scaling"], r["method"], r["length"]): r["nll"] for r in rows if r["protocol"] == "nonoverlap"}
     assert nll[("rope", "none", "none+logn(32)", 32)] == pytest.approx(nll[("rope", "none", "none", 32)], rel=1e-6)
     assert nll[("rope", "none", "sinks(window=13,num_sinks=2)", 64)] != nll[("rope", "none", "none", 64)]
+    # under sinks a scaling is resolved at the span S + R + 1 = 16 ≤ L0 = 32: YaRN at factor 1, no scaling
+    factor = {(r["method"], r["length"]): r["factor"] for r in rows if r["run"] == "rope" and r["scaling"] == "yarn"
+              and r["protocol"] == "nonoverlap"}
+    assert factor[("sinks(window=13,num_sinks=2)", 64)] == 1.0 and factor[("none", 64)] == 2.0
+    assert nll[("rope", "yarn", "sinks(window=13,num_sinks=2)", 64)] == pytest.approx(
+        nll[("rope", "none", "sinks(window=13,num_sinks=2)", 64)], rel=1e-6)
     # a learned table is defined past its length under sinks (positions stay ≤ S + R), undefined without
     status = {(r["method"], r["length"]): r["status"] for r in rows if r["run"] == "learned" and r["protocol"] == "nonoverlap"}
     assert status[("none", 64)] == "undefined" and status[("sinks(window=13,num_sinks=2)", 64)] == "ok"
@@ -336,11 +342,15 @@ def test_streaming_protocol_equals_the_parallel_forward(runs, name):
     run = ev.load_run(runs[name])
     e = ev.Evaluator(run)
     stream = np.random.default_rng(0).integers(0, 256, 300)
+    # a length-dependent scaling too: both resolve it at the method's span (`Method.scaling_length`), not at
+    # the stream's or the window's length of 200
+    dynamic = ev.RopeScaling("dynamic_ntk", 1.0, original_max_len=8)
     for m in (Method("sinks", window=13, num_sinks=2), Method("sinks", window=29, num_sinks=3),
               Method("lm_infinite", window=16, n_global=2), Method("lm_infinite", window=24, n_global=5)):
-        got = e.streaming_nll(stream, 200, ev.RopeScaling(), m, chunk=32)
-        want = e.nll(stream[None, :200], stream[None, 1:201], ev.RopeScaling(), m)[0]
-        np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4, err_msg=m.label)
+        for sc in ((ev.RopeScaling(), dynamic) if name == "rope" else (ev.RopeScaling(),)):
+            got = e.streaming_nll(stream, 200, sc, m, chunk=32)
+            want = e.nll(stream[None, :200], stream[None, 1:201], sc, m)[0]
+            np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4, err_msg=f"{m.label} {sc.kind}")
 
 
 def test_the_ngram_floor_scores_the_same_windows(runs):
