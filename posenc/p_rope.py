@@ -45,4 +45,5 @@ class PRope(Rope):
         ctx = super().context(positions, seq_len, rope)
         mask = p_rope_mask(ctx.inv_freq.shape[-1], self.cfg.head_dim, self.p)
         lo = None if ctx.inv_freq_lo is None else ctx.inv_freq_lo * mask
-        return ctx._replace(inv_freq=ctx.inv_freq * mask, inv_freq_lo=lo)
+        original = None if ctx.original_inv_freq is None else ctx.original_inv_freq * mask  # LongRoPE's n̂ positions
+        return ctx._replace(inv_freq=ctx.inv_freq * mask, inv_freq_lo=lo, original_inv_freq=original)
