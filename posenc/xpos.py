@@ -9,11 +9,16 @@ Sun et al. 2022, "A Length-Extrapolatable Transformer", arXiv 2212.10554, §3.2;
 so a score sums terms ζ_i^((n − m)/γ) · (rotation by (n − m)θ_i): it depends on n − m only (any centre c
 cancels), and for a key behind the query (n > m) each pair is damped by ζ_i^((n−m)/γ) ≤ 1. The centre
 c keeps both factors near 1 (the reference uses half the sequence length; posenc uses half the training
-length, a constant, so that cached keys keep their values). Float range: ζ_0^(±p/γ) leaves float32 past
-|p − c| ≈ 36·γ, about 18k positions for γ = 512.
+length, a constant, so that cached keys keep their values). Float range: with ζ_0 = 2/7 the key's factor
+ζ_0^(−(p − c)/γ) leaves float32 at |p − c| = γ · ln(float32 max) / ln(7/2) ≈ 70.8·γ, and the rotated features
+(sums of two such products) and the scores before that, where a score becomes inf or NaN. `XPos.context`
+refuses sequences whose factors leave [1e-30, 1e30] (`max_offset`: |p − c| ≤ γ · ln(1e30) / ln(7/2) ≈ 55.1·γ,
+about 28k positions for γ = 512), leaving eight decades of float32 for the features and their sums.
 """
 
 from __future__ import annotations
+
+import math
 
 import jax.numpy as jnp
 
@@ -23,6 +28,15 @@ from posenc.rope import LAYOUTS, Rope, apply_rope, rope_angles_dtype
 def xpos_zeta(rotary_dim: int, dtype=jnp.float32):
     """ζ_i = (2i + 0.4·d) / (1.4·d), `[d/2]`."""
     return (jnp.arange(0, rotary_dim, 2, dtype=dtype) + 0.4 * rotary_dim) / (1.4 * rotary_dim)
+
+
+FACTOR_BOUND = 1e30  # xPos's factors ζ^(±(p − c)/γ) stay in [1 / FACTOR_BOUND, FACTOR_BOUND]
+
+
+def max_offset(scale_base: float) -> float:
+    """The largest |p − c| at which every ζ_i^(±(p − c)/γ) is within [1e-30, 1e30] (ζ_0 = 2/7 is the smallest
+    ζ): γ · ln(FACTOR_BOUND) / ln(7/2)."""
+    return scale_base * math.log(FACTOR_BOUND) / math.log(7 / 2)
 
 
 def xpos_scale(positions, rotary_dim: int, scale_base: float, center: float = 0.0, dtype=jnp.float32):
@@ -78,6 +92,22 @@ class XPos(Rope):
     @classmethod
     def length_dependent(cls, cfg, scaling=None) -> bool:
         return False
+
+    def context(self, positions, seq_len: int, rope=None):
+        """RoPE's context, for sequences whose positions 0 … seq_len − 1 keep xPos's factors finite.
+
+        Raises:
+          ValueError: a position farther than `max_offset(γ)` from the centre c = max_len // 2.
+        """
+        center, limit = self.cfg.max_len // 2, max_offset(self.scale_base)
+        if max(seq_len - 1 - center, center) > limit:
+            raise ValueError(
+                f"posenc='xpos': positions up to {seq_len - 1} lie up to {max(seq_len - 1 - center, center)} from its "
+                f"centre {center} (max_len // 2), past {limit:.0f} (≈ 55.1 · model.xpos.scale_base = "
+                f"{self.scale_base:g}), where ζ^(±(p − c)/γ) leaves [1e-30, 1e30] and, by ≈ 70.8 · γ, float32 (scores "
+                f"become inf or NaN); use sequences "
+                f"of at most {int(center + limit) + 1} tokens or a larger model.xpos.scale_base")
+        return super().context(positions, seq_len, rope)
 
     def rotate(self, x, positions, ctx, layer: int, role: str):
         scale = xpos_scale(positions, self.cfg.rotary_dim, self.scale_base, center=self.cfg.max_len // 2)

@@ -65,3 +65,33 @@ def test_large_scale_base_is_rope():
     q2, k2 = apply_xpos(q, k, pos, inv, scale_base=1e12, layout="half")
     np.testing.assert_allclose(q2, posenc.apply_rope(q, pos, inv), atol=1e-6)
     np.testing.assert_allclose(k2, posenc.apply_rope(k, pos, inv), atol=1e-6)
+
+
+def test_positions_past_the_float32_range_are_refused():
+    """ζ_0^(−(p − c)/γ) overflows float32 by |p − c| = γ·ln(float32 max)/ln(7/2) ≈ 70.8γ: a score is inf or
+    NaN there (the unchecked functions show it) and finite at the model's limit ≈ 55.1γ (factors in
+    [1e-30, 1e30]); the model refuses a sequence that passes its limit."""
+    from flax import nnx
+
+    from posenc.model import ModelConfig, Transformer
+    from posenc.xpos import max_offset
+
+    gamma, d = 4.0, 8
+    limit = max_offset(gamma)
+    assert limit == pytest.approx(gamma * np.log(1e30) / np.log(3.5), rel=1e-12)
+    overflow = gamma * np.log(float(np.finfo(np.float32).max)) / np.log(3.5)
+    inv = posenc.rope_frequencies(d)[0]
+    q = k = np.ones((1, 1, d), np.float32)
+
+    def score(p):
+        a, b = apply_xpos(q, k, np.array([p]), inv, scale_base=gamma, layout="half")
+        return float(jnp.sum(a * b))
+
+    assert np.isfinite(score(int(limit))) and not np.isfinite(score(int(overflow) + 1))
+    cfg = ModelConfig(posenc="xpos", d_model=16, num_heads=2, num_layers=1, mlp_dim=8, max_len=8,
+                      encoding_options=(("scale_base", gamma),))
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    ok = 4 + int(limit) + 1  # positions up to 4 + ⌊limit⌋ from the centre 4
+    assert np.isfinite(np.asarray(model(jnp.zeros((1, ok), jnp.int32)))).all()
+    with pytest.raises(ValueError, match="model.xpos.scale_base"):
+        model(jnp.zeros((1, ok + 1), jnp.int32))
