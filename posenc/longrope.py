@@ -265,19 +265,24 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
                                  unscaled_positions=ind.n_hat if length > orig else 0)
                 if length <= orig:  # stage 2: these factors act as the short ones
                     sc = dataclasses.replace(sc, short_factor=sc.long_factor, long_factor=sc.short_factor)
-                scores.append(float(np.exp(evaluator.nll(x, y, sc).mean())))
+                try:
+                    scores.append(float(np.exp(evaluator.nll(x, y, sc).mean())))
+                except FloatingPointError:  # non-finite NLLs: this individual loses, the search goes on
+                    scores.append(math.inf)
             return scores
 
         return fitness
 
     bound = cfg.factor_bound * s
     meta = {"run": str(pathlib.Path(workdir).expanduser().resolve()), "step": run.step, "target_len": target_len,
-            "num_bytes": num_bytes,  # and every search setting but the generations, which a rerun may extend
+            "num_bytes": num_bytes, "per_layer": per_layer, "hf_model": hf_model, "text": text,
+            # and every search setting but the generations, which a rerun may extend
             **{k: v for k, v in json.loads(json.dumps(dataclasses.asdict(cfg))).items() if k != "generations"}}
     seeds = [Individual(f, 0) for f in seed_factors(cfg_model.rotary_dim, cfg_model.rope_base, s, orig).values()]
     best, best_ppl, history = search(make_fitness(target_len), seeds, cfg, bound,
                                      out_dir / "stage1_shared.json", "stage 1 (shared)", progress, meta)
     result = {"target_len": target_len, "factor": s, "original_max_len": orig, "attention_factor": af,
+              "bytes_per_evaluation": {str(n): num_bytes or 4 * n for n in (target_len, orig)},
               "stage1_shared": {"ppl": best_ppl, "history": history}}
     if per_layer:
         tiled = Individual(np.tile(best.factors, (cfg_model.num_layers, 1)), best.n_hat)

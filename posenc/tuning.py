@@ -17,11 +17,14 @@ The spaces, with s = target length / training length (the sampled parameters; th
 | `linear` (PI) | factor | [1, 2s], log-uniform | s |
 | `ntk` | factor (α of b' = b·α^(d/(d−2))) | [1, 4s], log-uniform | s |
 | `dynamic_ntk` | factor of Hugging Face's slope formula | [1, 4s], log-uniform | 1 (length-tracking) |
-| `yarn` | beta_fast; beta_slow; attention_factor | [8, 128], [1/8, 4] log-uniform; [0.8, 1.6] | 32; 1; 0.1 ln s + 1 |
+| `yarn` (factor s) | beta_fast; beta_slow; attention_factor | [8, 128], [1/8, 4] log-uniform; [0.8, 1.6] | 32; 1; 0.1 ln s + 1 |
 | `dynamic_yarn` | the same, s = max(1, T / L) | as `yarn` | as `yarn` |
 | `dynamic_linear` | none: s = max(1, T / L) | — | — |
 
 A rule without free parameters is evaluated once, whatever the budget, and says so (`evaluations`: 1).
+The budget is the search's count over all its stages (its second stage evaluates at the training length),
+while every evaluation of a rule is at the target; `scripts/tune_scaling.py` makes each as large as the
+search's evaluations at the target (`longrope_bytes`).
 
 A tuned point is one scaling, applied unchanged at every test length: a factor tuned for the target stays
 that factor at shorter or longer windows (as a deployed static scaling does), whereas the evaluation's named
@@ -77,7 +80,7 @@ def default_point(rule: str, s: float) -> dict[str, Any]:
     if rule == "dynamic_ntk":  # s = max(1, T / L) (YaRN paper §3.3): slope 1 in Hugging Face's formula
         return {"factor": 1.0}
     if rule == "yarn":
-        return {"beta_fast": 32.0, "beta_slow": 1.0}  # attention factor: the rule's 0.1 ln s + 1
+        return {"factor": float(s), "beta_fast": 32.0, "beta_slow": 1.0}  # attention factor: 0.1 ln s + 1
     return {"factor": float(s)}
 
 
@@ -96,7 +99,7 @@ def sample_points(rule: str, s: float, budget: int, seed: int = 0) -> list[dict[
         return [first]
     rng = np.random.default_rng([seed, zlib.crc32(rule.encode())])
     points = [first]
-    fixed = {"dynamic": True} if rule in LENGTH_TRACKING else {}
+    fixed = {"dynamic": True} if rule in LENGTH_TRACKING else {"factor": float(s)} if rule == "yarn" else {}
     while len(points) < budget:
         point = dict(fixed)
         for field, (lo, hi, scale) in fields.items():
@@ -115,6 +118,17 @@ def longrope_evaluations(path: str | pathlib.Path) -> int:
                          "scripts/search_longrope.py into a fresh --out (a search resumed from the old stage*.json "
                          "states cannot count the generations they hold), or give the budget directly")
     return int(result["evaluations"])
+
+
+def longrope_bytes(path: str | pathlib.Path, target_len: int) -> int:
+    """The validation bytes each evaluation of a LongRoPE search scored at `target_len`
+    (`bytes_per_evaluation` in its longrope.json): what a tuned rule's evaluations score for an equal budget."""
+    result = json.loads(pathlib.Path(path).read_text())
+    per = result.get("bytes_per_evaluation", {})
+    if str(target_len) not in per:
+        raise ValueError(f"{path} records no bytes per evaluation at {target_len} (its search ran at "
+                         f"{result.get('target_len')}, or before the bytes were kept): give --num_bytes")
+    return int(per[str(target_len)])
 
 
 def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, seed: int = 0,

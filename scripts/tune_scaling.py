@@ -6,7 +6,8 @@ r"""Tune the hand-set RoPE scaling rules on validation with the LongRoPE search'
 
 Each rule's free parameters (posenc/tuning.py: PI's and NTK's factor, YaRN's betas and attention factor)
 get `--budget` validation evaluations at --target_len — by default as many as the LongRoPE search of
---longrope spent — a seeded random search whose first point is the rule's default. The winner on validation
+--longrope spent, each scoring as many validation bytes as one of the search's evaluations at --target_len
+(its `bytes_per_evaluation`) — a seeded random search whose first point is the rule's default. The winner on validation
 and the default are then scored on the test split. Writes DIR/<rule>_<target_len>.json per rule and prints
 a table; a rerun resumes from the point records under DIR.
 """
@@ -23,7 +24,8 @@ _RULES = flags.DEFINE_list("rules", ["linear", "ntk", "dynamic_ntk", "yarn", "dy
 _BUDGET = flags.DEFINE_integer("budget", None, "Validation evaluations per rule (default: --longrope's count).")
 _LONGROPE = flags.DEFINE_string("longrope", None, "A LongRoPE result (scripts/search_longrope.py's longrope.json) "
                                 "whose number of evaluations is the budget.")
-_NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Bytes scored per evaluation (default 8 windows).")
+_NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Bytes scored per evaluation (default: as many as each "
+                                  "evaluation of --longrope's search at --target_len, else 8 windows).")
 _TEST_LENGTHS = flags.DEFINE_list("test_lengths", [], "Test lengths besides --target_len.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the random search.")
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
@@ -42,11 +44,17 @@ def main(argv):
     source = "given" if _BUDGET.value is not None else f"LongRoPE search {_LONGROPE.value}"
     test_lengths = parse_lengths(_TEST_LENGTHS.value, "--test_lengths") if _TEST_LENGTHS.value else []
     t = _TARGET.value
+    num_bytes = _NUM_BYTES.value
+    if num_bytes is None and _LONGROPE.value is not None:
+        try:
+            num_bytes = tuning.longrope_bytes(_LONGROPE.value, t)  # evaluations as large as the search's
+        except ValueError as e:
+            raise app.UsageError(str(e)) from None
     print(f"budget: {budget} validation evaluations per rule ({source}); bits per byte at {t}")
     print("| rule | evaluations | default val | tuned val | default test | tuned test | tuned point |")
     print("|---|---|---|---|---|---|---|")
     for rule in _RULES.value:
-        r = tuning.tune(_WORKDIR.value, rule, t, budget, _OUT.value, seed=_SEED.value, num_bytes=_NUM_BYTES.value,
+        r = tuning.tune(_WORKDIR.value, rule, t, budget, _OUT.value, seed=_SEED.value, num_bytes=num_bytes,
                         test_lengths=test_lengths, budget_source=source)
         d, b = r["default"], r["best"]
         fmt = lambda v: "–" if v is None else f"{v:.4f}"  # noqa: E731

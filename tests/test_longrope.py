@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -110,10 +111,12 @@ def test_search_run_never_reads_the_test_split_and_reloads(rope_run, tmp_path, m
     cfg = SearchConfig(population=4, generations=2, mutations=2, crossovers=2, parents=2)
     calls = []
     real_nll = Evaluator.nll
-    monkeypatch.setattr(Evaluator, "nll", lambda self, *a, **k: calls.append(1) or real_nll(self, *a, **k))
+    monkeypatch.setattr(Evaluator, "nll", lambda self, *a, **k: calls.append(np.size(a[0])) or real_nll(self, *a, **k))
     result = longrope.search_run(rope_run, 64, cfg, per_layer=True, out=str(tmp_path), short_generations=1,
                                  progress=False)
     assert result["evaluations"] == len(calls) == tuning.longrope_evaluations(tmp_path / "longrope.json")
+    # the bytes each evaluation scored, at the target (stage 1) and the training length (stage 2), as recorded
+    assert set(calls) == {tuning.longrope_bytes(tmp_path / "longrope.json", n) for n in (64, 32)} == {256, 128}
     assert result["per_layer"] in (True, False) and result["search_split"] == "validation"
     saved = json.loads((tmp_path / "longrope.json").read_text())
     sc = longrope.scaling_from_json(tmp_path / "longrope.json")
@@ -185,6 +188,8 @@ def test_search_rerun_into_an_out_of_another_target_refuses(rope_run, tmp_path):
     longrope.search_run(rope_run, 64, cfg, out=str(tmp_path), short_generations=1, progress=False)
     with pytest.raises(ValueError, match=r"holds another search \(stage1_shared.json\): target_len=64 there, 128 now"):
         longrope.search_run(rope_run, 128, cfg, out=str(tmp_path), short_generations=1, progress=False)
+    with pytest.raises(ValueError, match="per_layer=False there, True now"):  # stage 2's factors take its shape
+        longrope.search_run(rope_run, 64, cfg, per_layer=True, out=str(tmp_path), short_generations=1, progress=False)
     with pytest.raises(ValueError, match="mutation_prob=0.3 there, 0.5 now"):
         longrope.search_run(rope_run, 64, SearchConfig(population=4, generations=1, mutations=2, crossovers=2,
                                                        parents=2, mutation_prob=0.5),
@@ -194,6 +199,25 @@ def test_search_rerun_into_an_out_of_another_target_refuses(rope_run, tmp_path):
                                                             parents=2), out=str(tmp_path), short_generations=1,
                                  progress=False)
     assert [h["generation"] for h in longer["stage1_shared"]["history"]] == [0, 1, 2]
+
+
+def test_an_individual_with_non_finite_scores_loses_and_the_search_goes_on(rope_run, tmp_path, monkeypatch):
+    """An individual whose NLLs are not finite (`Evaluator.nll` raises) gets an infinite perplexity instead of
+    ending the search (which, resumed, would draw the same individual and end again)."""
+    calls, real = [], Evaluator.nll
+
+    def nll(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise FloatingPointError("non-finite")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Evaluator, "nll", nll)
+    cfg = SearchConfig(population=4, generations=1, mutations=2, crossovers=2, parents=2)
+    result = longrope.search_run(rope_run, 64, cfg, out=str(tmp_path), short_generations=1, progress=False)
+    state = json.loads((tmp_path / "stage1_shared.json").read_text())
+    assert result["evaluations"] == len(calls) and math.isfinite(result["stage1_shared"]["ppl"])
+    assert state["history"][0]["mean"] == math.inf  # the second of the first population scored inf
 
 
 def test_factors_file_errors_name_the_field_and_file(tmp_path):

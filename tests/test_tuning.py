@@ -22,7 +22,7 @@ def test_points_are_seeded_inside_the_space_with_the_default_first(rule):
     if space:
         assert points != tuning.sample_points(rule, s, 50, seed=4)
     for p in points[1:]:
-        assert set(p) - {"dynamic"} == set(space)
+        assert set(p) - {"dynamic"} - ({"factor"} if rule == "yarn" else set()) == set(space)
         for field, (lo, hi, _) in space.items():
             assert lo <= p[field] <= hi
     for p in points:  # every point is a valid scaling of the rule's kind
@@ -116,9 +116,45 @@ def test_selection_skips_failed_points_keeps_the_earlier_of_ties_and_fails_when_
         tuning.tune("w", "ntk", 1024, 5, str(tmp_path), num_bytes=1000, progress=False)
 
 
+@pytest.mark.parametrize("rule", ["linear", "ntk", "yarn"])
+def test_a_static_rule_s_points_keep_their_factor_at_every_length(rule):
+    """A tuned static point is one scaling at every test length: the target's s = 4, not L / L0."""
+    for p in tuning.sample_points(rule, 4.0, 20, seed=1):
+        factors = {sweep.eval_scaling(_FakeRun(), p, tuning.kind_of(rule), n).factor for n in (512, 1024, 4096)}
+        assert factors == {p["factor"]} and (rule != "yarn" or p["factor"] == 4.0)
+
+
 def test_budget_from_a_longrope_result(tmp_path):
-    (tmp_path / "a.json").write_text(json.dumps({"evaluations": 180}))
+    (tmp_path / "a.json").write_text(json.dumps({"evaluations": 180, "bytes_per_evaluation": {"1024": 4096}}))
     assert tuning.longrope_evaluations(tmp_path / "a.json") == 180
+    assert tuning.longrope_bytes(tmp_path / "a.json", 1024) == 4096
+    with pytest.raises(ValueError, match="no bytes per evaluation at 2048.*give --num_bytes"):
+        tuning.longrope_bytes(tmp_path / "a.json", 2048)
     (tmp_path / "b.json").write_text(json.dumps({"factor": 4.0}))
     with pytest.raises(ValueError, match="no 'evaluations' count"):
         tuning.longrope_evaluations(tmp_path / "b.json")
+
+
+def test_script_takes_budget_and_bytes_per_evaluation_from_the_search(trained_run, tmp_path):
+    """scripts/tune_scaling.py with --longrope: the search's evaluation count is the budget and its bytes per
+    evaluation at the target are each evaluation's; a file without them at the target is a usage error."""
+    import pathlib  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    search = tmp_path / "longrope.json"
+    search.write_text(json.dumps({"target_len": 64, "evaluations": 2, "bytes_per_evaluation": {"64": 192, "32": 96}}))
+
+    def script(*flags):
+        return subprocess.run([sys.executable, "scripts/tune_scaling.py", f"--workdir={trained_run}", "--target_len=64",
+                               "--rules=linear", f"--longrope={search}", f"--out={tmp_path / 'out'}", *flags], cwd=root,
+                              capture_output=True, text=True, timeout=600)
+
+    done = script()
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "out" / "linear_64.json").read_text())
+    assert result["evaluations"] == 2 and result["selection"]["num_bytes"] == 192
+    search.write_text(json.dumps({"target_len": 128, "evaluations": 2}))
+    bad = script()
+    assert bad.returncode != 0 and "no bytes per evaluation at 64" in bad.stderr and "--num_bytes" in bad.stderr
