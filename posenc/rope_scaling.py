@@ -98,7 +98,10 @@ class RopeScaling:
       short_factor, long_factor: LongRoPE rescale factors λ_i, `[d/2]` or per layer `[num_layers, d/2]`.
       low_freq_factor, high_freq_factor: Llama 3.1 band edges (defaults 1 and 4).
       unscaled_positions: LongRoPE's n̂: positions below it keep the unscaled θ_i (the initial tokens
-        are not interpolated, LongRoPE §3.2); applied by `apply_rope(..., original_inv_freq=…)`.
+        are not interpolated, LongRoPE §3.2); applied by `apply_rope(..., original_inv_freq=…)`. The
+        attention factor still multiplies them, as every position: microsoft/LongRoPE's start-token path
+        (`_add_original_embeddings`) copies the original cos/sin without it, but that path does not run as
+        published, and Hugging Face's Phi-3 LongRoPE has no n̂.
     """
 
     kind: str = "none"
