@@ -75,15 +75,23 @@ def _abstract_model(cfg: ModelConfig):
     return nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
 
 
-def init_params(cfg: ModelConfig, seed: int):
+def init_params(cfg: ModelConfig, seed: int, shardings=None):
     """Initial parameters, with the whole initialisation compiled as one program (eager NNX init would
-    compile dozens of tiny ones), traced once per config in a process (the seed is an argument)."""
-    return _init_fn(cfg)(seed)
+    compile dozens of tiny ones), traced once per config in a process (the seed is an argument). `shardings`:
+    a pytree of the parameters' shardings, which the program writes its outputs in (FSDP: no device holds
+    the whole model), or None (the default device)."""
+    if shardings is None:
+        return _init_fn(cfg)(seed)
+    return jax.jit(_init_state(cfg), out_shardings=shardings)(seed)
+
+
+def _init_state(cfg: ModelConfig):
+    return lambda seed: nnx.state(Transformer(cfg, rngs=nnx.Rngs(jax.random.key(seed))))
 
 
 @functools.lru_cache(maxsize=16)
 def _init_fn(cfg: ModelConfig):
-    return jax.jit(lambda seed: nnx.state(Transformer(cfg, rngs=nnx.Rngs(jax.random.key(seed)))))
+    return jax.jit(_init_state(cfg))
 
 
 class CorruptCheckpointError(ValueError):

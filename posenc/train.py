@@ -381,6 +381,10 @@ def _restore_or_init(workdir: pathlib.Path, mngr, cfg, config, tx, abstract_para
     targets = (sharding.tree_shardings(mesh, abstract_params), sharding.tree_shardings(mesh, abstract_opt))
     start, params, opt_state, skipped = checkpoint.restore_latest_good(mngr, abstract_params, abstract_opt,
                                                                        shardings=targets)
+    if skipped and jax.process_count() > 1:  # no process is still reading a checkpoint when one is moved
+        from jax.experimental import multihost_utils  # noqa: PLC0415
+
+        multihost_utils.sync_global_devices("posenc: checkpoints verified")
     if skipped and jax.process_index() == 0:
         aside = workdir / "corrupt_checkpoints"
         aside.mkdir(exist_ok=True)
@@ -398,10 +402,11 @@ def _restore_or_init(workdir: pathlib.Path, mngr, cfg, config, tx, abstract_para
     if start is not None:
         tqdm.write(f"resuming {workdir} from step {start}")
         return start, params, opt_state, mngr, None
-    params, init = checkpoint.init_params(cfg, config.seed), None
+    # initialised straight into the mesh's layout: sharded parameters never exist whole on one device
+    params, init = checkpoint.init_params(cfg, config.seed, shardings=targets[0]), None
     if config.init_from:
         params, init = _init_from(config.init_from, cfg, params)
-    return 0, params, _jit(tx.init)(params), mngr, init
+    return 0, params, jax.jit(tx.init, out_shardings=targets[1])(params), mngr, init
 
 
 def fsdp_size(config: ml_collections.ConfigDict) -> int:
@@ -509,8 +514,9 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
 
     from tensorboardX import SummaryWriter  # noqa: PLC0415  (import cost only when training)
 
-    writer = SummaryWriter(str(workdir_path / "tensorboard"), purge_step=start + 1)  # drops what followed the
-    # checkpoint, and at step 0 the events of an attempt that wrote none
+    # the main process's events only (another's file would purge its steps); purge_step drops what followed
+    # the checkpoint, and at step 0 the events of an attempt that wrote none
+    writer = SummaryWriter(str(workdir_path / "tensorboard"), purge_step=start + 1) if is_main else None
     tokens_per_step = config.batch_size * config.train_len
     timed_tokens, timed_seconds = 0, 0.0
     last: dict[str, float] = {}
@@ -578,7 +584,8 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
                     break
     finally:
         bar.close()
-        writer.close()
+        if writer is not None:
+            writer.close()
         mngr.wait_until_finished()
         mngr.close()
     return last

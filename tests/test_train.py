@@ -375,20 +375,23 @@ def test_two_processes_give_the_same_losses_as_one(tmp_path, cache_dir, trained_
 
 def test_fsdp_gives_one_devices_losses_and_checkpoints_move_between_meshes(tiny_config, tmp_path, cache_dir,
                                                                             trained_run):
-    """4 simulated devices: FSDP over all 4 ends with one device's losses; a run stopped half-way on a
-    (2 data x 2 fsdp) mesh — data parallelism, its batch split over 2 devices — resumes on one device to the
-    same losses."""
+    """4 simulated devices: FSDP over all 4, and data parallelism alone over all 4, each end with one device's
+    losses; a run stopped half-way on a (2 data x 2 fsdp) mesh — data parallelism, its batch split over 2
+    devices — resumes on one device to the same losses. A fresh FSDP run's parameters and optimizer state are
+    initialised in their sharded layout."""
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
     base = ["--config=configs/default.py:tiny", f"--config.data.cache_dir={cache_dir}"]
     fsdp = run_script([*base, "--config.mesh.fsdp=4", f"--workdir={tmp_path / 'fsdp'}"], env=env)
+    data_parallel = run_script([*base, "--config.mesh.fsdp=1", f"--workdir={tmp_path / 'dp'}"], env=env)
     half = run_script([*base, "--config.mesh.fsdp=2", "--config.train_steps=4", "--config.schedule_steps=8",
                        f"--workdir={tmp_path / 'moved'}"], env=env)
-    assert fsdp.returncode == 0 and half.returncode == 0, (fsdp.stderr[-2000:], half.stderr[-2000:])
+    assert fsdp.returncode == data_parallel.returncode == half.returncode == 0, (
+        fsdp.stderr[-2000:], data_parallel.stderr[-2000:], half.stderr[-2000:])
     train.train_and_evaluate(tiny_config("tiny", schedule_steps=8), str(tmp_path / "moved"))  # 1 device here
-    one, sharded, moved = (losses(w) for w in (trained_run, tmp_path / "fsdp", tmp_path / "moved"))
-    assert sorted(one) == sorted(sharded) == sorted(moved) == list(range(1, 9))
-    np.testing.assert_allclose([sharded[s] for s in one], [one[s] for s in one], rtol=1e-5)
-    np.testing.assert_allclose([moved[s] for s in one], [one[s] for s in one], rtol=1e-5)
+    one, sharded, dp, moved = (losses(w) for w in (trained_run, tmp_path / "fsdp", tmp_path / "dp", tmp_path / "moved"))
+    assert sorted(one) == sorted(sharded) == sorted(dp) == sorted(moved) == list(range(1, 9))
+    for other in (sharded, dp, moved):
+        np.testing.assert_allclose([other[s] for s in one], [one[s] for s in one], rtol=1e-5)
     assert checkpoint.restore_params(tmp_path / "fsdp")[4] == 8  # evaluation on one device loads the FSDP run
     probe = subprocess.run([sys.executable, "-c", (
         "import jax; from posenc import checkpoint, sharding; from posenc.config import validate; "
@@ -396,9 +399,16 @@ def test_fsdp_gives_one_devices_losses_and_checkpoints_move_between_meshes(tiny_
         "cfg = validate(load_config_file('configs/default.py', 'tiny')); "
         "_, params = checkpoint.abstract_model(cfg); mesh = sharding.make_mesh(jax.devices(), 4); "
         "specs = [s.spec for s in jax.tree.leaves(sharding.tree_shardings(mesh, params))]; "
-        "print(sum('fsdp' in tuple(s) for s in specs), len(specs))")],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env}, timeout=300)
-    split, total = map(int, probe.stdout.split())
-    assert split == total > 0  # every weight matrix, embedding and norm scale of the tiny model is split
+        "print(sum('fsdp' in tuple(s) for s in specs), len(specs)); "
+        "import pathlib, sys; from posenc import train; config = load_config_file('configs/default.py', 'tiny'); "
+        "tx, _ = train.make_optimizer(config); w = pathlib.Path(sys.argv[1]); "
+        "_, p, o, _, _ = train._restore_or_init(w, checkpoint.manager(w), cfg, config, tx, params, mesh); "
+        "want = [sharding.tree_shardings(mesh, params), sharding.tree_shardings(mesh, jax.eval_shape(tx.init, params))]; "
+        "print(all(a.sharding == b for t, s in zip((p, o), want) for a, b in zip(jax.tree.leaves(t), jax.tree.leaves(s))))"),
+        str(tmp_path / "fresh")], cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env}, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    split, total, initialised = probe.stdout.split()[-3:]
+    assert int(split) == int(total) > 0  # every weight matrix, embedding and norm scale of the tiny model is split
+    assert initialised == "True"  # fresh parameters and Adam moments come out of their program sharded
     with pytest.raises(ValueError, match="config.mesh.fsdp must be a positive integer dividing the 1 devices"):
         train.train_and_evaluate(tiny_config("tiny", **{"mesh.fsdp": 3}), str(tmp_path / "bad"))
