@@ -211,6 +211,9 @@ def implementation(requested: str, *, aligned: bool, has_bias: bool, plain: bool
     if requested == "auto":
         on_gpu = (backend or jax.default_backend()) == "gpu"
         return "cudnn" if on_gpu and fused_ok else "posenc"
+    if why is None and requested == "cudnn" and not fused_ok:
+        why = (f"dtype {jnp.dtype(dtype).name} with head_dim {head_dim} under cuDNN (it takes bfloat16 or float16 "
+               "activations and a head_dim ≤ 128 that is a multiple of 8)")
     if why is not None:
         raise ValueError(f"model.attn_impl={requested!r}: jax.nn.dot_product_attention does not apply to {why}; "
                          "use 'auto' or 'posenc'")
@@ -316,7 +319,9 @@ def _tiled_attend(q, q_pos, keys, pos_tiles, block, bias_fn, window=None, near_f
             return jax.lax.switch(branch, (lambda c: c, update, lambda c: update(c, masked=False)), carry), None
         return jax.lax.cond(jnp.any(live), update, lambda c: c, carry), None
 
-    init = (jnp.full((b, n, tq, 1), _MASKED, acc), jnp.zeros((b, n, tq, 1), acc), jnp.zeros((b, n, tq, h), acc))
+    # the running max starts above a masked score (_MASKED / 2): a tile whose keys a query may not see then adds
+    # exp(_MASKED / 2) = 0 for it, where a start at _MASKED would count each masked key as exp(0) = 1
+    init = (jnp.full((b, n, tq, 1), _MASKED / 2, acc), jnp.zeros((b, n, tq, 1), acc), jnp.zeros((b, n, tq, h), acc))
     tiles = (jnp.arange(pos_tiles[0].shape[0]),) + tuple(pos_tiles)
     (_, l, o), _ = jax.lax.scan(body, init, tiles)
     # a query that sees no key at all (only possible with a method's mask emptying its row) gets 0, not 0 / 0

@@ -278,6 +278,11 @@ def test_one_place_chooses_the_fused_kernel():
         attention_mod.implementation("xla", aligned=True, has_bias=True, plain=True, dtype=jnp.bfloat16, head_dim=64)
     with pytest.raises(ValueError, match="attn_impl must be one of"):
         choose("flash")
+    with pytest.raises(ValueError, match="attn_impl='cudnn'.*float32 with head_dim 64"):  # cuDNN's limits, said first
+        choose("cudnn", dtype=jnp.float32)
+    with pytest.raises(ValueError, match="attn_impl='cudnn'.*bfloat16 with head_dim 256"):
+        choose("cudnn", head_dim=256)
+    assert choose("cudnn") == "cudnn" and choose("xla", dtype=jnp.float32, head_dim=256) == "xla"
 
 
 @pytest.mark.parametrize("kw", [{}, {"num_kv_heads": 1}, {"attn_window": 5}])
@@ -336,6 +341,14 @@ def test_key_tiles_give_a_query_that_sees_no_key_zero_not_nan():
     q, k, v = qkv(t=12)
     out = attention(q[:, :4], k, v, jnp.arange(4)[None], jnp.arange(100, 112)[None], chunk_size=2, key_block=4)
     assert np.isfinite(np.asarray(out)).all() and np.abs(np.asarray(out)).max() == 0.0
+    # a chunk some of whose queries see keys in a tile: the queries that see none still get 0 (not the mean of
+    # the tile's values), and the others their exact attention
+    q, k, v = qkv(t=8)
+    k_pos = jnp.asarray([[2, 50, 51, 52, 53, 54, 55, 56]])
+    out = np.asarray(attention(q[:, :6], k, v, jnp.arange(6)[None], k_pos, chunk_size=4, key_block=4))
+    assert np.abs(out[:, :2]).max() == 0.0  # queries 0 and 1 come before every key
+    np.testing.assert_allclose(out[:, 2:], np.asarray(attention(q[:, 2:6], k, v, jnp.arange(2, 6)[None], k_pos)),
+                               atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
