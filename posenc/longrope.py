@@ -154,7 +154,7 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
         except json.JSONDecodeError as e:
             raise ValueError(f"search state {state_path} is not valid JSON ({e}); remove it to restart that "
                              "stage") from None
-        saved = state.get("meta", {})
+        saved = {**_META_DEFAULTS, **state.get("meta", {})}  # a state saved before a key was recorded had its default
         differ = {k: (saved.get(k), v) for k, v in (meta or {}).items() if saved.get(k) != v}
         if differ:
             raise ValueError(f"{state_path.parent} holds another search ({state_path.name}): "
@@ -206,6 +206,9 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
     bar.close()
     best = int(np.argmin(scores))
     return population[best], scores[best], history
+
+
+_META_DEFAULTS = {"per_layer": False, "hf_model": False, "text": None}
 
 
 def _save(path, population, scores, history, rng, generation, meta=None):

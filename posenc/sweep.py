@@ -296,13 +296,18 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
         record = {"name": name, "point": point, "mode": "eval", "run": workdir, "step": run.step, "scaling": scaling,
                   "split": split, "num_bytes": nb, "train_len": run.train_len, "status": "running"}
         try:  # one failing point must not stop the sweep
-            record, todo = _record(_read(path), point_key, lengths, record,
-                                   lambda n, point=point: eval_scaling(run, point, scaling, n))
+            point_method = eval_method(point, method)
+
+            def scaling_at(n, point=point, point_method=point_method):
+                """The point's scaling at length n (under a bounded method, at the longest distance it sees)."""
+                return eval_scaling(run, point, scaling, ev.resolve(point_method, n).scaling_length(n))
+
+            record, todo = _record(_read(path), point_key, lengths, record, scaling_at)
             if not todo:
                 records.append(record)
                 continue
-            record.update(_bpb_rows(ev, stream, todo, nb, lambda n: eval_scaling(run, point, scaling, n),
-                                    eval_method(point, method), counts if hf_model else None), status="done")
+            record.update(_bpb_rows(ev, stream, todo, nb, scaling_at, point_method, counts if hf_model else None),
+                          status="done")
         except Exception as e:  # noqa: BLE001
             record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-2000:])
         _write(path, record)

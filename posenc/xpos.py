@@ -105,8 +105,9 @@ class XPos(Rope):
                 f"posenc='xpos': positions up to {seq_len - 1} lie up to {max(seq_len - 1 - center, center)} from its "
                 f"centre {center} (max_len // 2), past {limit:.0f} (≈ 55.1 · model.xpos.scale_base = "
                 f"{self.scale_base:g}), where ζ^(±(p − c)/γ) leaves [1e-30, 1e30] and, by ≈ 70.8 · γ, float32 (scores "
-                f"become inf or NaN); use sequences "
-                f"of at most {int(center + limit) + 1} tokens or a larger model.xpos.scale_base")
+                f"become inf or NaN); " + (f"use sequences of at most {int(center + limit) + 1} tokens or a larger "
+                                          "model.xpos.scale_base" if center <= limit else
+                                          "use a larger model.xpos.scale_base or a smaller model.max_len"))
         return super().context(positions, seq_len, rope)
 
     def rotate(self, x, positions, ctx, layer: int, role: str):

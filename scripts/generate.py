@@ -47,7 +47,6 @@ def main(argv):
     else:
         prompt = np.asarray(run.tokenizer.encode(_PROMPT.value, add_special_tokens=False).ids, np.int32)[None]
     total = prompt.shape[1] + _MAX_NEW.value
-    scaling = scaling_for(run, _SCALING.value, total, _FACTOR.value, _LONGROPE.value)
     method = None
     if _METHOD.value:
         try:
@@ -56,6 +55,9 @@ def main(argv):
             method = method.resolve(run.base_len, total)
         except ValueError as e:
             raise app.UsageError(f"--method={_METHOD.value}: {e}") from None
+    # under a bounded method, at the longest distance attention sees (as the evaluation)
+    scaling = scaling_for(run, _SCALING.value, total if method is None else method.scaling_length(total), _FACTOR.value,
+                          _LONGROPE.value)
     out = decode.generate(run.graphdef, run.params, prompt, _MAX_NEW.value, temperature=_TEMPERATURE.value,
                           top_k=_TOP_K.value, seed=_SEED.value, scaling=scaling, cache_size=_CACHE.value,
                           method=method)

