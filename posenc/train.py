@@ -402,11 +402,13 @@ def _restore_or_init(workdir: pathlib.Path, mngr, cfg, config, tx, abstract_para
     if start is not None:
         tqdm.write(f"resuming {workdir} from step {start}")
         return start, params, opt_state, mngr, None
-    # initialised straight into the mesh's layout: sharded parameters never exist whole on one device
-    params, init = checkpoint.init_params(cfg, config.seed, shardings=targets[0]), None
+    # on a mesh, initialised straight into its layout: sharded parameters never exist whole on one device
+    on_mesh = mesh.size > 1
+    params, init = checkpoint.init_params(cfg, config.seed, shardings=targets[0] if on_mesh else None), None
     if config.init_from:
         params, init = _init_from(config.init_from, cfg, params)
-    return 0, params, jax.jit(tx.init, out_shardings=targets[1])(params), mngr, init
+    opt_init = jax.jit(tx.init, out_shardings=targets[1]) if on_mesh else _jit(tx.init)
+    return 0, params, opt_init(params), mngr, init
 
 
 def fsdp_size(config: ml_collections.ConfigDict) -> int:
