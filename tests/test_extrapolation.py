@@ -1,0 +1,35 @@
+"""The extrapolation study's report (experiments/extrapolation/report.py) over the committed results."""
+
+import importlib.util
+import pathlib
+import shutil
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("extrapolation_report", ROOT / "experiments/extrapolation/report.py")
+report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(report)
+
+
+def _claims(text: str) -> list[list[str]]:
+    """The claims table's rows as cells (claim, source, measured, verdict, why, evidence)."""
+    rows = [line for line in text.split("## Claims", 1)[1].splitlines() if line.startswith("| ")][1:]
+    return [[c.strip() for c in row.strip("|").split(" | ")] for row in rows if not row.startswith("|---")]
+
+
+def test_committed_report_is_rendered_from_the_results_and_inconclusive_verdicts_are_weak(tmp_path):
+    """The committed README is what the report renders from the committed results (a copy: the report writes its
+    figures next to them), and every inconclusive verdict is rated weak, whatever its conditions' margins."""
+    here = tmp_path / "extrapolation"
+    shutil.copytree(ROOT / "experiments/extrapolation/results", here / "results")
+    shutil.copytree(ROOT / "experiments/longrope/results", tmp_path / "longrope" / "results")
+    (tmp_path / "quickstart").mkdir()
+    shutil.copy(ROOT / "experiments/quickstart/results.json", tmp_path / "quickstart")
+    text = report.write_report(here)
+    assert text == (ROOT / "experiments/extrapolation/README.md").read_text()
+    claims = _claims(text)
+    assert len(claims) >= 8 and all(len(c) == 6 for c in claims)
+    verdicts = {c[3] for c in claims}
+    assert "inconclusive" in verdicts and "reproduced" in verdicts
+    for claim in claims:
+        if claim[3] == "inconclusive" and claim[5] != "none":
+            assert claim[5].startswith("**weak** (inconclusive; "), claim
