@@ -28,6 +28,21 @@ def test_student_quantiles():
     assert abs(np.mean(np.abs(t) < verdicts.T80[2]) - 0.80) < 0.003
 
 
+def test_student_quantiles_at_every_tabled_df_match_the_t_distribution():
+    """Each tabled quantile, to its 3 decimals, solves F_df(t) = 0.975 or 0.9 for Student's t CDF in float64-exact
+    arithmetic, F(t) = 1 − I_{df / (df + t²)}(df / 2, 1 / 2) / 2 (the regularized incomplete beta, mpmath)."""
+    import mpmath  # noqa: PLC0415
+
+    def quantile(df, p):
+        cdf = lambda t: 1 - mpmath.betainc(df / 2, 0.5, 0, df / (df + t * t), regularized=True) / 2  # noqa: E731
+        return float(mpmath.findroot(lambda t: cdf(t) - p, 2.0))
+
+    assert set(verdicts.T95) == set(verdicts.T80) == set(range(1, 10))
+    for df in range(1, 10):
+        assert abs(verdicts.T95[df] - quantile(df, 0.975)) < 5e-4, df
+        assert abs(verdicts.T80[df] - quantile(df, 0.9)) < 5e-4, df
+
+
 def test_evidence_rests_on_the_weakest_hold_or_the_firmest_failure():
     held = verdicts.evidence({"a": (True, [1.0, 1.1, 0.9]), "b": (True, [0.1, 0.2, 0.3])})
     assert held.startswith("**moderate**") and "a holds by" in held and "b holds by" in held
