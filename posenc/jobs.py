@@ -44,9 +44,13 @@ def write_atomic(path: pathlib.Path, text: str) -> None:
 
 
 def write_bytes_atomic(path: pathlib.Path, data: bytes) -> None:
-    """write_atomic for bytes."""
+    """write_atomic for bytes; the data reach the disk before the rename (after a crash, the new name never
+    holds an empty file)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

@@ -149,17 +149,7 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
     """
     state_path = pathlib.Path(state_path) if state_path else None
     if state_path and state_path.exists():
-        try:
-            state = json.loads(state_path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"search state {state_path} is not valid JSON ({e}); remove it to restart that "
-                             "stage") from None
-        saved = {**_META_DEFAULTS, **state.get("meta", {})}  # a state saved before a key was recorded had its default
-        differ = {k: (saved.get(k), v) for k, v in (meta or {}).items() if saved.get(k) != v}
-        if differ:
-            raise ValueError(f"{state_path.parent} holds another search ({state_path.name}): "
-                             + "; ".join(f"{k}={a!r} there, {b!r} now" for k, (a, b) in differ.items())
-                             + ". Use another --out, or the same settings to resume it.")
+        state = _saved_state(state_path, meta)
         population = [Individual.from_json(d) for d in state["population"]]
         scores = list(state["scores"])
         history = state["history"]
@@ -209,6 +199,23 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
 
 
 _META_DEFAULTS = {"per_layer": False, "hf_model": False, "text": None}
+
+
+def _saved_state(state_path: pathlib.Path, meta: dict | None) -> dict:
+    """The search state saved at `state_path`, refused (ValueError naming each setting) when its meta differs from
+    `meta` in any of `meta`'s keys."""
+    try:
+        state = json.loads(state_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"search state {state_path} is not valid JSON ({e}); remove it to restart that "
+                         "stage") from None
+    saved = {**_META_DEFAULTS, **state.get("meta", {})}  # a state saved before a key was recorded had its default
+    differ = {k: (saved.get(k), v) for k, v in (meta or {}).items() if saved.get(k) != v}
+    if differ:
+        raise ValueError(f"{state_path.parent} holds another search ({state_path.name}): "
+                         + "; ".join(f"{k}={a!r} there, {b!r} now" for k, (a, b) in differ.items())
+                         + ". Use another --out, or the same settings to resume it.")
+    return state
 
 
 def _save(path, population, scores, history, rng, generation, meta=None):
@@ -281,9 +288,16 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
             "num_bytes": num_bytes, "per_layer": per_layer, "hf_model": hf_model, "text": text,
             # and every search setting but the generations, which a rerun may extend
             **{k: v for k, v in json.loads(json.dumps(dataclasses.asdict(cfg))).items() if k != "generations"}}
+    # stage 1's shared search is the same with or without `per_layer` (a per-layer search may resume a shared
+    # one's); the per-layer stage and stage 2, whose factors take its shape, record it
+    shared_meta = {k: v for k, v in meta.items() if k != "per_layer"}
+    stage_meta = {"stage1_shared.json": shared_meta, "stage1_per_layer.json": meta, "stage2_short.json": meta}
+    for name, m in stage_meta.items():  # every saved stage checked before any is run
+        if (out_dir / name).exists():
+            _saved_state(out_dir / name, m)
     seeds = [Individual(f, 0) for f in seed_factors(cfg_model.rotary_dim, cfg_model.rope_base, s, orig).values()]
     best, best_ppl, history = search(make_fitness(target_len), seeds, cfg, bound,
-                                     out_dir / "stage1_shared.json", "stage 1 (shared)", progress, meta)
+                                     out_dir / "stage1_shared.json", "stage 1 (shared)", progress, shared_meta)
     result = {"target_len": target_len, "factor": s, "original_max_len": orig, "attention_factor": af,
               "bytes_per_evaluation": {str(n): num_bytes or 4 * n for n in (target_len, orig)},
               "stage1_shared": {"ppl": best_ppl, "history": history}}

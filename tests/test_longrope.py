@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -194,6 +195,14 @@ def test_search_rerun_into_an_out_of_another_target_refuses(rope_run, tmp_path):
         longrope.search_run(rope_run, 64, SearchConfig(population=4, generations=1, mutations=2, crossovers=2,
                                                        parents=2, mutation_prob=0.5),
                             out=str(tmp_path), short_generations=1, progress=False)
+    # a per-layer search in another --out resumes the shared stage 1 copied from this one (experiments/longrope)
+    layer_out = tmp_path / "per_layer"
+    layer_out.mkdir()
+    shutil.copy(tmp_path / "stage1_shared.json", layer_out)
+    layered = longrope.search_run(rope_run, 64, cfg, per_layer=True, out=str(layer_out), short_generations=1,
+                                  progress=False)
+    assert layered["stage1_shared"]["history"] == json.loads((tmp_path / "longrope.json").read_text())[
+        "stage1_shared"]["history"] and layered["per_layer"]
     # more generations are the same search, resumed
     longer = longrope.search_run(rope_run, 64, SearchConfig(population=4, generations=2, mutations=2, crossovers=2,
                                                             parents=2), out=str(tmp_path), short_generations=1,

@@ -16,7 +16,7 @@ import time
 from absl import app, flags, logging
 
 from posenc import evaluate as ev
-from posenc import malloc
+from posenc import jobs, malloc
 from posenc import tuning
 from posenc.longrope import SearchConfig, search_run
 
@@ -51,15 +51,21 @@ def main(argv):
                 src = pathlib.Path(_ROOT.value) / f"shared_{target}" / "stage1_shared.json"
                 if src.exists() and not (out / "stage1_shared.json").exists():
                     shutil.copy(src, out / "stage1_shared.json")
-            if not (out / "longrope.json").exists():
-                t0 = time.time()
-                search_run(_WORKDIR.value, target, cfg, per_layer=variant == "per_layer", out=str(out),
-                           short_generations=max(1, _GENS.value // 2))
+            fresh = not (out / "longrope.json").exists()
+            t0 = time.time()
+            # every time: a finished search resumes to its result, or refuses other settings, or runs on to more
+            # --generations
+            search_run(_WORKDIR.value, target, cfg, per_layer=variant == "per_layer", out=str(out),
+                       short_generations=max(1, _GENS.value // 2))
+            if fresh:
                 timing[f"search/{variant}_{target}"] = time.time() - t0
-                timing_path.write_text(json.dumps(timing, indent=1))
+                jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
             files[variant] = out / "longrope.json"
             result = json.loads(files[variant].read_text())
-            shutil.copy(files[variant], results_dir / f"longrope_{variant}_{target}.json")
+            kept = results_dir / f"longrope_{variant}_{target}.json"  # the factors results/ was scored with
+            if kept.exists() and kept.read_text() != files[variant].read_text():
+                (results_dir / f"eval_{target}.json").unlink(missing_ok=True)  # the search changed: score it again
+            jobs.write_atomic(kept, files[variant].read_text())
             rows.append({"target": target, "variant": variant, "search_val_ppl": result["stage1_per_layer" if variant == "per_layer" else "stage1_shared"]["ppl"]})
         cache = results_dir / f"eval_{target}.json"
         if not cache.exists():
@@ -81,7 +87,7 @@ def main(argv):
                         if r["protocol"] == "nonoverlap":
                             r["scaling"] = f"longrope_{variant}"
                             out_rows.append(r)
-            cache.write_text(json.dumps(out_rows))
+            jobs.write_atomic(cache, json.dumps(out_rows))
         budget = tuning.longrope_evaluations(files["per_layer"])  # every evaluation the per-layer result cost
         for rule in RULES:
             out = results_dir / f"tuned_{rule}_{target}.json"
@@ -91,8 +97,8 @@ def main(argv):
                             num_bytes=4 * target, test_lengths=[256], test_num_bytes=_NUM_BYTES.value,
                             budget_source=f"the per-layer LongRoPE search at {target}")
                 timing[f"tune/{rule}_{target}"] = time.time() - t0
-                timing_path.write_text(json.dumps(timing, indent=1))
-                shutil.copy(pathlib.Path(_ROOT.value) / "tuned" / f"{rule}_{target}.json", out)
+                jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
+                jobs.write_atomic(out, (pathlib.Path(_ROOT.value) / "tuned" / f"{rule}_{target}.json").read_text())
     write_report(rows, timing)
 
 
