@@ -78,12 +78,14 @@ def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_p
     eval_s sums every part's own seconds."""
     job = next(j for j in run.plan([0]) if j.name == "passkey-rope-s0")
     calls = []
+    CURVE = '{"step": 1, "train_loss": 1.0}\n{"step": 1, "val_loss": 0.5, "val_accuracy": 1.0}\n'
 
     def fake_train(config, workdir):
         pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
         (pathlib.Path(workdir) / "config.json").write_text('{"batch_size": 2, "train_len": 8}')
-        (pathlib.Path(workdir) / "metrics.jsonl").write_text('{"step": 1, "train_loss": 1.0}\n')
-        return {"step": 1}
+        (pathlib.Path(workdir) / "metrics.jsonl").write_text(CURVE)
+        calls.append("train")
+        return {}  # what train_and_evaluate returns for a run that finished in an earlier sitting
 
     def fake_eval(workdir, scalings, methods=("none",), **kw):
         key = f"{','.join(scalings)}|{','.join(methods)}"
@@ -101,9 +103,11 @@ def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_p
         run.run_job(job, tmp_path / "runs", results)
     except KeyboardInterrupt:
         pass
+    calls.remove("train")
     first = list(calls)
     assert first[0] == "none|none" and first[-1] == "yarn|none"
     run.run_job(job, tmp_path / "runs", results)
+    calls.remove("train")
     assert calls[len(first):][0] == "yarn|none" and "none|none" not in calls[len(first):]  # only the rest
     out = json.loads((results / "passkey-rope-s0.json").read_text())
     scalings = [s for s in job.scalings if s != "none"]
@@ -111,7 +115,8 @@ def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_p
                                               + [f"none|{m}" for m in job.methods if m != "none"])
     assert set(out["timing"]) == {"train_s", "eval_s"} and not (results / "passkey-rope-s0.partial").exists()
     assert out["config"] == {"batch_size": 2, "train_len": 8}  # the run's own config.json, kept with its result
-    assert "curve" not in out and jobs.result_curve(out) == [{"step": 1, "train_loss": 1.0}]  # its metrics, packed
+    assert "curve" not in out and jobs.result_curve(out) == [json.loads(x) for x in CURVE.splitlines()]  # packed
+    assert out["final_metrics"] == {"step": 1, "val_loss": 0.5, "val_accuracy": 1.0}  # the curve's, not the sitting's
     assert out["params_sha256"] == "sha of passkey-rope-s0" and "init_sha256" not in out  # not a fine-tune
     # the plain grid's examples differ from the coarse parts': kept per part, never the first part's for all
     assert out["lengths"] == list(run.PASSKEY_LENGTHS) and "examples" not in out
@@ -127,6 +132,14 @@ def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_p
     monkeypatch.setattr(run, "DEPTHS", (0.0, 1.0))
     run.run_job(job, tmp_path / "runs", results)
     assert calls.count("none|none") == 2  # evaluated again under the new settings
+
+    # a fine-tune whose base run no longer holds the parameters its result was scored with refuses before training
+    ft = next(j for j in run.plan([0]) if j.name == "passkey-rope-s0-ftpi4x")
+    (results / "passkey-rope-s0.json").write_text(json.dumps({**out, "params_sha256": "sha of another run"}))
+    calls.clear()
+    with pytest.raises(ValueError, match="its base .*passkey-rope-s0 holds parameters sha of passk…, not the sha of anoth…"):
+        run.run_job(ft, tmp_path / "runs", results)
+    assert calls == []
 
 
 def test_a_pilot_is_recorded_beside_the_others_and_rendered_with_its_cpu(tmp_path):

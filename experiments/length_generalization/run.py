@@ -191,8 +191,15 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     """Trains `job` (resuming), evaluates it (resuming by part) and writes results/<name>.json atomically,
     with its training curve, CPU, threads and its training and evaluation seconds."""
     config = job_config(job, runs)
+    base = results / f"{job.init_from}.json" if job.init_from else None
+    if base and base.exists() and not (runs / job.name).exists():  # checked before a fine-tune's training starts
+        want, have = json.loads(base.read_text())["params_sha256"], params_sha256(runs / job.init_from)
+        if have != want:
+            raise ValueError(f"{job.name}: its base {runs / job.init_from} holds parameters {have[:12]}…, not the "
+                             f"{want[:12]}… its result {base} was scored with: restore that run, or remove its result "
+                             "to train and score it again")
     start = time.time()
-    final = train_and_evaluate(config, str(runs / job.name))
+    train_and_evaluate(config, str(runs / job.name))
     trained = time.time() - start
     workdir = [str(runs / job.name)]
     partial_path = results / f"{job.name}.partial"  # parts evaluated so far (an interrupted job keeps them)
@@ -224,15 +231,19 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     done, seconds = jobs.run_parts(partial_path, parts, jobs.stamp(sha, settings))
     result = merge_parts(done)
     result["job"] = dataclasses.asdict(job)
-    result["final_metrics"] = final
     result["params_sha256"] = sha
     init = checkpoint.read_run_info(runs / job.name).get("init_from")
     if job.init_from and init:  # what training loaded (posenc.train records it); report.check_bases holds it
         result["init_sha256"] = init["params_sha256"]  # to the base result's params_sha256
     attach_curve(result, runs / job.name)
+    curve = jobs.result_curve(result)
+    # the last validation row of the whole run (one that finished in an earlier sitting trains no step in this one)
+    result["final_metrics"] = next(row for row in reversed(curve) if "val_loss" in row)
     result["cpu"] = cpu_model()
     result["threads"] = jobs.threads()
     result.update(device_record())
+    # train_s: this sitting's training call (about 0 for a run trained in an earlier sitting; the curve's timed_s
+    # holds every sitting's training time)
     result["timing"] = {"train_s": round(trained, 1), **jobs.parts_timing(seconds)}
     jobs.write_atomic(results / f"{job.name}.json", json.dumps(result))
     partial_path.unlink(missing_ok=True)
