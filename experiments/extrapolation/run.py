@@ -26,7 +26,7 @@ import jax
 from absl import app, flags, logging
 
 from posenc import evaluate as ev
-from posenc import malloc
+from posenc import jobs, malloc
 from posenc.train import load_config_file, train_and_evaluate
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -68,7 +68,7 @@ def main(argv):
             names.append(name)
             config = load_config_file(config_path, f"posenc={posenc},seed={seed}")
             _timed(timing, f"train/{name}", lambda c=config, n=name: train_and_evaluate(c, str(runs / n)))
-            timing_path.write_text(json.dumps(timing, indent=1))
+            jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
 
     for seed in map(int, _SEEDS.value):  # the fine-tunes of every seed's RoPE run and their two controls
         for label, kind, train_len in FINETUNES:
@@ -87,7 +87,7 @@ def main(argv):
                 config.model.rope.scaling.factor = 4.0
                 config.model.rope.scaling.original_max_len = 256
             _timed(timing, f"train/{name}", lambda c=config, n=name: train_and_evaluate(c, str(runs / n)))
-            timing_path.write_text(json.dumps(timing, indent=1))
+            jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
 
     for name in names:
         out = results / f"{name}.json"
@@ -110,12 +110,12 @@ def main(argv):
                 row["scaling"] = "interpolate"
             result["rows"] += interp["rows"]
             result["per_position"].update({k.replace("|none", "|interpolate"): v for k, v in interp["per_position"].items()})
-        out.write_text(json.dumps(result))
-        timing_path.write_text(json.dumps(timing, indent=1))
+        jobs.write_atomic(out, json.dumps(result))
+        jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
 
     timing["finetune_steps"] = _FT_STEPS.value
     timing["hardware"] = f"{platform.processor() or platform.machine()}, {jax.device_count()} JAX CPU device(s)"
-    timing_path.write_text(json.dumps(timing, indent=1))
+    jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
     from report import write_report  # noqa: PLC0415  (experiments/extrapolation/report.py)
 
     print(write_report(HERE, seeds=[int(s) for s in _SEEDS.value]))

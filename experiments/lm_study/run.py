@@ -379,7 +379,7 @@ def stamp(folder: pathlib.Path, sha: str) -> None:
     if mark.exists() and mark.read_text() != sha:
         raise RuntimeError(f"{folder} was made from another base run (params_sha256 {mark.read_text()}, now {sha}): "
                            "delete it to redo it from this one")
-    mark.write_text(sha)
+    jobs.write_atomic(mark, sha)
 
 
 def _stream_bytes(workdir: pathlib.Path, length: int) -> int:
