@@ -57,6 +57,23 @@ def test_plan_puts_every_job_after_what_it_needs():
     assert max(names.index(j.name) for j in family if j.seed == 0) < names.index("iambic-rope-s1")
 
 
+def test_settings_are_checked_over_the_results_a_selection_reads(tmp_path):
+    """`--only` one main run: the learning-rate checks it reads are checked too (one made under other Settings is
+    refused before any compute), and through the tuning, the LongRoPE search and the main run it needs."""
+    full = run.plan([0])
+    main = jobs.select(full, "iambic-rope-s0$")
+    assert [j.name for j in main] == ["iambic-rope-s0"]
+    assert {j.name for j in run.with_needs(main, full)} == {"iambic-rope-s0", *run.lr_checks("rope", run.FULL)}
+    tune = run.with_needs(jobs.select(full, "iambic-rope-s0-tune$"), full)
+    assert {"iambic-rope-s0-longrope", "iambic-rope-s0", run.lr_checks("rope", run.FULL)[0]} <= {j.name for j in tune}
+    check = run.lr_checks("rope", run.FULL)[0]
+    (tmp_path / f"{check}.json").write_text(json.dumps(
+        {"settings": run.settings_record(dataclasses.replace(run.FULL, lr_steps=run.FULL.lr_steps + 1))}))
+    run.check_settings(main, tmp_path, run.FULL)  # the selection alone: its own result is absent
+    with pytest.raises(SystemExit, match=f"{check}.json differs in \\['lr_steps'\\]"):
+        run.check_settings(run.with_needs(main, full), tmp_path, run.FULL)
+
+
 def test_chosen_lr_is_the_lowest_validation_bpb_and_skips_divergence(tmp_path):
     s = dataclasses.replace(run.TINY, lrs=(1e-3, 3e-3, 1e-2))
     for lr, bpb in ((1e-3, 2.5), (3e-3, 2.25), (1e-2, None)):

@@ -573,6 +573,18 @@ def _rekey(result: dict, suffix: str) -> dict:
     return result
 
 
+def with_needs(selected: list[Job], full: list[Job]) -> list[Job]:
+    """`selected` and every job of `full` that they need, directly or through another (their `needs`)."""
+    by_name = {j.name: j for j in full}
+    out, todo = {}, list(selected)
+    while todo:
+        job = todo.pop()
+        if job.name not in out:
+            out[job.name] = job
+            todo += [by_name[n] for n in job.needs if n in by_name]
+    return list(out.values())
+
+
 def check_settings(planned: list[Job], results: pathlib.Path, s: Settings) -> None:
     """Refuses to go on where a planned job's result was made under other Settings: a rerun is the same study.
 
@@ -647,10 +659,11 @@ def main(argv):
     runs, results = pathlib.Path(f.runs), pathlib.Path(f.results)
     results.mkdir(parents=True, exist_ok=True)
     seeds = [int(x) for x in f.seeds]
-    planned = jobs.select(plan(seeds, s), f.only)
+    full = plan(seeds, s)
+    planned = jobs.select(full, f.only)
     if f.tiny and pathlib.Path(f.results).resolve() == (HERE / "results").resolve():
         raise app.UsageError("--tiny writes its own results: give --results (and --runs) outside experiments/lm_study")
-    check_settings(planned, results, s)
+    check_settings(with_needs(planned, full), results, s)  # the results the selected jobs read count too
     check_bases({p.stem: json.loads(p.read_text()) for p in results.glob("*.json") if p.stem != "summary"})
     jobs.exit_on_sigterm()
     if f.workers == 1 or f.worker is not None:
