@@ -21,7 +21,8 @@
 #
 # Here, with the folder the files came back to (files_at):
 #   bash scripts/device_jobs.sh add <study> <folder>
-# unpacks them into experiments/<study>/results, unless one of them is there already (then nothing is added), and
+# unpacks them into experiments/<study>/results, unless one of them is there already or is a job that a worker here
+# runs now (its claim is live: then nothing is added), and
 # re-renders the study's report (run.py --budget_minutes=0 starts no job). RESULTS (a results folder: tests, with
 # lm_study's --results) replaces experiments/<study>/results in both verbs.
 set -uo pipefail
@@ -46,6 +47,11 @@ if [ "$verb" = add ]; then
   mapfile -t names < <(tar -tzf "$from/results.tgz"; cd "$from" && ls -- *.params.npz 2>/dev/null)
   for name in "${names[@]}"; do
     [ -e "$results/$name" ] && { echo "not added: $results/$name is here already (nothing was added)" >&2; exit 1; }
+    claim="$results/${name%.json}.claim"  # a job running here now would replace the added result when it ends
+    if [ "$name" != "${name%.json}" ] && [ -e "$claim" ] && "$PYTHON" -c \
+        'import pathlib, sys; from posenc.jobs import claim_is_live; sys.exit(0 if claim_is_live(pathlib.Path(sys.argv[1])) else 1)' "$claim"; then
+      echo "not added: ${name%.json} runs here now ($claim is live; nothing was added)" >&2; exit 1
+    fi
   done
   tar -xzf "$from/results.tgz" -C "$results" || exit 1
   for f in "$from"/*.params.npz; do [ -e "$f" ] && cp "$f" "$results/"; done

@@ -427,7 +427,14 @@ def test_device_jobs_runs_jobs_packs_their_results_and_adds_them_once(tmp_path):
     assert (here / "lr-rope-0.001.json").read_text() == (there / "lr-rope-0.001.json").read_text()
     assert (here / "iambic-rope-s0.params.npz").read_bytes() == b"exported"
     assert "| RoPE | " in (here.parent / "README.md").read_text()  # the report rendered, no job run
-    (here / "lr-rope-0.001.json").unlink()  # one of the files is here, the other is not: nothing is added
+    (here / "lr-rope-0.001.json").unlink()
+    (here / "iambic-rope-s0.params.npz").unlink()
+    (here / "lr-rope-0.001.claim").write_text(jobs.claim_text())  # a worker here runs that job now (this process)
+    claimed = sh("add", "lm_study", str(out), "--tiny", f"--results={here}", RESULTS=str(here))
+    assert claimed.returncode != 0 and "not added: lr-rope-0.001 runs here now" in claimed.stderr, claimed.stderr
+    assert not (here / "lr-rope-0.001.json").exists()
+    (here / "lr-rope-0.001.claim").unlink()
+    (here / "iambic-rope-s0.params.npz").write_bytes(b"exported")  # one file is here, the other is not: nothing added
     again = sh("add", "lm_study", str(out), "--tiny", f"--results={here}", RESULTS=str(here))
     assert again.returncode != 0 and "iambic-rope-s0.params.npz is here already (nothing was added)" in again.stderr
     assert not (here / "lr-rope-0.001.json").exists()
