@@ -30,15 +30,72 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
     return float(np.median(times))
 
 
-def cpu_model() -> str:
-    """The CPU's model name from lscpu (benchmark results record which machine they came from)."""
+def lscpu_text() -> str:
+    """lscpu's output with English field names whatever the locale; "" where lscpu is missing or fails."""
     try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True,
-                             env={**os.environ, "LC_ALL": "C"}).stdout  # English field names whatever the locale
+        return subprocess.run(["lscpu"], capture_output=True, text=True, check=True,
+                              env={**os.environ, "LC_ALL": "C"}).stdout
     except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def lscpu_fields(text: str) -> dict[str, str]:
+    """lscpu's "Field: value" lines as a dict (the first of a repeated field)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_identity(text: str) -> dict:
+    """Which CPU an lscpu output describes, beyond its model name (which on cloud VMs can be just "AMD EPYC", the
+    same for CPUs of different generations): vendor, family, model and stepping (integers where lscpu prints
+    them so, None where it has no such field), and its bf16 instruction sets among `avx512_bf16`, `amx_bf16`."""
+    fields = lscpu_fields(text)
+
+    def number(key: str) -> int | str | None:
+        value = fields.get(key)
+        return int(value) if value is not None and value.isdigit() else value
+
+    return {"vendor": fields.get("Vendor ID"), "family": number("CPU family"), "model": number("Model"),
+            "stepping": number("Stepping"),
+            "bf16": sorted(set(fields.get("Flags", "").split()) & {"avx512_bf16", "amx_bf16"})}
+
+
+def cpu_model() -> str:
+    """The CPU's model name from lscpu ("AMD EPYC"; platform.processor() where lscpu is missing)."""
+    text = lscpu_text()
+    if not text:
         return platform.processor() or "unknown"
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
-                "unknown")
+    return lscpu_fields(text).get("Model name", "unknown")
+
+
+def cpu_id() -> dict:
+    """This machine's `cpu_identity` (family, model, stepping, bf16 instruction sets) from lscpu."""
+    return cpu_identity(lscpu_text())
+
+
+def cpu_record() -> dict:
+    """What a benchmark result records of the CPU it ran on: "cpu", the model name, and "cpu_id", its
+    `cpu_identity` (the model name alone can name CPUs of different generations alike)."""
+    return {"cpu": cpu_model(), "cpu_id": cpu_id()}
+
+
+def cpu_description(name: str, identity: dict | None = None, article: bool = True) -> str:
+    """A CPU for a report, from its model name and `cpu_identity`: "an AMD EPYC of CPU family 26 (model 2,
+    stepping 1)"; where the family is unknown (results recorded before `cpu_id`), "an AMD EPYC machine whose CPU
+    family was not recorded". `article=False` drops the leading "a"/"an"."""
+    family = (identity or {}).get("family")
+    if family is None:
+        text = f"{name} machine whose CPU family was not recorded"
+    else:
+        rest = ", ".join(f"{k} {identity[k]}" for k in ("model", "stepping") if identity.get(k) is not None)
+        text = f"{name} of CPU family {family}" + (f" ({rest})" if rest else "")
+    if not article:
+        return text
+    return ("an " if name[:1].lower() in "aeiou" else "a ") + text
 
 
 def device_record() -> dict:
@@ -62,13 +119,18 @@ def machine(result: dict) -> str:
     return result.get("device") or result.get("cpu") or "unrecorded"
 
 
-def cpu_slug(model: str | None = None) -> str:
-    """A folder name for a CPU kind: its model name lowercased, "(R)"/"(TM)" dropped, the rest joined by "-"
-    ("Intel(R) Xeon(R) Processor" → "intel-xeon-processor", "AMD EPYC 9R14" → "amd-epyc-9r14")."""
-    import re
-
-    name = re.sub(r"\((r|tm)\)", "", (cpu_model() if model is None else model).lower())
-    return "-".join(re.findall(r"[a-z0-9]+", name)) or "unknown"
+def cpu_slug(lscpu: str | None = None) -> str:
+    """A folder name for a CPU kind, from lscpu's output (this machine's where None): the model name lowercased,
+    "(R)"/"(TM)" dropped, the rest joined by "-", then the CPU family and model where lscpu gives them
+    ("Intel(R) Xeon(R) Processor", family 6, model 207 → "intel-xeon-processor-family-6-model-207"). The family
+    and model are part of it because a cloud VM's model name ("AMD EPYC") is the same for CPUs of different
+    generations, with different float32 and bf16 peaks."""
+    text = lscpu_text() if lscpu is None else lscpu
+    fields = lscpu_fields(text)
+    parts = re.findall(r"[a-z0-9]+", re.sub(r"\((r|tm)\)", "", fields.get("Model name", "").lower()))
+    parts += [f"{label}-" + "-".join(re.findall(r"[a-z0-9]+", fields[key].lower()))
+              for key, label in (("CPU family", "family"), ("Model", "model")) if fields.get(key)]
+    return "-".join(parts) or "unknown"
 
 
 # Files that hold results and documentation, not the code a benchmark measures: a benchmark writing its own
@@ -91,6 +153,19 @@ def code_version() -> str:
     changed = [entry[3:] if entry[2:3] == " " else entry for entry in status.split("\0") if entry]
     code = [path for path in changed if not path.endswith(RESULT_SUFFIXES)]
     return commit + ("+changes" if code else "")
+
+
+def model_flops_per_token(params: int, vocab_size: int, d_model: int, num_layers: int, seq_len: int) -> dict:
+    """Training FLOPs a token (forward and backward) of a decoder-only Transformer of `params` parameters whose input
+    embedding is `vocab_size` × `d_model`, with N = `params` less that embedding, in two counts:
+      "palm":   6·N + 12·num_layers·d_model·T (PaLM, arXiv 2204.02311, App. B; nanoGPT's MFU): attention's
+                scores and weighted sum over all T×T query-key pairs;
+      "causal": 6·N + 6·num_layers·d_model·T: only the pairs a causal model attends (about half, the key at or
+                before the query), which is what block-causal attention and cuDNN's causal kernel compute.
+    MFU is reported in PaLM's count (the convention targets are stated in); the causal count is the lower,
+    stricter figure."""
+    dense = 6 * (params - vocab_size * d_model)
+    return {"palm": dense + 12 * num_layers * d_model * seq_len, "causal": dense + 6 * num_layers * d_model * seq_len}
 
 
 def cpu_bf16_flags() -> list[str]:

@@ -14,7 +14,7 @@ On an Intel Xeon (Sapphire Rapids, AVX-512 + AMX), XLA:CPU's default library for
 reference model's float32 products at 0.70–0.97 of PyTorch's (oneDNN); with oneDNN dots the reference model
 trained 1.10–1.12× as fast on 2 cores (fused and individual dots alike) and, with fused dots, 1.04× on one core
 with one XLA thread (individual dots unmeasured there) (`scripts/benchmark_xla_options.py`,
-rounds alternating in one process; experiments/benchmarks/cpu/intel-xeon-processor/xla_options/). The evaluation
+rounds alternating in one process; experiments/benchmarks/cpu/intel-xeon-processor-family-6-model-207/xla_options/). The evaluation
 forward rose from 0.72–0.76 to 0.83–0.88 of PyTorch SDPA at 4096 with the fused type, between processes; with
 individual dots one sitting of run_cpu_kind.sh showed no gain there (the per-CPU table). bf16 products stay with YNNPACK
 either way (AMX). On an AMD EPYC YNNPACK's float32 products run at about 2× PyTorch's, and oneDNN is unmeasured

@@ -29,7 +29,7 @@ from posenc.config import parse_lengths
 from posenc.xla_options import compiler_options
 from posenc.model import ModelConfig, Transformer
 from posenc.rope_scaling import RopeScaling
-from posenc.timing import code_version, cpu_model, emit, profile_calls
+from posenc.timing import code_version, cpu_record, emit, profile_calls
 from posenc.evaluate import ATTN_CHUNK
 
 _LENGTHS = flags.DEFINE_list("lengths", ["4096", "16384", "32768"], "Window lengths.")
@@ -133,7 +133,7 @@ def main(argv):
             for op in rows[-1]["profile"][:20]:
                 print(f"  {op['ms']:8.1f} ms  {op['op']:32s} {op['shape']:28s} {op['source'][:70]}")
     result = {"rows": rows, "attn_chunk": _CHUNK.value, "attn_key_block": _KEY_BLOCK.value, "head_groups": groups, "round_tokens": _ROUND_TOKENS.value, "d_model": _D_MODEL.value, "rounds": _ROUNDS.value,
-              "cpu": cpu_model(), "commit": code_version(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+              **cpu_record(), "commit": code_version(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
               "jax": jax.__version__, "compiler_options": compiler_options()}
     emit(result, _OUT.value)
 

@@ -2,7 +2,7 @@ r"""Training throughput on an accelerator: the reference model and a GPT-2-small
 
     pip install -e '.[cuda]'
     python scripts/benchmark_gpu.py [--models=reference,gpt2_small] [--steps=20] [--rounds=3] [--batch_size=16]
-        [--attn_impl=auto] [--act_dtype=auto] [--profile=MODEL] [--out=FILE.json]
+        [--attn_impl=auto] [--act_dtype=auto] [--profile=MODEL] [--peak_tflops=TFLOPS] [--out=FILE.json]
 
 Models (posenc's Transformer, RoPE, AdamW, mixed precision `model.dtype=bfloat16`: float32 parameters,
 bf16 products; attention through the one chooser `posenc.attention.implementation`, i.e. cuDNN's fused
@@ -11,9 +11,13 @@ kernel on a GPU):
   * `gpt2_small`: d_model 768, 12 layers, 12 heads, MLP 3072, vocab 50304, T 1024 (124M parameters), batch
     `--batch_size` (default 16).
 Each round times `steps` jitted steps on random tokens (compilation excluded); the median round is reported.
-MFU = model FLOP/s (6·N + 12·layers·d_model·T per token, PaLM App. B) / the device's dense bf16 peak: from
-the table below by `device_kind` when known, else the best bf16 matmul measured here (`peak_source` says
-which); the measured matmul is reported either way. `--profile=MODEL` adds the ops of that model's step with
+MFU = model FLOP/s (6·N + 12·layers·d_model·T per token, PaLM App. B, nanoGPT's convention: attention over
+all T×T query-key pairs) / the device's dense bf16 peak; `mfu_causal` counts 6·N + 6·layers·d_model·T, the
+pairs the causal model attends (`posenc.timing.model_flops_per_token`). The peak: `--peak_tflops` if given,
+else the data sheet's for the device's `device_kind` (`device_peak`: the most specific variant in
+`BF16_PEAKS` wins, "H100 PCIe" over "H100", "L40" apart from "L4"); an accelerator the table does not know is
+refused (pass its dense bf16 peak with `--peak_tflops`); on a CPU, the best bf16 matmul measured here
+(`peak_source` says which). The measured matmul is reported either way. `--profile=MODEL` adds the ops of that model's step with
 the most device time (`posenc.timing.profile_ops`) and keeps the trace beside `--out`. The last line is JSON. `--tiny` shrinks everything, so
 that the path runs on a CPU in tests.
 """
@@ -21,6 +25,7 @@ that the path runs on a CPU in tests.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 
 import jax
@@ -34,7 +39,7 @@ from posenc import checkpoint
 from posenc.attention import IMPLEMENTATIONS, implementation
 from posenc.config import validate
 from posenc.model import DTYPES, Transformer, activation_dtype, count_params
-from posenc.timing import code_version, cpu_model, emit, profile_ops
+from posenc.timing import code_version, cpu_id, cpu_model, emit, model_flops_per_token, profile_ops
 from posenc.train import load_config_file, make_optimizer, make_train_step
 
 _MODELS = flags.DEFINE_list("models", ["reference", "gpt2_small"], "Models to time.")
@@ -49,10 +54,15 @@ _PROFILE = flags.DEFINE_string("profile", None, "Also profile one model's step (
 _ACT = flags.DEFINE_enum("act_dtype", "auto", ["auto", *DTYPES],
                          "model.act_dtype: the activations between products (auto: bf16 on a GPU, float32 on a CPU).")
 _OUT = flags.DEFINE_string("out", None, "Also write the JSON here.")
+_PEAK = flags.DEFINE_float("peak_tflops", None, "The device's dense bf16 peak in TFLOP/s, for MFU (default: the "
+                           "data sheet's for a device in BF16_PEAKS; required for any other accelerator).")
 
-# Dense bf16 tensor-core peaks (FLOP/s, without sparsity) from the vendors' data sheets.
-BF16_PEAKS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10G": 70e12,
-              "RTX 4090": 165.2e12}
+# Dense bf16 tensor-core peaks (FLOP/s, without sparsity) from the vendors' data sheets, by the words of a
+# device_kind that name the variant ("NVIDIA H100 PCIe" → ("h100", "pcie")). A bare model ("h100", "h200") is
+# its SXM board, whose device_kind names no variant ("NVIDIA H100 80GB HBM3", "NVIDIA H200").
+BF16_PEAKS = {("h100",): 989.4e12, ("h100", "pcie"): 756e12, ("h100", "nvl"): 835e12,
+              ("h200",): 989.4e12, ("h200", "nvl"): 835e12, ("a100",): 312e12, ("l40s",): 362e12,
+              ("l40",): 181e12, ("l4",): 121e12, ("a10g",): 70e12, ("rtx", "4090"): 165.2e12}
 SHAPES = {
     "reference": dict(d_model=256, num_layers=4, num_heads=4, mlp_dim=1024, vocab_size=256, train_len=512, batch=8),
     "gpt2_small": dict(d_model=768, num_layers=12, num_heads=12, mlp_dim=3072, vocab_size=50304, train_len=1024,
@@ -62,7 +72,29 @@ TINY = dict(d_model=32, num_layers=2, num_heads=2, mlp_dim=64, vocab_size=256, t
 
 
 def device_peak(kind: str) -> float | None:
-    return next((peak for name, peak in BF16_PEAKS.items() if name.lower() in kind.lower()), None)
+    """The data sheet's dense bf16 peak (FLOP/s) of a device_kind: of the `BF16_PEAKS` entries all of whose words
+    are words of `kind` (whole words: "l4" is not in "NVIDIA L40"), the one with the most words; None if none."""
+    words = set(re.findall(r"[a-z0-9]+", kind.lower()))
+    matches = [key for key in BF16_PEAKS if words.issuperset(key)]
+    return BF16_PEAKS[max(matches, key=len)] if matches else None
+
+
+def resolve_peak(kind: str, backend: str, peak_tflops: float | None, measured: float) -> tuple[float, str]:
+    """The peak MFU divides by (FLOP/s) and where it comes from: `peak_tflops` (the flag) if given, else the data
+    sheet's (`device_peak`), else on a CPU the `measured` bf16 matmul; an accelerator without a known peak is a
+    usage error naming --peak_tflops."""
+    if peak_tflops is not None:
+        if peak_tflops <= 0:
+            raise app.UsageError(f"--peak_tflops={peak_tflops}: must be a positive number of TFLOP/s")
+        return peak_tflops * 1e12, "--peak_tflops"
+    table = device_peak(kind)
+    if table is not None:
+        return table, f"data sheet ({kind})"
+    if backend == "cpu":
+        return measured, "measured bf16 matmul"
+    known = ", ".join(" ".join(key).upper() for key in BF16_PEAKS)
+    raise app.UsageError(f"no data-sheet bf16 peak for device {kind!r} (known: {known}); pass its dense bf16 peak "
+                         "(without sparsity) in TFLOP/s, e.g. --peak_tflops=989.4")
 
 
 def bf16_matmul_peak(n: int, repeats: int = 10) -> float:
@@ -108,12 +140,15 @@ def time_model(name: str, shape: dict) -> dict:
         float(metrics["loss"])
         rounds.append(_STEPS.value * shape["batch"] * shape["train_len"] / (time.perf_counter() - t0))
     n_params = count_params(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
-    flops = 6 * (n_params - cfg.vocab_size * cfg.d_model) + 12 * cfg.num_layers * cfg.d_model * shape["train_len"]
+    counts = model_flops_per_token(n_params, cfg.vocab_size, cfg.d_model, cfg.num_layers, shape["train_len"])
+    flops = counts["palm"]
     impl = implementation(cfg.attn_impl, aligned=True, has_bias=False, plain=True, dtype=jnp.bfloat16,
                           head_dim=cfg.head_dim)
     tps = float(np.median(rounds))
     row = {"model": name, "params": n_params, "tokens_per_s": tps, "rounds_tokens_per_s": rounds,
-           "model_tflops_per_s": tps * flops / 1e12, "flops_per_token": flops, "batch_size": shape["batch"],
+           "model_tflops_per_s": tps * flops / 1e12, "flops_per_token": flops,
+           "causal_flops_per_token": counts["causal"], "d_model": cfg.d_model, "num_layers": cfg.num_layers,
+           "vocab_size": cfg.vocab_size, "batch_size": shape["batch"],
            "train_len": shape["train_len"], "attention": impl, "activations": str(activation_dtype(cfg))}
     if _PROFILE.value == name:
         trace = _OUT.value.removesuffix(".json") + f"_{name}.trace.json.gz" if _OUT.value else None
@@ -134,20 +169,21 @@ def main(argv):
     dev = jax.devices()[0]
     kind = getattr(dev, "device_kind", dev.platform)
     measured = bf16_matmul_peak(256 if _TINY.value else 8192)
-    table = device_peak(kind)
-    peak, source = (table, f"data sheet ({kind})") if table else (measured, "measured bf16 matmul")
+    peak, source = resolve_peak(kind, jax.default_backend(), _PEAK.value, measured)
     rows = []
     for name in _MODELS.value:
         shape = dict(TINY) if _TINY.value else dict(SHAPES[name])
         shape["batch"] = shape["batch"] or _BATCH.value
         row = time_model(name, shape)
         row["mfu"] = row["model_tflops_per_s"] * 1e12 / peak
+        row["mfu_causal"] = row["tokens_per_s"] * row["causal_flops_per_token"] / peak
         rows.append(row)
         print(f"{name}: {row['params'] / 1e6:.1f}M parameters, {row['tokens_per_s']:.0f} tokens/s, "
-              f"{row['model_tflops_per_s']:.1f} TFLOP/s, MFU {row['mfu']:.1%} (attention: {row['attention']})")
+              f"{row['model_tflops_per_s']:.1f} TFLOP/s, MFU {row['mfu']:.1%} (PaLM's count; causal count "
+              f"{row['mfu_causal']:.1%}) (attention: {row['attention']})")
     result = {"device": kind, "backend": jax.default_backend(), "peak_tflops": peak / 1e12, "peak_source": source,
               "measured_bf16_matmul_tflops": measured / 1e12, "rows": rows, "tiny": _TINY.value,
-              "host_cpu": cpu_model(), "jax": jax.__version__, "attn_impl": _ATTN.value, "commit": code_version(),
+              "host_cpu": cpu_model(), "host_cpu_id": cpu_id(), "jax": jax.__version__, "attn_impl": _ATTN.value, "commit": code_version(),
               "steps": _STEPS.value}
     print(f"peak: {peak / 1e12:.0f} TFLOP/s ({source}); measured bf16 matmul {measured / 1e12:.0f} TFLOP/s")
     emit(result, _OUT.value)

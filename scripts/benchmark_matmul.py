@@ -4,17 +4,21 @@ r"""The reference model's dense products in JAX (XLA:CPU) against PyTorch on the
 
 The products of one dense layer of the reference model (`scripts/benchmark_train.py`: 4096 tokens, d_model
 256, MLP 1024, qkv 768), forward and backward — y = x·W, dx = dy·Wᵀ, dW = xᵀ·dy — plus a 2048² product, in
-float32 and in bfloat16 (float32 results, as posenc's mixed precision). Each round times every product in
-JAX (jitted with `posenc.xla_options.compiler_options()`, as posenc's layers are, and written as they write
-them: xᵀ·dy in bf16 with posenc's explicit copy of xᵀ) and in PyTorch (`torch.matmul`, 2 threads), one after
-the other;
-the best round of each is reported with the JAX / PyTorch ratio (and how far the two products differ,
-relative to the largest entry). Where the training step's ratio against
-PyTorch eager is below 1.0, this says whether the products themselves account for it. Last line: JSON.
+float32 and in bfloat16. Each round times every product in JAX (jitted with
+`posenc.xla_options.compiler_options()`, as posenc's layers are, and written as they write them: float32
+results, also from bf16 operands, as posenc's mixed precision; xᵀ·dy in bf16 with posenc's explicit copy of xᵀ)
+and in PyTorch (`torch.matmul` with one thread per core this process may run on, `os.sched_getaffinity`, as
+XLA:CPU uses them), one after the other. In the bf16 rows the two write different results: JAX float32, PyTorch
+bf16 (its CPU matmul has no float32 output for bf16 operands; bf16 results are what its layers give under
+autocast); each row records both (`jax_result_dtype`, `torch_result_dtype`). The best round of each is
+reported with the JAX / PyTorch ratio (and how far the two products differ, relative to the largest entry).
+Where the training step's ratio against PyTorch eager is below 1.0, this says whether the products themselves
+account for it. Last line: JSON (with `torch_threads`).
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import jax
@@ -23,7 +27,7 @@ import numpy as np
 from absl import app, flags
 
 from posenc.attention import swap_last_copy
-from posenc.timing import code_version, cpu_model, emit
+from posenc.timing import code_version, cpu_record, emit
 from posenc.xla_options import compiler_options
 
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Alternating rounds (the best of each side is reported).")
@@ -49,7 +53,7 @@ def main(argv):
     del argv
     import torch  # noqa: PLC0415
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
     rng = np.random.default_rng(0)
     rows = []
     for dtype in ("float32", "bfloat16"):
@@ -76,13 +80,15 @@ def main(argv):
                 jt.append(_best(lambda: f(ja, jb).block_until_ready(), _REPEATS.value))
                 tt.append(_best(tf, _REPEATS.value))
             flops = 2 * m * k * n
-            diff = np.abs(np.asarray(f(ja, jb)) - tf().float().numpy()).max() / np.abs(tf().float().numpy()).max()
+            jax_out, torch_out = f(ja, jb), tf()
+            diff = np.abs(np.asarray(jax_out) - torch_out.float().numpy()).max() / np.abs(torch_out.float().numpy()).max()
             rows.append({"dtype": dtype, "product": name, "m": m, "k": k, "n": n, "form": form, "max_rel_diff": float(diff),
+                         "jax_result_dtype": str(jax_out.dtype), "torch_result_dtype": str(torch_out.dtype).removeprefix("torch."),
                          "jax_gflops": flops / min(jt) / 1e9, "torch_gflops": flops / min(tt) / 1e9,
                          "ratio": min(tt) / min(jt)})
             print(f"{dtype:9s} {name:12s} [{m}×{k}]·[{k}×{n}]  JAX {rows[-1]['jax_gflops']:7.0f}  "
                   f"PyTorch {rows[-1]['torch_gflops']:7.0f} GFLOP/s  ratio {rows[-1]['ratio']:.2f}")
-    emit({"rows": rows, "rounds": _ROUNDS.value, "cpu": cpu_model(), "commit": code_version(), "jax": jax.__version__,
+    emit({"rows": rows, "rounds": _ROUNDS.value, **cpu_record(), "commit": code_version(), "jax": jax.__version__,
           "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
           "compiler_options": compiler_options()}, _OUT.value)
 

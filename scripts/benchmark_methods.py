@@ -8,7 +8,8 @@ depend on them), one batch of `length` tokens through the evaluation's jitted pe
 defaults at that length. Rounds alternate between the methods (plain first in every round), and each
 method's time is the median of its rounds. A method's bound is 2× plain per pass: the two-branch methods
 (a second q·kᵀ at the far positions) get 2 × 2 = 4×, log-n alone 2×; each row prints its ratio to plain,
-the bound and whether it holds. The last line is JSON (with the CPU model from lscpu).
+the bound and whether it holds. The last line is JSON, with every round's time (`rounds_seconds`,
+`plain_rounds_seconds`), the CPU (`posenc.timing.cpu_record`) and the commit.
 """
 
 import os
@@ -22,7 +23,7 @@ from flax import nnx
 
 from posenc import evaluate
 from posenc.model import ModelConfig, Transformer
-from posenc.timing import cpu_model, emit
+from posenc.timing import code_version, cpu_record, emit
 from posenc.training_free import Method
 from posenc.evaluate import ATTN_CHUNK
 
@@ -59,7 +60,7 @@ def main(argv):
         passes = 2 if m.method != "none" else 1
         t = float(np.median(times[m.label]))
         rows.append({"method": m.label, "resolved": ev.resolve(m, length).set_fields(), "seconds": t,
-                     "ratio_to_plain": t / plain, "passes": passes, "bound": 2.0 * passes,
+                     "rounds_seconds": times[m.label], "ratio_to_plain": t / plain, "passes": passes, "bound": 2.0 * passes,
                      "within_bound": t / plain <= 2.0 * passes})
     print(f"plain attention at {length} tokens: {plain * 1e3:.0f} ms ({length / plain:.0f} tokens/s)")
     print(f"{'method':28s} {'ms':>8s} {'ratio':>7s} {'bound':>6s}")
@@ -67,7 +68,8 @@ def main(argv):
         print(f"{r['method']:28s} {r['seconds'] * 1e3:8.0f} {r['ratio_to_plain']:7.2f} {r['bound']:6.1f} "
               f"{'ok' if r['within_bound'] else 'OVER'}")
     result = {"length": length, "attn_chunk": _CHUNK.value, "d_model": _D_MODEL.value, "plain_seconds": plain,
-              "rounds": _ROUNDS.value, "rows": rows, "cpu": cpu_model(), "cores": os.cpu_count(),
+              "plain_rounds_seconds": times["none"], "rounds": _ROUNDS.value, "rows": rows, **cpu_record(),
+              "commit": code_version(), "cores": os.cpu_count(),
               "jax": jax.__version__}
     emit(result, _OUT.value)
 

@@ -7,12 +7,11 @@ For each dtype (float32, bfloat16) it times, on the same tensor:
   * a jitted elementwise pass over the same bytes (`x * c + 1`: one read, one write) — what XLA itself
     reaches for a memory-bound op of this size;
   * NumPy's in-place copy of the same bytes (`np.copyto`), the machine's memory bound.
-and prints the ratios (bound time / apply_rope time: 1.0 means as fast as the bound). The last line is JSON.
+and prints the ratios (bound time / apply_rope time: 1.0 means as fast as the bound). The last line is JSON,
+with the CPU (`posenc.timing.cpu_record`), the commit and the XLA_FLAGS.
 """
 
 from __future__ import annotations
-
-import json
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +19,7 @@ import numpy as np
 from absl import app, flags
 
 import posenc
-from posenc.timing import median_seconds
+from posenc.timing import code_version, cpu_record, emit, median_seconds
 
 _SHAPE = flags.DEFINE_list("shape", ["4", "2048", "16", "128"], "x shape [B, T, N, H].")
 _REPEATS = flags.DEFINE_integer("repeats", 20, "Timed calls per measurement (median reported).")
@@ -32,7 +31,8 @@ def main(argv):
     b, t, n, h = shape
     inv_freq = jnp.asarray(posenc.rope_frequencies(h)[0], jnp.float32)
     positions = jnp.arange(t)  # shared by the batch, as in training; [B, T] positions also work
-    results = {"shape": shape, "backend": jax.default_backend(), "device": str(jax.devices()[0])}
+    results = {"shape": shape, "backend": jax.default_backend(), "device": str(jax.devices()[0]), **cpu_record(),
+               "commit": code_version(), "jax": jax.__version__}
     for dtype in (jnp.float32, jnp.bfloat16):
         name = jnp.dtype(dtype).name
         x = jax.random.normal(jax.random.key(0), shape, dtype)
@@ -53,7 +53,7 @@ def main(argv):
                   f"{1e3 * t_elem:7.2f} ms (ratio {t_elem / t_rope:.2f}) | numpy copy {1e3 * t_copy:7.2f} ms "
                   f"(ratio {t_copy / t_rope:.2f})")
         results[name] = row
-    print(json.dumps(results))
+    emit(results)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ batch 8, float32, AdamW. Times the jitted train step (compilation excluded) over
 times, and reports the median round. The peak is the best of repeated 2048x2048 float32 matmuls, before and
 after the rounds (the machine's best for this workload; the best, not the median, so that MFU is not
 flattered by a slow moment). Model FLOPs per token (PaLM, arXiv 2204.02311, App. B): 6·N (N = non-embedding parameters, head
-included) + 12·layers·d_model·T. MFU = model FLOP/s / peak.
+included) + 12·layers·d_model·T, which counts attention over all T×T query-key pairs. MFU = model FLOP/s / peak
+in that count (`mfu`, PaLM's and nanoGPT's convention); `mfu_causal` uses 6·N + 6·layers·d_model·T, the pairs a
+causal model attends (`posenc.timing.model_flops_per_token`).
 
 With --torch (needs `pip install torch==2.13.0`), the same model in PyTorch eager
 (`scaled_dot_product_attention`, AdamW) is timed in the same rounds, alternating with JAX so that both
@@ -16,7 +18,8 @@ see the same machine load, and the median of the per-round ratios is printed.
 With --dtype=bfloat16, posenc trains in mixed precision (`model.dtype=bfloat16`: float32 parameters and
 optimizer state, bf16 products and activations, float32 softmax, norms and loss), PyTorch under
 `torch.autocast("cpu", dtype=torch.bfloat16)`, and the peak is the bf16 matmul's (float32 accumulation).
-The CPU model (lscpu) is part of the JSON.
+The CPU (lscpu's model name, `cpu`, and its family, model, stepping and bf16 instruction sets, `cpu_id`) and
+the commit are part of the JSON.
 
 The process runs with posenc/malloc.py's settings, as the training scripts do (POSENC_MALLOC=system: glibc's
 defaults; `scripts/benchmark_malloc.py` measures the difference).
@@ -38,7 +41,7 @@ import numpy as np
 from absl import app, flags
 
 from posenc import checkpoint, data, malloc
-from posenc.timing import code_version, cpu_bf16_flags, cpu_model, profile_ops
+from posenc.timing import code_version, cpu_bf16_flags, cpu_record, model_flops_per_token, profile_ops
 from posenc.config import validate
 from posenc.model import DTYPES, count_params
 from posenc.train import load_config_file, make_optimizer, make_train_step
@@ -197,7 +200,8 @@ def main(argv):
     m = config.model
     cfg = validate(config)
     n_params = count_params_of(cfg)
-    flops_per_token = 6 * (n_params - cfg.vocab_size * m.d_model) + 12 * m.num_layers * m.d_model * config.train_len
+    flops = model_flops_per_token(n_params, cfg.vocab_size, m.d_model, m.num_layers, config.train_len)
+    flops_per_token = flops["palm"]
     peak = matmul_peak(dtype=_DTYPE.value)
     run_jax, step, state, batch = jax_runner(config)
     run_torch, torch_threads = torch_runner(config) if _TORCH.value else (None, None)
@@ -208,15 +212,19 @@ def main(argv):
             torch_tps.append(run_torch(_STEPS.value))
     peak = max(peak, matmul_peak(dtype=_DTYPE.value))  # again after the rounds: the machine's best of both moments
     tps = float(np.median(jax_tps))
-    result = {"tokens_per_s": tps, "mfu": tps * flops_per_token / peak, "matmul_peak_gflops": peak / 1e9,
-              "model_gflops_per_s": tps * flops_per_token / 1e9, "flops_per_token": flops_per_token,
-              "params": n_params, "rounds_tokens_per_s": jax_tps, "steps": _STEPS.value,
+    result = {"tokens_per_s": tps, "mfu": tps * flops_per_token / peak, "mfu_causal": tps * flops["causal"] / peak,
+              "matmul_peak_gflops": peak / 1e9, "model_gflops_per_s": tps * flops_per_token / 1e9,
+              "flops_per_token": flops_per_token, "causal_flops_per_token": flops["causal"], "params": n_params,
+              "vocab_size": cfg.vocab_size, "d_model": m.d_model, "num_layers": m.num_layers,
+              "rounds_tokens_per_s": jax_tps, "steps": _STEPS.value,
               "batch_size": config.batch_size, "train_len": config.train_len, "attn_block": m.attn_block,
-              "without": _WITHOUT.value, "dtype": _DTYPE.value, "act_dtype": _ACT.value, "cpu": cpu_model(), "xla_flags": os.environ.get("XLA_FLAGS", ""), "commit": code_version(), "cpu_bf16": cpu_bf16_flags(), "backend": jax.default_backend(),
-              "devices": len(jax.devices()), "jax": jax.__version__, "compiler_options": compiler_options()}
+              "without": _WITHOUT.value, "dtype": _DTYPE.value, "act_dtype": _ACT.value, **cpu_record(),
+              "xla_flags": os.environ.get("XLA_FLAGS", ""), "commit": code_version(), "cpu_bf16": cpu_bf16_flags(),
+              "backend": jax.default_backend(), "devices": len(jax.devices()), "jax": jax.__version__,
+              "compiler_options": compiler_options()}
     print(f"JAX: {tps:.0f} tokens/s (rounds: {', '.join(f'{r:.0f}' for r in jax_tps)}), "
           f"{result['model_gflops_per_s']:.1f} GFLOP/s of model FLOPs; {_DTYPE.value} matmul peak {peak / 1e9:.1f} GFLOP/s; "
-          f"MFU {result['mfu']:.1%}")
+          f"MFU {result['mfu']:.1%} (PaLM's 6N + 12·L·d·T; causal 6N + 6·L·d·T: {result['mfu_causal']:.1%})")
     if run_torch:
         ratio = float(np.median(np.asarray(jax_tps) / np.asarray(torch_tps)))
         import torch  # noqa: PLC0415

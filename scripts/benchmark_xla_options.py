@@ -27,7 +27,7 @@ from absl import app, flags
 
 import benchmark_train as bt  # the reference model, its flags and the PyTorch peer
 from posenc import data, malloc
-from posenc.timing import code_version, cpu_model, emit
+from posenc.timing import code_version, cpu_record, emit
 from posenc.xla_options import compiler_options
 
 _VARIANTS = flags.DEFINE_multi_string("variant", ["default:"], "NAME:KEY=VALUE,... (XLA DebugOptions); the first is "
@@ -117,7 +117,7 @@ def main(argv):
         print(f"{name:12s} {row['tokens_per_s']:7.0f} tokens/s  / {first}: {row['over_first']:.3f}"
               + (f"  / PyTorch: {row['over_torch']:.3f}" if run_torch else "") + f"  dots: {libraries[name]}")
     result = {"rows": rows, "rounds": bt._ROUNDS.value, "steps": bt._STEPS.value, "dtype": config.model.dtype,
-              "batch_size": config.batch_size, "train_len": config.train_len, "cpu": cpu_model(),
+              "batch_size": config.batch_size, "train_len": config.train_len, **cpu_record(),
               "commit": code_version(), "jax": jax.__version__}
     if run_torch:
         import torch  # noqa: PLC0415

@@ -10,6 +10,8 @@ test suite runs `--check`, so a changed result without a rerendered README fails
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import pathlib
 import re
@@ -128,17 +130,31 @@ def lm_study_summary() -> str:
     return "\n".join(lines).rstrip()
 
 
+@functools.cache
+def _benchmarks_report():
+    """experiments/benchmarks/report.py as a module (importing it renders, it does not write): its helpers name a
+    result's CPU (`machine_of`, `folder_identity`) and compute its MFU in the causal count (`mfu_causal`)."""
+    spec = importlib.util.spec_from_file_location("benchmarks_report", ROOT / "experiments/benchmarks/report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def benchmarks() -> str:
+    report = _benchmarks_report()
     cur = _json("experiments/benchmarks/current.json")
     ev = _json("experiments/benchmarks/eval_throughput.json")
     dec = {r["context"]: r for r in _json("experiments/benchmarks/decode.log")["rows"]}
     rope = _json("experiments/benchmarks/rope.log")["float32"]
-    cpu = open(ROOT / "experiments/benchmarks/cpu.txt").read().strip()
+    name, _, cores = open(ROOT / "experiments/benchmarks/cpu.txt").read().strip().partition(", ")
     evals = ", ".join(f"{r['ratio']:.2f}× at {r['length']}" for r in ev["rows"])
     commit = cur.get("commit", "an unrecorded commit")
-    return (f"Measured with the ablations (`experiments/benchmarks/run.sh`, {cpu}, {commit}): training the reference model at "
-            f"{cur['jax_over_torch']:.2f}× PyTorch eager with MFU {100 * cur['mfu']:.0f}%; the evaluation forward at "
-            f"{evals} of PyTorch SDPA ({ev['cpu']}); decoding with the KV cache {dec[256]['speedup']:.0f}× faster than "
+    return (f"Measured with the ablations (`experiments/benchmarks/run.sh`, {cores or 'cores not recorded'} of "
+            f"{report.machine_of(cur, name)}, {commit}): training the reference model at "
+            f"{cur['jax_over_torch']:.2f}× PyTorch eager with MFU {100 * cur['mfu']:.0f}% (PaLM's 6N + 12·L·d·T count, "
+            f"the target's convention; {100 * report.mfu_causal(cur, report.REFERENCE):.0f}% counting only causal "
+            f"attention's pairs); the evaluation forward at {evals} of PyTorch SDPA (another run, on "
+            f"{report.machine_of(ev)}); decoding with the KV cache {dec[256]['speedup']:.0f}× faster than "
             f"recomputation at a context of 256 and {dec[2048]['speedup']:.0f}× at 2048; `apply_rope` at "
             f"{rope['rope_half_vs_elementwise']:.2f} (half layout) and {rope['rope_interleaved_vs_elementwise']:.2f} "
             "(interleaved) of a jitted elementwise pass over the same bytes." + malloc_sentence() + cpu_kinds() + gpu_sentence())
@@ -148,12 +164,12 @@ def malloc_sentence() -> str:
     """What keeping the step buffers mapped is worth (scripts/benchmark_malloc.py, posenc/malloc.py)."""
     m = _json("experiments/benchmarks/malloc_ab.json")
     system, keep = m["arms"]["system"], m["arms"]["keep"]
-    return (f" Keeping XLA's freed step buffers mapped (`posenc/malloc.py`; `scripts/benchmark_malloc.py`, {m['cpu']}, "
-            f"{len(m['affinity'])} core{'s' if len(m['affinity']) > 1 else ''}, batch {m['batch_size']} × "
-            f"{m['train_len']}, commit {m['commit']}): training at {keep['ratio_to_system']:.2f}× glibc's defaults, "
-            f"{keep['faults_per_step']:,.0f} page faults a step against {system['faults_per_step']:,.0f} "
-            f"({100 * system['sys_fraction']:.0f}% of the time in the kernel), {keep['max_rss_mib']:,.0f} MiB resident "
-            f"against {system['max_rss_mib']:,.0f}.")
+    return (f" Keeping XLA's freed step buffers mapped (`posenc/malloc.py`; `scripts/benchmark_malloc.py`, "
+            f"{len(m['affinity'])} core{'s' if len(m['affinity']) > 1 else ''} of {_benchmarks_report().machine_of(m)}, "
+            f"batch {m['batch_size']} × {m['train_len']}, commit {m['commit']}): training at "
+            f"{keep['ratio_to_system']:.2f}× glibc's defaults, {keep['faults_per_step']:,.0f} page faults a step against "
+            f"{system['faults_per_step']:,.0f} ({100 * system['sys_fraction']:.0f}% of the time in the kernel), a peak of "
+            f"{keep['max_rss_mib']:,.0f} MiB resident against {system['max_rss_mib']:,.0f}.")
 
 
 def gpu_sentence() -> str:
@@ -163,6 +179,8 @@ def gpu_sentence() -> str:
     runs = [json.loads(p.read_text()) for p in sorted(folder.glob("gpu*.json"))]
     rows = [r for run in runs if not run["xla_flags"] for r in run["rows"]
             if r["model"] == "gpt2_small" and r.get("activations") == "bfloat16" and r["attention"] == "cudnn"]
+    report = _benchmarks_report()
+    shape = report.gpu_shapes()["gpt2_small"]
     if not rows:
         return " No GPU measured with the current defaults yet."
     best = {}
@@ -172,18 +190,25 @@ def gpu_sentence() -> str:
     return (f" On one {runs[0]['device']} (`experiments/benchmarks/gpu/`): the 124M GPT-2-small-sized model trains in "
             "bf16 (bf16 activations, cuDNN's fused attention) at MFU (the best run of each batch size) "
             + " and ".join(f"{r['mfu']:.1%} at batch {b} × {r['train_len']} ({r['tokens_per_s']:,.0f} tokens/s)"
-                           for b, r in sorted(best.items())) + " (goal ≥ 40%).")
+                           for b, r in sorted(best.items()))
+            + " (goal ≥ 40% in PaLM's 6N + 12·L·d·T count; counting only causal attention's pairs, "
+            + " and ".join(f"{report.mfu_causal(r, shape):.1%}" for _, r in sorted(best.items())) + ").")
 
 
 def cpu_kinds() -> str:
-    """One sentence per CPU kind measured by experiments/benchmarks/run_cpu_kind.sh (cpu/<kind>/)."""
+    """One sentence per CPU kind measured by experiments/benchmarks/run_cpu_kind.sh (cpu/<kind>/), the kind named by
+    its family, model and stepping where the folder records them (report.py's `folder_identity`)."""
+    from posenc.timing import cpu_description  # noqa: PLC0415
+
+    report = _benchmarks_report()
     out = []
     for folder in sorted((ROOT / "experiments/benchmarks/cpu").glob("*/")):
         rel = folder.relative_to(ROOT)
         f32, b16 = _json(f"{rel}/train_float32.json"), _json(f"{rel}/train_bfloat16.json")
         ab, ev = _json(f"{rel}/dtype_ab.json"), _json(f"{rel}/eval_throughput.json")
         evals = ", ".join(f"{r['ratio']:.2f}× at {r['length']}" for r in ev["rows"])
-        out.append(f" On an {f32['cpu']} (`{rel}`, commit {f32['commit']}): float32 training at "
+        cpu = cpu_description(f32["cpu"], report.folder_identity(folder, [f32, b16, ev]))
+        out.append(f" On {cpu}, in `{rel}` (commit {f32['commit']}): float32 training at "
                    f"{f32['jax_over_torch']:.2f}× PyTorch eager, bf16 at {b16['jax_over_torch']:.2f}× PyTorch under "
                    f"bf16 autocast and {ab['bfloat16'] / ab['float32']:.2f}× posenc's own float32; the evaluation "
                    f"forward at {evals}.")

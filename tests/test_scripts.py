@@ -1,7 +1,10 @@
 """Smoke tests of the benchmark and figure scripts (small sizes): they run and print their ratios."""
 
+import importlib.util
 import json
+import os
 import pathlib
+import statistics
 import subprocess
 import sys
 
@@ -10,22 +13,62 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def run(*args):
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+def run(*args, env=None, preexec_fn=None):
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                            env=env, preexec_fn=preexec_fn)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
+
+
+def script_call(module: str, code: str) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh Python with scripts/`module` imported as `m` (each script defines its absl flags at
+    import, so two scripts cannot share the test process)."""
+    return subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, 'scripts'); import {module} as m\n"
+                           + code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def assert_records_the_machine_and_code(result: dict) -> None:
+    """A benchmark result names its CPU (model name and lscpu's family/model/stepping) and the code's commit."""
+    assert result["cpu"] and set(result["cpu_id"]) == {"vendor", "family", "model", "stepping", "bf16"}
+    assert result["commit"]
 
 
 def test_benchmark_rope_prints_ratios():
     out = run("scripts/benchmark_rope.py", "--shape=2,128,4,32", "--repeats=2")
     result = json.loads(out.strip().splitlines()[-1])
     assert result["float32"]["rope_half_vs_elementwise"] > 0 and "rope_interleaved_vs_memcopy" in result["bfloat16"]
+    assert_records_the_machine_and_code(result)
 
 
-def test_benchmark_decode_prints_speedup():
+def test_benchmark_decode_rows_follow_from_their_raw_timings():
+    """Each row's cached time and speedup are its raw medians' (generate n − generate 1) / (n − 1), or unresolved
+    where that difference is not positive, never a clamped figure."""
     out = run("scripts/benchmark_decode.py", "--contexts=32,64", "--new_tokens=4", "--repeats=1")
-    rows = json.loads(out.strip().splitlines()[-1])["rows"]
-    assert [r["context"] for r in rows] == [32, 64] and all(r["speedup"] > 0 for r in rows)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert [r["context"] for r in result["rows"]] == [32, 64]
+    for r in result["rows"]:
+        diff = r["generate_n_s"] - r["generate_1_s"]
+        if diff > 0:
+            cached = diff / (r["new_tokens"] - 1)
+            assert r["resolved"] and r["cached_ms_per_token"] == pytest.approx(1e3 * cached)
+            assert r["speedup"] == pytest.approx(r["recompute_s"] / cached)
+        else:
+            assert not r["resolved"] and r["speedup"] is None and r["cached_ms_per_token"] is None
+    assert_records_the_machine_and_code(result)
+
+
+def test_benchmark_decode_reports_noise_as_unresolved_and_refuses_one_new_token():
+    proc = script_call("benchmark_decode", "import json; print(json.dumps([m.decode_row(32, 4, 0.5, 0.6, 0.2), "
+                                           "m.decode_row(32, 4, 0.8, 0.5, 0.2)]))")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    noisy, clean = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not noisy["resolved"] and noisy["speedup"] is None and noisy["cached_tokens_per_s"] is None
+    assert clean["resolved"] and clean["cached_ms_per_token"] == pytest.approx(100.0)
+    assert clean["speedup"] == pytest.approx(2.0)
+    bad = subprocess.run([sys.executable, "scripts/benchmark_decode.py", "--contexts=32", "--new_tokens=1"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "--new_tokens=1: needs at least 2" in bad.stderr
+    assert "ZeroDivisionError" not in bad.stderr
 
 
 @pytest.mark.parametrize("without,dtype,act", [("attention_vjp", "float32", "auto"),  # one ablation (suite time)
@@ -36,6 +79,13 @@ def test_benchmark_train_prints_mfu(without, dtype, act):
     result = json.loads(out.strip().splitlines()[-1])
     assert (result["dtype"], result["act_dtype"]) == (dtype, act)
     assert result["tokens_per_s"] > 0 and 0 < result["mfu"] < 1 and len(result["rounds_tokens_per_s"]) == 1
+    # the reference model (bytes, d_model 256, 4 layers) at T = 32: PaLM's count and the causal one
+    n = result["params"] - 256 * 256
+    assert result["flops_per_token"] == 6 * n + 12 * 4 * 256 * 32
+    assert result["causal_flops_per_token"] == 6 * n + 6 * 4 * 256 * 32
+    assert result["mfu_causal"] == pytest.approx(result["mfu"] * result["causal_flops_per_token"]
+                                                 / result["flops_per_token"])
+    assert_records_the_machine_and_code(result)
     assert result["without"] == [w for w in without.split(",") if w]
     assert result["profile"] and all(row["ms"] >= 0 and "[" in row["shape"] for row in result["profile"])
 
@@ -72,7 +122,7 @@ def test_entry_points_document_themselves(script):
 
 
 def test_benchmark_methods_prints_ratios_against_plain_attention():
-    out = run("scripts/benchmark_methods.py", "--length=64", "--rounds=1", "--attn_chunk=32", "--d_model=32")
+    out = run("scripts/benchmark_methods.py", "--length=64", "--rounds=2", "--attn_chunk=32", "--d_model=32")
     result = json.loads(out.strip().splitlines()[-1])
     by = {r["method"]: r for r in result["rows"]}
     assert set(by) == {"none+logn(256)", "self_extend", "rerope", "leaky_rerope", "lm_infinite", "sinks"}
@@ -80,7 +130,13 @@ def test_benchmark_methods_prints_ratios_against_plain_attention():
     # each method ran with its defaults for L0 = 256 at length 64
     assert by["self_extend"]["resolved"] == {"window": 64, "group": 1} and by["sinks"]["resolved"] == {
         "window": 251, "num_sinks": 4}
-    assert all(r["within_bound"] == (r["ratio_to_plain"] <= r["bound"]) for r in by.values()) and result["cpu"]
+    # each ratio and verdict follows from the rounds' raw times (medians), not from the script's own ratio
+    plain = statistics.median(result["plain_rounds_seconds"])
+    assert len(result["plain_rounds_seconds"]) == 2 and result["plain_seconds"] == pytest.approx(plain)
+    for r in by.values():
+        ratio = statistics.median(r["rounds_seconds"]) / plain
+        assert r["ratio_to_plain"] == pytest.approx(ratio) and r["within_bound"] == (ratio <= r["bound"])
+    assert_records_the_machine_and_code(result)
 
 
 def test_benchmark_gpu_runs_its_path_on_cpu_with_tiny_shapes(tmp_path):
@@ -89,6 +145,11 @@ def test_benchmark_gpu_runs_its_path_on_cpu_with_tiny_shapes(tmp_path):
     result = json.loads(out.strip().splitlines()[-1])
     assert [r["model"] for r in result["rows"]] == ["reference", "gpt2_small"]
     assert all(r["tokens_per_s"] > 0 and 0 < r["mfu"] for r in result["rows"])
+    n = result["rows"][0]["params"] - 256 * 32  # --tiny: vocab 256, d_model 32, 2 layers, T 64
+    assert all(r["causal_flops_per_token"] == 6 * n + 6 * 2 * 32 * 64 for r in result["rows"])
+    assert all(r["mfu_causal"] == pytest.approx(r["mfu"] * r["causal_flops_per_token"] / r["flops_per_token"])
+               for r in result["rows"])
+    assert result["host_cpu"] and "family" in result["host_cpu_id"]
     assert result["peak_source"] == "measured bf16 matmul" and result["rows"][0]["attention"] == "posenc"  # a CPU
     profile = result["rows"][1]["profile"]  # the profiled model's ops, with their HLO shapes; its trace kept
     assert all(r["activations"] == "float32" for r in result["rows"])  # auto on a CPU
@@ -96,6 +157,29 @@ def test_benchmark_gpu_runs_its_path_on_cpu_with_tiny_shapes(tmp_path):
     assert profile and all(op["ms"] >= 0 and "[" in op["shape"] for op in profile)
     shares = [op["share"] for op in profile]  # of all counted time: the top ops, largest first
     assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-3
+
+
+def test_benchmark_gpu_peak_is_the_most_specific_variant_and_an_unknown_device_is_refused():
+    """H100 PCIe / NVL and H200 NVL have their own data-sheet peaks, L40 is not an L4, and an accelerator the
+    table does not know needs --peak_tflops (a CPU falls back to the measured matmul)."""
+    proc = script_call("benchmark_gpu", """import json
+kinds = ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA H200 NVL",
+         "NVIDIA L40", "NVIDIA L40S", "NVIDIA L4", "NVIDIA A100-SXM4-80GB", "NVIDIA B200", "cpu"]
+peaks = {k: m.device_peak(k) for k in kinds}
+out = {"peaks": peaks, "cpu": m.resolve_peak("cpu", "cpu", None, 1e12), "flag": m.resolve_peak("NVIDIA B200", "gpu", 2250.0, 1e15)}
+try:
+    m.resolve_peak("NVIDIA B200", "gpu", None, 1e15)
+except Exception as e:
+    out["refused"] = str(e)
+print(json.dumps(out))""")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    tflops = {k: round(v / 1e12, 1) if v else v for k, v in out["peaks"].items()}
+    assert tflops == {"NVIDIA H100 80GB HBM3": 989.4, "NVIDIA H100 PCIe": 756, "NVIDIA H100 NVL": 835,
+                      "NVIDIA H200": 989.4, "NVIDIA H200 NVL": 835, "NVIDIA L40": 181, "NVIDIA L40S": 362,
+                      "NVIDIA L4": 121, "NVIDIA A100-SXM4-80GB": 312, "NVIDIA B200": None, "cpu": None}
+    assert out["cpu"] == [1e12, "measured bf16 matmul"] and out["flag"] == [2250e12, "--peak_tflops"]
+    assert "'NVIDIA B200'" in out["refused"] and "--peak_tflops=" in out["refused"]
 
 
 def test_benchmark_eval_agrees_with_pytorch_and_prints_ratios():
@@ -109,18 +193,99 @@ def test_benchmark_eval_agrees_with_pytorch_and_prints_ratios():
 
 
 def test_benchmark_matmul_compares_the_same_products_with_pytorch():
+    """PyTorch gets one thread per core the process may run on (as XLA:CPU uses them), recorded; each row records
+    the result dtypes the two sides wrote."""
     pytest.importorskip("torch", reason="benchmark_matmul.py times PyTorch's products; CI installs no torch")
-    out = run("scripts/benchmark_matmul.py", "--divide=16", "--rounds=1", "--repeats=1")
-    rows = json.loads(out.strip().splitlines()[-1])["rows"]
+    core = min(os.sched_getaffinity(0))
+    out = run("scripts/benchmark_matmul.py", "--divide=16", "--rounds=1", "--repeats=1",
+              preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    result = json.loads(out.strip().splitlines()[-1])
+    rows = result["rows"]
+    assert result["torch_threads"] == 1  # the affinity the script ran under: one core
     assert {r["form"] for r in rows} == {"nn", "nt", "tn"} and {r["dtype"] for r in rows} == {"float32", "bfloat16"}
     assert all(r["ratio"] > 0 and r["max_rel_diff"] < (1e-5 if r["dtype"] == "float32" else 1e-2) for r in rows)
+    assert {(r["dtype"], r["jax_result_dtype"], r["torch_result_dtype"]) for r in rows} == {
+        ("float32", "float32", "float32"), ("bfloat16", "float32", "bfloat16")}
+    assert_records_the_machine_and_code(result)
 
 
 def test_benchmark_malloc_times_both_arms_to_the_same_parameters(tmp_path):
+    """With the user's GLIBC_TUNABLES in the environment the keep arm still applies its settings (the children do
+    not inherit it), and the keep arm's ratio is its rounds' median over the system arm's."""
+    env = {**os.environ, "GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1000"}
     out = run("scripts/benchmark_malloc.py", "--rounds=1", "--warmup=1", "--steps=1", "--train_len=32", "--batch_size=2",
-              f"--out={tmp_path / 'ab.json'}")
+              f"--out={tmp_path / 'ab.json'}", env=env)
     result = json.loads(out.strip().splitlines()[-1])
     assert result == json.loads((tmp_path / "ab.json").read_text())
     assert set(result["arms"]) == {"system", "keep"} and result["same_parameters"]
-    assert result["arms"]["system"]["ratio_to_system"] == 1.0 and result["arms"]["keep"]["tokens_per_s"] > 0
     assert [r["applied"] for r in result["rounds"]["system"]] == [False]
+    assert [r["applied"] for r in result["rounds"]["keep"]] == [True]
+    keep, system = ([r["tokens_per_s"] for r in result["rounds"][arm]] for arm in ("keep", "system"))
+    assert result["arms"]["keep"]["ratio_to_system"] == pytest.approx(statistics.median(keep) / statistics.median(system))
+    assert_records_the_machine_and_code(result)
+
+
+def test_benchmark_malloc_strips_the_user_s_malloc_settings_and_fails_an_unapplied_keep_round():
+    proc = script_call("benchmark_malloc", """import json
+env = m.child_env({"GLIBC_TUNABLES": "glibc.malloc.mmap_max=1", "MALLOC_ARENA_MAX": "2", "PATH": "/bin"}, "keep")
+print(json.dumps(env))
+m.check_keep_applied({"system": [{"applied": False}], "keep": [{"applied": True}, {"applied": False}]})""")
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"PATH": "/bin", "POSENC_MALLOC": "keep"}
+    assert proc.returncode != 0 and "keep arm's settings did not apply in round(s) [2]" in proc.stderr
+
+
+def _benchmarks_report():
+    """experiments/benchmarks/report.py as a module: importing it renders the README's text without writing it."""
+    spec = importlib.util.spec_from_file_location("benchmarks_report", ROOT / "experiments/benchmarks/report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmarks_readme_is_rendered_from_the_committed_results():
+    """Fails when a result or report.py changed and experiments/benchmarks/README.md was not rerendered
+    (python experiments/benchmarks/report.py); the top-level AMD results, which record no CPU family, are not
+    presented as the per-kind folder's machine."""
+    report = _benchmarks_report()
+    assert report.text == (ROOT / "experiments/benchmarks/README.md").read_text()
+    assert "AMD EPYC machine whose CPU family was not recorded" in report.text
+    assert "| AMD EPYC of CPU family 26 (model 2, stepping 1) | `cpu/amd-epyc-family-26-model-2/` |" in report.text
+
+
+def test_benchmarks_report_judges_the_dot_library_ab_per_length_and_shows_each_variant_s_options(tmp_path):
+    """xla_flags_ab.sh's verdict is per evaluation length (a length where oneDNN is slower in every run is not
+    pooled away), arm pairs measured at different commits are flagged, and each XLA-options variant is shown with
+    the compiler options its row recorded."""
+    report = _benchmarks_report()
+    flags = tmp_path / "xla_flags"
+    flags.mkdir()
+
+    def write(path, **fields):
+        path.write_text(json.dumps(fields))
+
+    onednn = "--xla_cpu_use_onednn=true --xla_cpu_experimental_onednn_fusion_type=dot"
+    for i, (default, other) in enumerate([((0.47, 0.754), (0.762, 0.717)), ((0.787, 0.782), (0.519, 0.587))], 1):
+        for arm, ratios, xla_flags in (("default", default, ""), ("onednn", other, onednn)):
+            write(flags / f"{arm}_eval_throughput_{i}.json", commit="abc1234", xla_flags=xla_flags,
+                  rows=[{"length": n, "ratio": r} for n, r in zip((4096, 16384), ratios)])
+    write(flags / "default_train_float32_1.json", commit="abc1234", xla_flags="", jax_over_torch=0.72)
+    write(flags / "onednn_train_float32_1.json", commit="abc1234+changes", xla_flags=onednn, jax_over_torch=0.67)
+    text = report.xla_flags_ab(tmp_path)
+    assert "evaluation at L = 4096: the ranges overlap" in text
+    assert "evaluation at L = 16384: oneDNN slower in every run" in text
+    mixed = text.split("different commits")[1]
+    assert "`default_train_float32_1.json` (abc1234) against `onednn_train_float32_1.json` (abc1234+changes)" in mixed
+    assert "eval_throughput" not in mixed  # those pairs share a commit
+
+    options = tmp_path / "xla_options"
+    options.mkdir()
+    dot = {"xla_cpu_use_onednn": True, "xla_cpu_experimental_onednn_fusion_type": "LIBRARY_FUSION_TYPE_DOT"}
+    rows = [{"variant": "default", "options": {}, "rounds_tokens_per_s": [1.0, 1.0], "over_first": 1.0},
+            {"variant": "onednn", "options": dot, "rounds_tokens_per_s": [1.1, 1.1], "over_first": 1.1}]
+    write(options / "train_float32_1.json", dtype="float32", rounds=2, rows=rows)
+    for arm, compiler_options in (("xla", None), ("onednn", dot)):
+        write(options / f"eval_{arm}_1.json", compiler_options=compiler_options, rows=[{"length": 4096, "ratio": 0.8}])
+    text = report.xla_options_ab(tmp_path)
+    shown = "`xla_cpu_use_onednn=true, xla_cpu_experimental_onednn_fusion_type=LIBRARY_FUSION_TYPE_DOT`"
+    assert f"default XLA's defaults; onednn {shown}" in text
+    assert f"=onednn {shown}" in text  # the evaluation's recorded compiler options

@@ -4,13 +4,43 @@ import json
 import subprocess
 
 from posenc import timing
-from posenc.timing import code_version, cpu_slug
+from posenc.timing import code_version, cpu_description, cpu_identity, cpu_slug
+
+# lscpu's lines that name a CPU (the rest of its output omitted), as on this project's AMD VMs
+LSCPU_AMD = """Architecture:                            x86_64
+Vendor ID:                               AuthenticAMD
+Model name:                              AMD EPYC
+CPU family:                              {family}
+Model:                                   2
+Thread(s) per core:                      1
+Stepping:                                1
+Flags:                                   fpu sse avx2 avx512f avx512_bf16 clzero
+"""
 
 
-def test_cpu_slug_names_a_folder_per_cpu_kind():
-    assert cpu_slug("Intel(R) Xeon(R) Processor") == "intel-xeon-processor"
-    assert cpu_slug("AMD EPYC 9R14 96-Core Processor") == "amd-epyc-9r14-96-core-processor"
+def test_cpu_slug_names_a_folder_per_cpu_kind_with_its_family_and_model():
+    """Two AMD EPYCs of different families (different float32 and bf16 peaks) get different folders."""
+    zen4, zen5 = cpu_slug(LSCPU_AMD.format(family=25)), cpu_slug(LSCPU_AMD.format(family=26))
+    assert zen4 != zen5 and zen5 == "amd-epyc-family-26-model-2"
+    intel = "Model name: Intel(R) Xeon(R) Processor\nCPU family: 6\nModel: 207\n"
+    assert cpu_slug(intel) == "intel-xeon-processor-family-6-model-207"
+    assert cpu_slug("Model name: AMD EPYC 9R14 96-Core Processor\n") == "amd-epyc-9r14-96-core-processor"
     assert cpu_slug("") == "unknown"
+
+
+def test_cpu_identity_reads_family_model_stepping_and_bf16_flags_and_the_report_names_them():
+    identity = cpu_identity(LSCPU_AMD.format(family=26))
+    assert identity == {"vendor": "AuthenticAMD", "family": 26, "model": 2, "stepping": 1, "bf16": ["avx512_bf16"]}
+    assert cpu_identity("") == {"vendor": None, "family": None, "model": None, "stepping": None, "bf16": []}
+    assert cpu_description("AMD EPYC", identity) == "an AMD EPYC of CPU family 26 (model 2, stepping 1)"
+    assert cpu_description("AMD EPYC") == "an AMD EPYC machine whose CPU family was not recorded"
+    assert cpu_description("Intel(R) Xeon(R) Processor", {}, article=False) == (
+        "Intel(R) Xeon(R) Processor machine whose CPU family was not recorded")
+
+
+def test_cpu_record_is_the_model_name_and_this_machine_s_identity(monkeypatch):
+    monkeypatch.setattr(timing, "lscpu_text", lambda: LSCPU_AMD.format(family=26))
+    assert timing.cpu_record() == {"cpu": "AMD EPYC", "cpu_id": cpu_identity(LSCPU_AMD.format(family=26))}
 
 
 def test_code_version_is_the_commit_marked_when_tracked_code_changed(tmp_path, monkeypatch):

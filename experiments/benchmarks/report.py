@@ -1,4 +1,9 @@
-"""Writes experiments/benchmarks/README.md from the JSON lines that run.sh saved."""
+"""Writes experiments/benchmarks/README.md from the JSON lines that run.sh saved.
+
+    python experiments/benchmarks/report.py
+
+Importing it renders the text (`text`) without writing it; running it writes README.md and prints it.
+"""
 
 import ast
 import collections
@@ -8,7 +13,12 @@ import pathlib
 import re
 import statistics
 
+from posenc.timing import cpu_description, cpu_identity, model_flops_per_token
+from posenc.xla_options import ONEDNN_DOTS
+
 HERE = pathlib.Path(__file__).resolve().parent
+# The shape of scripts/benchmark_train.py's reference model (reference_config), for results that do not record it
+REFERENCE = {"vocab_size": 256, "d_model": 256, "num_layers": 4}
 ROWS = [
     ("current", "current (all of the below)", "(none)"),
     ("without_dense_vjp", "without the dense layers' backward", "--without=dense_vjp"),
@@ -18,14 +28,59 @@ ROWS = [
 ]
 res = {name: json.loads((HERE / f"{name}.json").read_text()) for name, _, _ in ROWS if (HERE / f"{name}.json").exists()}
 cur = res["current"]
-timing = json.loads((HERE / "timing.json").read_text()) if (HERE / "timing.json").exists() else {}
 cpu = (HERE / "cpu.txt").read_text().strip() if (HERE / "cpu.txt").exists() else "?"
-table = ["| configuration | flags | JAX tokens/s | MFU | PyTorch eager tokens/s | JAX / PyTorch |", "|---|---|---|---|---|---|"]
+
+
+def flop_counts(r: dict, shape: dict) -> dict:
+    """A result's training FLOPs a token in PaLM's count and the causal one (`posenc.timing.model_flops_per_token`),
+    from its parameter count and length and its model's shape (the result's own fields where it records them,
+    else `shape`, its script's config); an error if they do not reproduce the PaLM count the result stored."""
+    dims = {k: r.get(k, v) for k, v in shape.items() if k in ("vocab_size", "d_model", "num_layers")}
+    counts = model_flops_per_token(r["params"], dims["vocab_size"], dims["d_model"], dims["num_layers"], r["train_len"])
+    if counts["palm"] != r["flops_per_token"]:
+        raise ValueError(f"the shape {dims} gives {counts['palm']} FLOPs a token, the result stored "
+                         f"{r['flops_per_token']}: not the model it measured")
+    return counts
+
+
+def mfu_causal(r: dict, shape: dict) -> float:
+    """A result's MFU in the causal count (6·N + 6·layers·d_model·T): stored, or its PaLM-count MFU rescaled."""
+    counts = flop_counts(r, shape)
+    return r.get("mfu_causal", r["mfu"] * counts["causal"] / counts["palm"])
+
+
+def machine_of(result: dict | None, fallback: str = "?", article: bool = True) -> str:
+    """The CPU a result names (`posenc.timing.cpu_description`): its family, model and stepping where it recorded
+    them (`cpu_id`), else that its CPU family was not recorded."""
+    result = result or {}
+    return cpu_description(result.get("cpu") or fallback, result.get("cpu_id"), article)
+
+
+def folder_identity(folder: pathlib.Path, results: list) -> dict | None:
+    """A per-kind folder's CPU identity (`posenc.timing.cpu_identity`): its results' `cpu_id`, else that of the
+    lscpu.txt run_cpu_kind.sh wrote beside them; None where neither names a family."""
+    recorded = next((r["cpu_id"] for r in results if r and r.get("cpu_id")), None)
+    if recorded:
+        return recorded
+    lscpu = folder / "lscpu.txt"
+    identity = cpu_identity(lscpu.read_text()) if lscpu.exists() else {}
+    return identity if identity.get("family") is not None else None
+
+
+def same_kind(a: dict | None, b: dict | None) -> bool:
+    """Whether two CPU identities are one kind: both recorded, with the same vendor, family and model."""
+    return bool(a and b) and all(a.get(k) == b.get(k) for k in ("vendor", "family", "model"))
+
+
+top_cpu = cur.get("cpu") or cpu.split(",")[0]  # the oldest files predate the "cpu" field: cpu.txt names it
+cores = cpu.split(",", 1)[1].strip() if "," in cpu else "cores not recorded"
+table = ["| configuration | flags | JAX tokens/s | MFU (PaLM's count) | MFU (causal count) | PyTorch eager tokens/s "
+         "| JAX / PyTorch |", "|---|---|---|---|---|---|---|"]
 for name, label, flags in ROWS:
     if name in res:
         r = res[name]
-        table.append(f"| {label} | `{flags}` | {r['tokens_per_s']:.0f} | {r['mfu']:.1%} | {r['torch_tokens_per_s']:.0f} | "
-                     f"{r['jax_over_torch']:.2f} |")
+        table.append(f"| {label} | `{flags}` | {r['tokens_per_s']:.0f} | {r['mfu']:.1%} | {mfu_causal(r, REFERENCE):.1%} | "
+                     f"{r['torch_tokens_per_s']:.0f} | {r['jax_over_torch']:.2f} |")
 
 
 def profile_table(rows, n=10):
@@ -50,6 +105,7 @@ copy_ms = sum(row["ms"] for row in copies)
 mfu_ok, ratio_ok = cur["mfu"] >= 0.40, cur["jax_over_torch"] >= 1.0
 verdict = ("Both targets are met" if mfu_ok and ratio_ok else "Not met: " + ", ".join(
     t for t, ok in (("MFU < 40%", mfu_ok), ("JAX slower than PyTorch eager", ratio_ok)) if not ok))
+cur_counts = flop_counts(cur, REFERENCE)
 gain = {name: step_ms(res[name]) - step_ms(cur) for name in res if name != "current"}
 
 
@@ -59,6 +115,8 @@ def last_json(name):
 
 
 rope, decode = last_json("rope.log"), last_json("decode.log")
+
+
 def optional(name):
     """A result file: one JSON document, or the JSON last line of a script's output (None if absent)."""
     path = HERE / name
@@ -123,12 +181,44 @@ for dtype in ("float32", "bfloat16"):
                              f"{r[f'rope_{layout}_vs_memcopy']:.2f} |")
 decode_rows = ["| context | cached ms/token | recompute ms/token | speedup |", "|---|---|---|---|"]
 for r in decode["rows"] if decode else []:
-    decode_rows.append(f"| {r['context']} | {r['cached_ms_per_token']:.2f} | {r['recompute_ms_per_token']:.1f} | "
-                       f"{r['speedup']:.0f}× |")
+    if r.get("speedup") is None:  # generating n tokens took no longer than 1: the cached time is below the noise
+        decode_rows.append(f"| {r['context']} | unresolved | {r['recompute_ms_per_token']:.1f} | unresolved |")
+    else:
+        decode_rows.append(f"| {r['context']} | {r['cached_ms_per_token']:.2f} | {r['recompute_ms_per_token']:.1f} | "
+                           f"{r['speedup']:.0f}× |")
+def top_level_machines() -> str:
+    """What the top-level files say of their machines: whether they record the CPU's family (`cpu_id`), and
+    whether their float32 2048² matmul peaks (the training table's runs; dtype_ab.json's float32 runs) differ by
+    more than 1.5×, beyond run-to-run noise: then they did not all run on one machine."""
+    ab = optional("dtype_ab.json")
+    runs = {"the training table's runs": [r for r in res.values()],
+            "`dtype_ab.json`'s float32 runs": [r for r in (ab or {}).get("runs", []) if r.get("dtype") == "float32"]}
+    results = [r for rs in runs.values() for r in rs] + [r for r in (bf16, evalbench) if r]
+    if all(r.get("cpu_id") for r in results):
+        return ""
+    peaks = {where: [r["matmul_peak_gflops"] for r in rs] for where, rs in runs.items() if rs}
+    every = [p for ps in peaks.values() for p in ps]
+    namesakes = []  # per-kind folders whose CPU has the same model name, and the family their lscpu.txt records
+    for folder in sorted((HERE / "cpu").glob("*/")):
+        f32 = optional(str((folder / "train_float32.json").relative_to(HERE))) or {}
+        identity = folder_identity(folder, [f32])
+        if f32.get("cpu") == top_cpu and identity:
+            namesakes.append(f"the {top_cpu} of CPU family {identity['family']} in `cpu/{folder.name}/`")
+    text = (f"The files at this folder's top level record lscpu's model name ({top_cpu}) but not the CPU's family, "
+            "model or stepping, which tell apart CPUs that these VMs name alike: each is from "
+            f"{cpu_description(top_cpu)}" + (f", not necessarily {' or '.join(namesakes)}" if namesakes else ""))
+    if max(every) > 1.5 * min(every):
+        text += (". Nor are they all from one machine: the float32 2048² matmul peaks they measured differ by more "
+                 "than the runs' noise, " + " against ".join(f"{min(ps):.0f}–{max(ps):.0f} GFLOP/s in {where}"
+                                                            for where, ps in peaks.items())
+                 + ". Read each section's numbers against its own runs, not across sections")
+    return text + ".\n"
+
+
 text = f"""# Benchmarks: training throughput, RoPE, decoding
 
-Regenerate (needs `.venv/bin/pip install torch==2.13.0`; the last run took {timing.get('wall_seconds', float('nan')) / 60:.0f}
-minutes; run it on an otherwise idle machine; no seeds matter beyond the fixed ones in the scripts):
+Regenerate (needs `.venv/bin/pip install torch==2.13.0`; run it on an otherwise idle machine; no seeds matter
+beyond the fixed ones in the scripts):
 
 ```bash
 bash experiments/benchmarks/run.sh
@@ -137,13 +227,18 @@ bash experiments/benchmarks/run.sh
 Reference model (issue 3): bytes, d_model 256, 4 layers, 4 heads, MLP 1024, RoPE, train_len 512, batch 8,
 float32, AdamW. Each row is one `scripts/benchmark_train.py --torch --rounds={len(cur['rounds_tokens_per_s'])}` run
 ({cur['steps']} timed steps per round, JAX and PyTorch eager alternating, medians of rounds; MFU against the
-best float32 2048² matmul of the same run, {cur['matmul_peak_gflops']:.0f} GFLOP/s in the first row; model FLOPs
-{cur['flops_per_token'] / 1e6:.1f} M per token, PaLM's 6N + 12·L·d·T). Machine: {cpu}, jax {cur['jax']},
-torch {cur.get('torch', '?')} ({cur.get('torch_threads', '?')} threads). Raw output: `*.log`, `*.json`.
+best float32 2048² matmul of the same run, {cur['matmul_peak_gflops']:.0f} GFLOP/s in the first row). Model FLOPs
+a token, two counts: PaLM's 6N + 12·L·d·T ({cur_counts['palm'] / 1e6:.1f} M; PaLM's and nanoGPT's convention,
+attention over all T×T query-key pairs) and the causal count 6N + 6·L·d·T ({cur_counts['causal'] / 1e6:.1f} M;
+only the pairs a causal model attends, what block-causal attention computes). Machine:
+{machine_of(cur, top_cpu)} ({cores}), jax {cur['jax']}, torch {cur.get('torch', '?')}
+({cur.get('torch_threads', '?')} threads). Raw output: `*.log`, `*.json`.
 
+{top_level_machines()}
 {chr(10).join(table)}
 
-**{verdict}** (≥ 1.0× PyTorch eager and MFU ≥ 40 %): {cur['tokens_per_s']:.0f} tokens/s, MFU {cur['mfu']:.1%},
+**{verdict}** (≥ 1.0× PyTorch eager and MFU ≥ 40 %, the MFU target judged in PaLM's count):
+{cur['tokens_per_s']:.0f} tokens/s, MFU {cur['mfu']:.1%} (in the causal count {mfu_causal(cur, REFERENCE):.1%}),
 {cur['jax_over_torch']:.2f}× PyTorch eager. The machine is shared and noisy: the JAX rounds of the first row
 span {spread(cur['rounds_tokens_per_s']):.0%} (min to max), and the peak moves as much between runs, so read MFU
 to a few points.
@@ -203,18 +298,41 @@ Default model, batch 1, RoPE: per-token time with the cache against one full for
 
 """ + (f"""The reference model (RoPE, trained length 256, random weights) scoring one window of {methods['length']} tokens
 through the evaluation's jitted forward (query chunks of {methods['attn_chunk']}), each method with its defaults,
-{methods['rounds']} alternating rounds (median), on a {methods['cores']}-core {methods['cpu']}: plain attention takes
+{methods['rounds']} alternating rounds (median), on {methods['cores']} cores of {machine_of(methods)}: plain attention takes
 {methods['plain_seconds'] * 1e3:.0f} ms. The two-branch methods compute a second q·kᵀ at the far positions (two passes).
 
 {chr(10).join(method_rows)}
 """ if methods else "Not measured yet: `python scripts/benchmark_methods.py --out=experiments/benchmarks/training_free_eval.json`.\n")
 
+ab = optional("dtype_ab.json")
+
+
+def bf16_peak_note(bf16: dict, ab: dict | None) -> str:
+    """What the bf16 run's MFU is measured against: its own bf16 matmul peak, and whether that is below the float32
+    peak of the machine, from dtype_ab.json's alternating runs where their bf16 peaks match this run's (within
+    1.5×, the runs' noise)."""
+    peak = bf16["matmul_peak_gflops"]
+    note = (f"The MFU of {bf16['mfu']:.1%} (PaLM's count) is against this run's bf16 matmul peak, {peak:.0f} GFLOP/s, "
+            "not the float32 one")
+    runs = (ab or {}).get("runs", [])
+    f32 = [r["matmul_peak_gflops"] for r in runs if r.get("dtype") == "float32"]
+    b16 = [r["matmul_peak_gflops"] for r in runs if r.get("dtype") == "bfloat16"]
+    if not f32 or not b16 or not max(b16) / 1.5 <= peak <= 1.5 * min(b16):
+        return note + ".\n"
+    if peak >= min(f32):
+        return note + f" (`dtype_ab.json`'s float32 runs measured {min(f32):.0f}–{max(f32):.0f} GFLOP/s).\n"
+    return (note + f", and on this machine it is below the float32 peak: `dtype_ab.json`'s alternating runs, whose "
+            f"bf16 peaks ({min(b16):.0f}–{max(b16):.0f} GFLOP/s) match this run's, measured float32 peaks of "
+            f"{min(f32):.0f}–{max(f32):.0f} GFLOP/s. So this MFU, above the float32 rows', does not mean more of the "
+            "machine was used: bf16 products run at a lower rate here than float32 ones.\n")
+
+
 text += "\n## bf16 mixed precision (`scripts/benchmark_train.py --torch --dtype=bfloat16`, `bf16.log`)\n\n" + (
     f"""posenc with `model.dtype=bfloat16` (float32 parameters and AdamW state, products on bf16 operands with
 float32 results, float32 activations, softmax, norms and loss: `posenc/model.py`, `dense`) against PyTorch eager under `torch.autocast("cpu", dtype=torch.bfloat16)`, the
-reference model, {len(bf16['rounds_tokens_per_s'])} alternating rounds, on a {bf16['cpu']}:
+reference model, {len(bf16['rounds_tokens_per_s'])} alternating rounds, on {machine_of(bf16)}:
 
-| | tokens/s | MFU (against the bf16 matmul peak, {bf16['matmul_peak_gflops']:.0f} GFLOP/s) |
+| | tokens/s | MFU (PaLM's count, against this run's bf16 matmul peak, {bf16['matmul_peak_gflops']:.0f} GFLOP/s) |
 |---|---|---|
 | posenc bf16 | {bf16['tokens_per_s']:.0f} | {bf16['mfu']:.1%} |
 | PyTorch eager + autocast bf16 | {bf16['torch_tokens_per_s']:.0f} | |
@@ -223,12 +341,12 @@ reference model, {len(bf16['rounds_tokens_per_s'])} alternating rounds, on a {bf
 {len(bf16['rounds_tokens_per_s'])} round(s) of {bf16['steps']} step(s) (PyTorch's bf16 can be very slow on a CPU without bf16
 instructions; this log's CPU bf16 flags: {', '.join(bf16['cpu_bf16']) if bf16.get('cpu_bf16') else 'none' if 'cpu_bf16' in bf16 else 'not recorded'}).
 The ratio compares with PyTorch on the same machine; whether bf16 beats float32 for posenc is the A/B below.
-""" if bf16 else "Not measured yet.\n")
-ab = optional("dtype_ab.json")
+{bf16_peak_note(bf16, ab)}""" if bf16 else "Not measured yet.\n")
 text += ("" if not ab else f"""
-posenc float32 against posenc bf16, alternating `scripts/benchmark_train.py` runs on the same machine
-(`dtype_ab.json`, {ab['cpu']}): float32 {ab['float32']:.0f} tokens/s, bf16 {ab['bfloat16']:.0f} tokens/s
-(bf16 / float32 = {ab['bfloat16'] / ab['float32']:.2f}); so the default stays float32 on this machine.
+posenc float32 against posenc bf16, alternating `scripts/benchmark_train.py` runs on one machine
+(`dtype_ab.json`, {machine_of(ab['runs'][0], ab['cpu'])}): float32
+{ab['float32']:.0f} tokens/s, bf16 {ab['bfloat16']:.0f} tokens/s (bf16 / float32 = {ab['bfloat16'] / ab['float32']:.2f});
+so on that machine the default stays float32.
 """)
 
 
@@ -246,7 +364,7 @@ def quality_lines() -> str:
         arms = ({arm: {s: r["val_bpb"] for s, r in by_seed.items()} for arm, by_seed in q["arms"].items()}
                 if "arms" in q else {arm: {"0": q[arm]["val_bpb"]} for arm in ("float32", *labels) if arm in q})
         base = arms["float32"]
-        seed0[q["cpu"]] = base.get("0")
+        seed0[path.parent.name] = base.get("0")
         parts = [f"float32 {', '.join(f'{v:.4f}' for v in base.values())} (seed{'s' if len(base) > 1 else ''} "
                  f"{', '.join(base)})"]
         for arm, label in labels.items():
@@ -260,7 +378,7 @@ def quality_lines() -> str:
                                 f"seed{'s' if len(diffs) > 1 else ''}**") + (side if len(diffs) > 1 else "") + ")")
         if len(base) > 1:
             parts.append(f"float32 itself from seed to seed: {max(base.values()) - min(base.values()):.4f}")
-        out.append(f"- {q['cpu']} (`{path.relative_to(HERE)}`): " + "; ".join(parts) + ".")
+        out.append(f"- {machine_of(q, article=False)} (`{path.relative_to(HERE)}`): " + "; ".join(parts) + ".")
     if not out:
         return ""
     kinds = {k: v for k, v in seed0.items() if v is not None}
@@ -283,7 +401,7 @@ def activations_ab_lines() -> str:
             "float32", "bfloat16", "bfloat16_activations")}
         spans = {arm: f"{min(v):,.0f}–{max(v):,.0f}" for arm, v in by.items()}
         overlap = min(by["bfloat16"]) <= max(by["bfloat16_activations"])
-        out.append(f"- {ab['cpu']} (`{path.relative_to(HERE)}`, one core, one XLA thread, {len(by['float32'])} "
+        out.append(f"- {machine_of(ab['runs'][0], ab['cpu'], article=False)} (`{path.relative_to(HERE)}`, one core, one XLA thread, {len(by['float32'])} "
                    f"alternating runs an arm, commit {ab['commit']}): float32 {spans['float32']} tokens/s, bf16 products "
                    f"{spans['bfloat16']}, bf16 activations too {spans['bfloat16_activations']}: bf16 activations "
                    f"{ab['bfloat16_activations'] / ab['bfloat16']:.2f}× float32 activations (medians; "
@@ -302,8 +420,8 @@ text += "\n## Evaluation forward against PyTorch SDPA (`scripts/benchmark_eval.p
 (queries in chunks of {evalbench['attn_chunk']}, each over the keys in tiles of {evalbench.get('attn_key_block', 0)} with the
 online softmax, the tiles wholly in a chunk's future skipped; the heads in {evalbench.get('head_groups', 1)} independent
 loops: `posenc/attention.py`) against the same weights in
-PyTorch with `scaled_dot_product_attention(is_causal=True)`, {evalbench['rounds']} alternating rounds, on a
-{evalbench['cpu']} (torch {evalbench['torch']}, {evalbench['torch_threads']} threads). The ratio is the median of the
+PyTorch with `scaled_dot_product_attention(is_causal=True)`, {evalbench['rounds']} alternating rounds, on
+{machine_of(evalbench)} (torch {evalbench['torch']}, {evalbench['torch_threads']} threads). The ratio is the median of the
 rounds' ratios; the next column is their range. "One head group" is the same benchmark with `--head_groups=1`
 (every head in one loop; `eval_throughput_one_head_group.json`, measured in the same sitting), and "without key
 tiles" with `--attn_chunk=1024 --attn_key_block=0` (each chunk of queries against every key, the future
@@ -320,53 +438,93 @@ masked, the softmax over whole rows; `eval_throughput_without_key_tiles.json`, a
 
 
 
+def shown(path: pathlib.Path) -> pathlib.Path:
+    """A path as the README names it: relative to this folder where it is inside it."""
+    return path.relative_to(HERE) if path.is_relative_to(HERE) else path
+
+
+def spread_verdict(default: list[float], onednn: list[float]) -> str:
+    """oneDNN's ratios against the default's, run by run: faster (or slower) in every run where the two ranges do
+    not overlap; no verdict with fewer than two runs an arm."""
+    if not default or not onednn:
+        return "not measured"
+    if len(default) < 2 or len(onednn) < 2:
+        return "too few runs for a spread (no verdict)"
+    if min(onednn) > max(default):
+        return "oneDNN faster in every run"
+    if max(onednn) < min(default):
+        return "oneDNN slower in every run"
+    return "the ranges overlap (no difference beyond the run-to-run spread)"
+
+
 def xla_flags_ab(folder: pathlib.Path) -> str | None:
-    """The oneDNN-against-default A/B of xla_flags_ab.sh on one CPU kind (None where it has not run there)."""
+    """The oneDNN-against-default A/B of xla_flags_ab.sh on one CPU kind (None where it has not run there): the
+    runs' JAX / PyTorch ratios, a verdict for each training dtype and each evaluation length (`spread_verdict`),
+    and the arm pairs (default_<what>_<i>, onednn_<what>_<i>) whose commits differ, whose difference is then not
+    the flags' alone."""
     ab = folder / "xla_flags"
     if not ab.is_dir():
         return None
-    runs = {v: {what: [json.loads(f.read_text()) for f in sorted(ab.glob(f"{v}_{what}_*.json"))]
-                for what in ("train_float32", "train_bfloat16", "eval_throughput")} for v in ("default", "onednn")}
+    whats = ("train_float32", "train_bfloat16", "eval_throughput")
+    files = {v: {what: sorted(ab.glob(f"{v}_{what}_*.json")) for what in whats} for v in ("default", "onednn")}
+    runs = {v: {what: [json.loads(f.read_text()) for f in fs] for what, fs in by.items()} for v, by in files.items()}
     flags = {r.get("xla_flags", "") for r in runs["onednn"]["train_float32"]}
     train = {(v, d): ", ".join(f"{r['jax_over_torch']:.2f}" for r in runs[v][f"train_{d}"]) or "—"
              for v in runs for d in ("float32", "bfloat16")}
-    lengths = [row["length"] for row in runs["default"]["eval_throughput"][0]["rows"]] if runs["default"]["eval_throughput"] else []
-    evals = "; ".join(f"{n}: " + " / ".join(", ".join(f"{row['ratio']:.2f}" for r in runs[v]["eval_throughput"]
-                                                       for row in r["rows"] if row["length"] == n) for v in runs)
-                      for n in lengths)
-    def ratios(v, what):
+    lengths = sorted({row["length"] for v in runs for r in runs[v]["eval_throughput"] for row in r["rows"]})
+
+    def ratios(v, what, length=None):
         return [r["jax_over_torch"] for r in runs[v][what]] if what.startswith("train") else [
-            row["ratio"] for r in runs[v][what] for row in r["rows"]]
+            row["ratio"] for r in runs[v][what] for row in r["rows"] if row["length"] == length]
 
-    def compare(what):
-        a, b = ratios("default", what), ratios("onednn", what)
-        if not a or not b:
-            return f"{what}: not measured"
-        if len(a) < 2 or len(b) < 2:
-            return f"{what}: too few runs for a spread (no verdict)"
-        if min(b) > max(a):
-            return f"{what}: oneDNN faster in every run"
-        if max(b) < min(a):
-            return f"{what}: oneDNN slower in every run"
-        return f"{what}: the ranges overlap (no difference beyond the run-to-run spread)"
-
-    verdict = "; ".join(compare(w) for w in ("train_float32", "train_bfloat16", "eval_throughput"))
-    return (f"\n  XLA:CPU's dot library (`xla_flags_ab.sh`, `{ab.relative_to(HERE)}/`: the default (YNNPACK) and oneDNN "
+    evals = "; ".join(f"{n}: " + " / ".join(", ".join(f"{x:.2f}" for x in ratios(v, "eval_throughput", n)) for v in runs)
+                      for n in lengths)
+    verdict = "; ".join([f"{w}: {spread_verdict(ratios('default', w), ratios('onednn', w))}" for w in whats[:2]]
+                        + [f"evaluation at L = {n}: {spread_verdict(ratios('default', 'eval_throughput', n), ratios('onednn', 'eval_throughput', n))}"
+                           for n in lengths])
+    mixed = []
+    for what in whats:
+        for path in files["default"][what]:
+            other = ab / path.name.replace("default_", "onednn_", 1)
+            if other.exists():
+                commits = [json.loads(f.read_text()).get("commit", "not recorded") for f in (path, other)]
+                if commits[0] != commits[1]:
+                    mixed.append(f"`{path.name}` ({commits[0]}) against `{other.name}` ({commits[1]})")
+    return (f"\n  XLA:CPU's dot library (`xla_flags_ab.sh`, `{shown(ab)}/`: the default (YNNPACK) and oneDNN "
             f"(`XLA_FLAGS=\"{' '.join(sorted(flags))}\"`) alternated in one sitting, 3 rounds a run), "
             f"JAX / PyTorch: float32 training default {train['default', 'float32']} against oneDNN "
             f"{train['onednn', 'float32']}; bf16 training {train['default', 'bfloat16']} against "
             f"{train['onednn', 'bfloat16']}; "
-            f"evaluation (default / oneDNN) {evals}. Verdict, run by run: {verdict}.\n")
+            f"evaluation (default / oneDNN) {evals}. Verdict, run by run: {verdict}."
+            + (f" **Arm pairs measured at different commits** (the code changed between the two arms, so their "
+               f"difference is not the flags' alone): {'; '.join(mixed)}." if mixed else "") + "\n")
+
+
+def options_text(options: dict | None) -> str:
+    """XLA compiler options as a README shows them: `key=value, ...`, or XLA's defaults where there are none."""
+    if not options:
+        return "XLA's defaults"
+    return "`" + ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items()) + "`"
 
 
 def xla_options_ab(folder: pathlib.Path) -> str | None:
     """The in-process A/Bs of XLA compiler options on one CPU kind (`scripts/benchmark_xla_options.py` →
     xla_options/train_*.json) and the evaluation forward under POSENC_CPU_DOTS=xla and =onednn, alternating
-    processes (xla_options/eval_{xla,onednn}_<i>.json); None where none ran."""
+    processes (xla_options/eval_{xla,onednn}_<i>.json), each with the compiler options it recorded (a train row's
+    `options`, an evaluation's `compiler_options`); None where none ran."""
     ab = folder / "xla_options"
     if not ab.is_dir():
         return None
     lines = []
+    variants: dict[str, dict[str, list[str]]] = {}  # variant -> its options as shown -> the files with them
+    for path in sorted(ab.glob("train_*.json")):
+        for row in json.loads(path.read_text())["rows"]:
+            shown_options = options_text(row["options"]) if "options" in row else "not recorded"
+            variants.setdefault(row["variant"], {}).setdefault(shown_options, []).append(f"`{path.name}`")
+    if variants:
+        lines.append("  - The variants' compiler options, as their rows record them: " + "; ".join(
+            f"{name} " + " / ".join(opts + (f" (in {', '.join(files)})" if len(by) > 1 else "")
+                                    for opts, files in by.items()) for name, by in variants.items()) + ".")
     for path in sorted(ab.glob("train_*.json")):
         run = json.loads(path.read_text())
         base = run["rows"][0]
@@ -384,8 +542,10 @@ def xla_options_ab(folder: pathlib.Path) -> str | None:
         lengths = [row["length"] for row in evals["xla"][0]["rows"]]
         per = {n: {v: [row["ratio"] for r in evals[v] for row in r["rows"] if row["length"] == n] for v in evals}
                for n in lengths}
+        opts = {v: " / ".join(sorted({options_text(r.get("compiler_options")) for r in evals[v]})) for v in evals}
         lines.append("  - Evaluation forward against PyTorch SDPA (`eval_{xla,onednn}_<i>.json`, "
-                     f"{len(evals['xla'])} alternating processes each): "
+                     f"{len(evals['xla'])} alternating processes each; compiler options: POSENC_CPU_DOTS=xla "
+                     f"{opts['xla']}, =onednn {opts['onednn']}): "
                      + "; ".join(f"L = {n}: XLA's defaults {', '.join(f'{x:.2f}' for x in r['xla'])}, oneDNN "
                                  f"{', '.join(f'{x:.2f}' for x in r['onednn'])}"
                                  + (" (oneDNN higher in every run)" if min(r["onednn"]) > max(r["xla"]) else
@@ -394,14 +554,15 @@ def xla_options_ab(folder: pathlib.Path) -> str | None:
     if whole.is_dir():
         f32, b16, ev = (json.loads((whole / name).read_text()) for name in
                         ("train_float32.json", "train_bfloat16.json", "eval_throughput.json"))
-        lines.append(f"  - `run_cpu_kind.sh` with oneDNN dots (`run_cpu_kind_onednn/`, commit {f32['commit']}), against "
+        lines.append(f"  - `run_cpu_kind.sh` with oneDNN dots (`run_cpu_kind_onednn/`, commit {f32['commit']}, compiler "
+                     f"options {options_text(f32.get('compiler_options'))}), against "
                      f"PyTorch: float32 {f32['tokens_per_s']:.0f} / {f32['torch_tokens_per_s']:.0f} = "
                      f"{f32['jax_over_torch']:.2f}; bf16 {b16['tokens_per_s']:.0f} / {b16['torch_tokens_per_s']:.0f} = "
                      f"{b16['jax_over_torch']:.2f}; evaluation "
                      + ", ".join(f"{r['length']}: {r['ratio']:.2f}" for r in ev["rows"]) + ".")
-    return (f"\n  XLA compiler options on this machine (`{ab.relative_to(HERE)}/`; `POSENC_CPU_DOTS=auto|onednn|xla` "
-            "chooses, `auto` sending the dots to oneDNN as individual dots on an Intel CPU: `posenc/xla_options.py` "
-            "says why):\n\n"
+    return (f"\n  XLA compiler options on this machine (`{shown(ab)}/`; `POSENC_CPU_DOTS=auto|onednn|xla` "
+            f"chooses, `auto` sending the dots to oneDNN on an Intel CPU with {options_text(ONEDNN_DOTS)}: "
+            "`posenc/xla_options.py` says why; the runs below name the options each measured):\n\n"
             + "\n".join(lines) + "\n")
 
 
@@ -414,7 +575,7 @@ def eval_profile(folder: pathlib.Path) -> str | None:
     res = json.loads(path.read_text())
     where = path.relative_to(HERE)
     out = [f"\n  Where the evaluation forward's time goes (`scripts/benchmark_eval.py --profile`, `{where}`, commit "
-           f"{res.get('commit', 'not recorded')}, with the compiler options `{res.get('compiler_options')}`; ms per "
+           f"{res.get('commit', 'not recorded')}, with {options_text(res.get('compiler_options'))}; ms per "
            "forward of one window, the ops of the chunk loops counted, the loops not; ops run concurrently on the cores, "
            "so their sum can exceed the forward's time):"]
     for row in res["rows"]:
@@ -432,27 +593,29 @@ def eval_profile(folder: pathlib.Path) -> str | None:
 
 
 def by_cpu_kind() -> str:
-    """Issue 16's comparisons on each CPU kind measured: the folders of run_cpu_kind.sh, and the top-level files
-    of run.sh for a kind that has no folder yet."""
+    """Issue 16's comparisons on each CPU kind measured: the folders of run_cpu_kind.sh, each named by its CPU's
+    family, model and stepping (`folder_identity`), and the top-level files of run.sh where they record a CPU
+    identity (`cpu_id`) that no folder has. Top-level files without one are left out: their kind is unknown."""
     kinds = {}
     for folder in sorted((HERE / "cpu").glob("*/")):
         def load(name, folder=folder):
             return optional(str((folder / name).relative_to(HERE)))
-        kinds[f"cpu/{folder.name}/"] = {"f32": load("train_float32.json"), "bf16": load("train_bfloat16.json"),
-                                        "ab": load("dtype_ab.json"), "eval": load("eval_throughput.json"),
-                                        "gemm": load("matmul.json"), "flags": xla_flags_ab(folder),
-                                        "options": xla_options_ab(folder), "profile": eval_profile(folder)}
-    measured = {(r or {}).get("cpu") for k in kinds.values() for r in (k["f32"], k["bf16"])}
-    top_cpu = cur.get("cpu") or cpu.split(",")[0]  # the oldest files predate the "cpu" field: cpu.txt names it
-    if top_cpu not in measured:
+        k = {"f32": load("train_float32.json"), "bf16": load("train_bfloat16.json"), "ab": load("dtype_ab.json"),
+             "eval": load("eval_throughput.json"), "gemm": load("matmul.json"), "flags": xla_flags_ab(folder),
+             "options": xla_options_ab(folder), "profile": eval_profile(folder)}
+        k["identity"] = folder_identity(folder, [k["f32"], k["bf16"], k["eval"]])
+        kinds[f"cpu/{folder.name}/"] = k
+    top_id = cur.get("cpu_id")
+    if top_id and top_id.get("family") is not None and not any(same_kind(top_id, k["identity"]) for k in kinds.values()):
         kinds["(top level, run.sh)"] = {"f32": cur, "bf16": bf16, "ab": optional("dtype_ab.json"), "eval": evalbench,
-                                        "gemm": None, "cpu": top_cpu, "flags": None}
+                                        "gemm": None, "cpu": top_cpu, "identity": top_id, "flags": None}
     rows = ["| CPU | results | commit | float32 posenc / PyTorch eager tokens/s | ratio | bf16 posenc / PyTorch autocast "
             "tokens/s | ratio | posenc bf16 / float32 | evaluation ratio (L: ratio) |", "|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for where, k in kinds.items():
         f32, b16, ab, ev = k["f32"], k["bf16"], k["ab"], k["eval"]
-        cpu_name = k.get("cpu") or next((r["cpu"] for r in (f32, b16, ev) if r and "cpu" in r), "?")
+        cpu_name = cpu_description(k.get("cpu") or next((r["cpu"] for r in (f32, b16, ev) if r and "cpu" in r), "?"),
+                                   k["identity"], article=False)
         commits = sorted({r.get("commit", "not recorded") for r in (f32, b16, ev) if r})
         rows.append(f"| {cpu_name} | `{where}` | {', '.join(commits)} | "
                     + (f"{f32['tokens_per_s']:.0f} / {f32['torch_tokens_per_s']:.0f} | {f32['jax_over_torch']:.2f} | " if f32 else "— | — | ")
@@ -477,8 +640,10 @@ def by_cpu_kind() -> str:
             verdicts.append(f"\n  The model's products on their own (`scripts/benchmark_matmul.py`, `{where}matmul.json`, "
                             f"best of {gemm['rounds']} alternating rounds; float32 JAX / PyTorch "
                             f"{min(f32_rows):.2f}–{max(f32_rows):.2f} over the layer's products; JAX with "
-                            + (f"the compiler options `{gemm['compiler_options']}`" if gemm.get("compiler_options")
-                               else "XLA's default options") + "):\n\n  "
+                            f"{options_text(gemm.get('compiler_options'))}, PyTorch with "
+                            f"{gemm.get('torch_threads', 2)} threads; in the bf16 rows JAX's products have float32 "
+                            "results, as posenc's layers, and PyTorch's bf16 results, as under autocast, its CPU "
+                            "matmul having no float32 output for bf16 operands):\n\n  "
                             + "\n  ".join(table) + "\n")
         if k["flags"]:
             verdicts.append(k["flags"])
@@ -486,10 +651,16 @@ def by_cpu_kind() -> str:
             verdicts.append(k["options"])
         if k.get("profile"):
             verdicts.append(k["profile"])
+    left_out = "(top level, run.sh)" not in kinds and not (top_id and any(same_kind(top_id, k["identity"])
+                                                                           for k in kinds.values()))
     return ("\n## By CPU kind (`bash experiments/benchmarks/run_cpu_kind.sh`, issue 16)\n\n"
             "Reference model, 5 alternating rounds each; \"evaluation ratio\" is posenc's evaluation forward "
             "against PyTorch SDPA (the section below); `commit` is the code measured (\"+changes\": with "
-            "uncommitted changes). Raw output: the `*.log` and `*.json` files of each folder, `lscpu.txt`.\n\n"
+            "uncommitted changes). \"CPU\" is lscpu's model name with the family, model and stepping from the "
+            "folder's results or, where they predate recording them, from the `lscpu.txt` run_cpu_kind.sh wrote "
+            "beside them. Raw output: the `*.log` and `*.json` files of each folder, `lscpu.txt`."
+            + (" The top-level files (the sections above) are not in this table: they record no CPU family, so "
+               "which kind they ran on is unknown." if left_out else "") + "\n\n"
             + "\n".join(rows) + "\n\n" + "\n".join(verdicts) + "\n")
 
 
@@ -511,12 +682,14 @@ def gpu_section() -> str:
     rows = [(name, run, r) for name, run in runs.items() for r in run["rows"]]
     for _, _, r in rows:  # rows from before model.act_dtype ran with float32 activations (provenance.json)
         r.setdefault("activations", "float32")
+    shapes = gpu_shapes()
     table = ["| file | model | parameters | batch × T | attention | activations | XLA_FLAGS | tokens/s | model TFLOP/s "
-             "| MFU |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| MFU (PaLM's count) | MFU (causal count) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, run, r in rows:
         table.append(f"| `{name}.json` | {r['model']} | {r['params'] / 1e6:.1f}M | {r['batch_size']} × {r['train_len']} "
                      f"| {r['attention']} | {r['activations']} | `{run['xla_flags'] or '(none)'}` | "
-                     f"{r['tokens_per_s']:,.0f} | {r['model_tflops_per_s']:.0f} | {r['mfu']:.1%} |")
+                     f"{r['tokens_per_s']:,.0f} | {r['model_tflops_per_s']:.0f} | {r['mfu']:.1%} | "
+                     f"{mfu_causal(r, shapes[r['model']]):.1%} |")
     run0 = next(iter(runs.values()))
     stacks = [line.split(":", 1)[1].split(" devices")[0].strip() for line in log.splitlines()
               if line.startswith("python stack:")]  # the last: after the pinned-wheel fallback, if it ran
@@ -528,8 +701,10 @@ def gpu_section() -> str:
         f"{run0['peak_tflops']:.0f} TFLOP/s dense bf16 ({run0['peak_source'].replace(' (', ', ').rstrip(')')}); a bf16 "
         f"matmul of 8192² measured {min(r['measured_bf16_matmul_tflops'] for r in runs.values()):.0f}–"
         f"{max(r['measured_bf16_matmul_tflops'] for r in runs.values()):.0f} TFLOP/s in the same runs. MFU counts "
-        "6·N + 12·layers·d_model·T FLOPs a token (N without the input embedding; the output head is untied, so the "
-        "124M-sized model has 162M parameters in all). Each row: the median of "
+        "6·N + 12·layers·d_model·T FLOPs a token (PaLM's count, nanoGPT's convention, in which issue 16's goal is "
+        "judged: attention over all T×T query-key pairs; N without the input embedding; the output head is untied, "
+        "so the 124M-sized model has 162M parameters in all); the causal count, 6·N + 6·layers·d_model·T, counts only "
+        "the pairs the causal model attends, which is what cuDNN's causal kernel computes. Each row: the median of "
         f"{'–'.join(sorted({str(len(r['rounds_tokens_per_s'])) for _, _, r in rows}))} rounds of {'/'.join(steps)} "
         "steps, compilation excluded.\n\n" + "\n".join(table) + "\n\n")
     gpt2 = [(name, run, r) for name, run, r in rows if r["model"] == "gpt2_small" and r["attention"] == "cudnn"]
@@ -538,9 +713,11 @@ def gpu_section() -> str:
         batch = gpu_flag_default("batch_size")
         at = [r for _, run, r in gpt2 if r["batch_size"] == batch and not run["xla_flags"]]
         top = max(at, key=lambda r: r["mfu"]) if at else None
-        text += (f"- Goal (issue 16): MFU ≥ 40% on the 124M model — **{'met' if best['mfu'] >= 0.40 else 'not met'}** "
-                 f"at best: {best['mfu']:.1%} (`{best_name}.json`: batch {best['batch_size']}, {best['activations']} "
-                 "activations" + (f", XLA_FLAGS `{best_run['xla_flags']}`" if best_run["xla_flags"] else "") + ")"
+        text += (f"- Goal (issue 16): MFU ≥ 40% on the 124M model in PaLM's count — "
+                 f"**{'met' if best['mfu'] >= 0.40 else 'not met'}** at best: {best['mfu']:.1%} (in the causal count "
+                 f"{mfu_causal(best, shapes['gpt2_small']):.1%}; `{best_name}.json`: batch {best['batch_size']}, "
+                 f"{best['activations']} activations"
+                 + (f", XLA_FLAGS `{best_run['xla_flags']}`" if best_run["xla_flags"] else "") + ")"
                  + (f"; at the benchmark's default batch of {batch}, at most {top['mfu']:.1%} ({top['activations']} "
                     "activations)" + (" — below the goal there" if top["mfu"] < 0.40 else "") if top else "") + ".\n")
     ab = {act: [r for n, _, r in rows if n.startswith(f"gpu_gpt2_{act}_activations_")] for act in ("f32", "bf16")}
@@ -640,17 +817,19 @@ if malloc_ab:
              "XLA:CPU takes each step's temporary buffer from malloc and frees it at the step's end; with glibc's "
              "defaults a buffer that large is a fresh `mmap` every step, whose pages all fault in again "
              "(`posenc/malloc.py`). The reference model's training step, one fresh process per arm and round, the "
-             f"arms' order alternating ({malloc_ab['cpu']}, cores {malloc_ab['affinity']}, XLA_FLAGS "
+             f"arms' order alternating ({machine_of(malloc_ab, article=False)}, cores {malloc_ab['affinity']}, XLA_FLAGS "
              f"`{malloc_ab['xla_flags'] or '(none)'}`, batch {malloc_ab['batch_size']} × {malloc_ab['train_len']}, "
              f"{malloc_ab['steps']} timed steps after {malloc_ab['warmup']} untimed, {len(malloc_ab['rounds']['system'])} "
              f"rounds, medians; commit {malloc_ab['commit']}; "
              + ("every arm trained to the same parameters, hash for hash" if malloc_ab["same_parameters"] else
                 "**the arms trained to different parameters**") + "):\n\n"
-             "| arm | tokens/s | × glibc's defaults | page faults a step | time in the kernel | resident MiB |\n"
+             "| arm | tokens/s | × glibc's defaults | page faults a step | time in the kernel | peak resident MiB "
+             "(ru_maxrss) |\n"
              "|---|---|---|---|---|---|\n"
              + "".join(f"| {arm} | {a['tokens_per_s']:.0f} | {a['ratio_to_system']:.2f} | {a['faults_per_step']:,.0f} | "
                        f"{a['sys_fraction']:.1%} | {a['max_rss_mib']:,.0f} |\n" for arm, a in malloc_ab["arms"].items())
              + "\n`system`: glibc's defaults (POSENC_MALLOC=system); `keep`: the settings, applied first in main() as "
              "the training scripts and the experiments' runners do.\n")
-(HERE / "README.md").write_text(text)
-print(text)
+if __name__ == "__main__":
+    (HERE / "README.md").write_text(text)
+    print(text)

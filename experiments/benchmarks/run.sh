@@ -8,7 +8,6 @@
 set -euo pipefail
 out=experiments/benchmarks
 rounds=${ROUNDS:-5}
-start=$(date +%s)
 run() {  # name, flags...
   local name=$1; shift
   .venv/bin/python scripts/benchmark_train.py --torch --rounds="$rounds" "$@" 2>/dev/null | tee "$out/$name.log" | tail -n 1 > "$out/$name.json"
@@ -27,6 +26,5 @@ run baseline --without=dense_vjp,attention_vjp --attn_block=0
 .venv/bin/python experiments/benchmarks/dtype_ab.py "$out/dtype_ab.json" 2>/dev/null
 .venv/bin/python scripts/benchmark_eval.py --rounds=7 --out="$out/eval_throughput.json" 2>/dev/null | tee "$out/eval_throughput.log"
 .venv/bin/python scripts/benchmark_eval.py --rounds=3 --head_groups=1 --out="$out/eval_throughput_one_head_group.json" 2>/dev/null | tee "$out/eval_throughput_one_head_group.log"
-echo "{\"wall_seconds\": $(($(date +%s) - start))}" > "$out/timing.json"
 echo "$(lscpu | grep 'Model name' | cut -d: -f2 | xargs), $(nproc) cores" > "$out/cpu.txt"
 .venv/bin/python experiments/benchmarks/report.py

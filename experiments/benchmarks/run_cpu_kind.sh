@@ -2,7 +2,7 @@
 # The comparisons issue 16 asks for on each CPU kind these machines come in (AMD EPYC, Intel Xeon Sapphire
 # Rapids): float32 and bf16 training against PyTorch eager (bf16: torch.autocast), posenc bf16 against
 # posenc float32, and the evaluation forward against PyTorch SDPA. Writes experiments/benchmarks/cpu/<kind>/
-# (<kind> from lscpu's model name, posenc.timing.cpu_slug), then the README.
+# (<kind> from lscpu's model name, CPU family and model: posenc.timing.cpu_slug), then the README.
 # Needs PyTorch: .venv/bin/pip install torch==2.13.0. About 15 minutes; run it on an otherwise idle machine:
 #   bash experiments/benchmarks/run_cpu_kind.sh
 set -euo pipefail
