@@ -252,11 +252,14 @@ def work(jobs: Sequence[J], run_job: Callable[[J], None], results: pathlib.Path,
             print(f"time budget spent: stopping before {pending[0].name} (rerun to go on)")
             return ran
         claimed = set()
-        for j in pending:
-            path = results / f"{j.name}.claim"
+        # the pending jobs' claims, and those of jobs they need that are not in `jobs` (a worker of another
+        # selection of the same plan may be running one: then this one waits for it)
+        outside = {n for j in pending for n in needed(j) if not done(n)} - {j.name for j in pending}
+        for name in [j.name for j in pending] + sorted(outside):
+            path = results / f"{name}.claim"
             state = _claim_state(path)
             if state == "live":
-                claimed.add(j.name)
+                claimed.add(name)
             elif state == "stale":  # left by a killed worker (only a claim read as stale: never one just created)
                 drop_stale_claim(path)
         ready = [j for j in pending if j.name not in claimed and all(done(n) for n in needed(j))]

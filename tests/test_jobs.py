@@ -175,6 +175,23 @@ def test_a_job_waits_while_another_worker_holds_what_it_needs(tmp_path):
     assert ran == [["tuned"]]
 
 
+def test_a_job_waits_for_what_it_needs_from_a_worker_of_another_selection(tmp_path):
+    """`tuned` alone (as `--only=tuned`) while another command's worker runs `base` (a live claim): it waits for
+    base's result instead of returning as if nobody ran base."""
+    (tmp_path / "base.claim").write_text(str(os.getpid()))
+    ran = []
+    worker = threading.Thread(target=lambda: ran.append(jobs.work(
+        [Job("tuned", init_from="base")], lambda job: jobs.write_atomic(tmp_path / f"{job.name}.json", "{}"),
+        tmp_path, needs=lambda j: j.init_from, poll_seconds=0.02)))
+    worker.start()
+    time.sleep(0.3)
+    assert worker.is_alive() and not (tmp_path / "tuned.json").exists()
+    jobs.write_atomic(tmp_path / "base.json", "{}")
+    (tmp_path / "base.claim").unlink()
+    worker.join(timeout=10)
+    assert ran == [["tuned"]]
+
+
 _WORKER_SCRIPT = """
 import os, sys, pathlib
 i = int(sys.argv[-1].removeprefix("--worker="))
