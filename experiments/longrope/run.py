@@ -174,7 +174,8 @@ same 2-core CPU (the last run; a shared machine, so it varies with the load).
 
 {chr(10).join(lines)}
 The 256 column: LongRoPE at the original length uses its stage-2 short factors together with its attention
-factor sqrt(1 + ln s / ln 256), which (as in Hugging Face and Phi-3) multiplies the logits at every length —
+factor sqrt(1 + ln s / ln 256), which (as in Hugging Face and Phi-3) multiplies cos and sin, so the logits by its
+square, at every length —
 hence slightly above `none` there. Factors and search histories: `results/longrope_*.json`.
 """
     (HERE / "README.md").write_text(text)

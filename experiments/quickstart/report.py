@@ -14,6 +14,10 @@ best_long = min((bpb[(s, last)], s) for s in {s for s, _ in bpb})
 # dynamic NTK by the factor its rows recorded: Hugging Face's slope 1 (length-tracking) or L / first (over-scaled)
 slope = {r["factor"] for r in result["rows"] if r["scaling"] == "dynamic_ntk" and r["length"] == last}
 dynamic_ntk = "dynamic NTK" if slope == {1.0} else f"dynamic NTK (Hugging Face's slope {', '.join(f'{s:g}' for s in slope)} at {last})"
+stale_dynamic = ("" if slope == {1.0} else
+                 f"\n\nThe dynamic NTK rows were scored when `dynamic_ntk` took Hugging Face's slope (L / {first}); the "
+                 "main job now scores it with slope 1 (length-tracking) unless `--factor` is given, so a rerun changes "
+                 "that row.")
 text = f"""# Quickstart: the README's main job, as run here
 
 Regenerate (from the repository root, after the Quickstart's install):
@@ -27,7 +31,7 @@ train_len 256, batch 16, 400 steps, seed 0) then `scripts/eval_extrapolation.py`
 defaults (lengths {first} … {last}, scalings none / linear / ntk / dynamic_ntk / yarn, the first
 {result['num_bytes']:,} test bytes) — and writes here: `results.{{md,csv,json}}`, `ppl_vs_length.png`,
 `per_position.png`, `run_info.json` (wall times, tokens/s, machine) and this README (`report.py`).
-`memory.log` is the output of `scripts/measure_eval_memory.py`.
+`memory.log` is the output of `scripts/measure_eval_memory.py`.{stale_dynamic}
 
 Measured on a {info['cores']}-core {info['cpu']} (no GPU), jax {info['jax']}, Python {info['python']}: training
 {info['train_seconds']} s at {info['tokens_per_s']:.0f} tokens/s (final validation {info['val_bpb']:.3f} bits per byte),
