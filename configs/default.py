@@ -1,22 +1,25 @@
 r"""Default config: a small byte-level LM on the bundled Shakespeare corpus.
 
-Train (the README's main job trains this with the default arg, then evaluates past train_len):
+Train (the README's Quickstart trains this with the default arg into runs/default, then evaluates past
+train_len):
 
-    python scripts/train.py --config=configs/default.py --workdir=runs/rope
+    python scripts/train.py --config=configs/default.py --workdir=runs/default
     python scripts/train.py --config=configs/default.py:posenc=alibi --workdir=runs/alibi
     python scripts/train.py --config=configs/default.py:posenc=learned,tiny --workdir=/tmp/t --config.train_steps=20
 
 Fine-tune a RoPE run with YaRN at 4x its length (--init_from starts from another run's weights):
 
     python scripts/train.py --config=configs/default.py:posenc=yarn --workdir=runs/rope-yarn4x \
-      --init_from=runs/rope --config.train_len=1024 --config.train_steps=200 \
+      --init_from=runs/default --config.train_len=1024 --config.train_steps=200 \
       --config.model.rope.scaling.factor=4 --config.model.rope.scaling.original_max_len=256
 
 The arg is a comma-separated list of variants:
   posenc=NAME  how positions enter (model.posenc): an encoding of posenc/encodings.py (none, sinusoidal,
                learned, rope, xpos, alibi, t5, kerple, fire, …)
-  posenc=linear|ntk|dynamic_ntk|yarn|longrope|llama3  RoPE with that scaling kind (model.rope.scaling.kind)
-  tiny  a model and run small enough for tests
+  posenc=linear|ntk|dynamic_ntk|yarn|longrope|llama3  RoPE with that scaling kind (model.rope.scaling.kind):
+               linear, ntk, yarn and llama3 need model.rope.scaling.factor > 1 (at 1 they change nothing), and a
+               field the kind does not read (posenc.config.SCALING_FIELDS) must keep its default
+  tiny  a model and run small enough for tests (an on/off switch: name it to turn it on; `tiny=false` is an error)
 
 An encoding's own options are fields `model.<name>.<option>` (e.g. --config.model.t5.num_buckets=64),
 with their defaults and meaning in the `options` of its class (posenc/<name>.py).
@@ -30,20 +33,42 @@ from posenc.encodings import ENCODINGS, POSENCS
 SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "longrope", "llama3")
 
 
-def parse_arg(arg: str | None) -> dict[str, str]:
-    """'posenc=yarn,tiny' -> {'posenc': 'yarn', 'tiny': ''}."""
-    out = {}
-    for part in filter(None, (arg or "").split(",")):
-        key, _, value = part.partition("=")
-        out[key.strip()] = value.strip()
+def parse_arg(arg: str | None, valued: dict[str, str] | None = None, switches: tuple[str, ...] | None = None,
+              where: str = "configs/default.py") -> dict[str, str]:
+    """'posenc=yarn,tiny' -> {'posenc': 'yarn', 'tiny': ''}.
+
+    `valued` maps each key that takes a value to a description of its valid values; `switches` are the on/off
+    variants, on when named (a value such as `tiny=false` is refused: leave the switch out to turn it off). An
+    unknown key, a repeated key, a valued key without a value and a switch with one are ValueErrors naming the
+    key and the valid variants. Without `valued` and `switches` (a config that adds its own variants and passes
+    the rest on to get_config, which checks them) only a repeated key is refused.
+    """
+    known = valued is not None or switches is not None
+    valued, switches = valued or {}, switches or ()
+    valid = ", ".join([f"{k}=<{v}>" for k, v in valued.items()] + list(switches))
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in (arg or "").split(","))):
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if key in out:
+            raise ValueError(f"{where}: variant {key!r} is given twice ({arg!r}); give each once"
+                             + (f"; valid: {valid}" if known else ""))
+        if not known:
+            out[key] = value
+            continue
+        if key not in valued and key not in switches:
+            raise ValueError(f"{where}: unknown variant {key!r}; valid: {valid}")
+        if key in switches and sep:
+            raise ValueError(f"{where}: {key!r} is an on/off switch and takes no value, got {part!r}: write {key!r} "
+                             f"to turn it on, or leave it out to turn it off")
+        if key in valued and not value:
+            raise ValueError(f"{where}: variant {key!r} needs a value, {key}=<{valued[key]}>, got {part!r}")
+        out[key] = value
     return out
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variants = parse_arg(arg)
-    unknown = sorted(set(variants) - {"posenc", "tiny"})
-    if unknown:
-        raise ValueError(f"configs/default.py: unknown variant(s) {unknown}; valid: posenc=<{'|'.join(POSENCS + SCALINGS)}>, tiny")
+    variants = parse_arg(arg, {"posenc": "|".join(POSENCS + SCALINGS)}, ("tiny",))
 
     config = ml_collections.ConfigDict()
     config.seed = 0  # parameter init and the (seed, step) -> batch stream

@@ -55,11 +55,9 @@ _default.loader.exec_module(default)
 
 
 def get_config(arg: str | None = None):
-    variants = default.parse_arg(arg)
-    unknown = sorted(set(variants) - {"task", "posenc", "randomize", "tiny"})
-    if unknown:
-        raise ValueError(f"configs/tasks.py: unknown variant(s) {unknown}; valid: task=<{'|'.join(TASKS + ('lm',))}>, "
-                         "posenc=<name>, randomize, tiny")
+    variants = default.parse_arg(arg, {"task": "|".join(TASKS + ("lm",)),
+                                       "posenc": "|".join(default.POSENCS + default.SCALINGS)},
+                                 ("randomize", "tiny"), where="configs/tasks.py")
     task = variants.get("task", "passkey")
     if task not in TASKS + ("lm",):
         raise ValueError(f"configs/tasks.py: task must be one of {TASKS + ('lm',)}, got {task!r}")

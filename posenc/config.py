@@ -24,7 +24,7 @@ import ml_collections
 from posenc.encodings import ENCODINGS, get_encoding
 from posenc.longrope import read_factors
 from posenc.model import ModelConfig
-from posenc.rope_scaling import KINDS, RopeScaling
+from posenc.rope_scaling import DYNAMIC_KINDS, KINDS, RopeScaling
 from posenc.tasks import TaskSpec
 
 
@@ -38,6 +38,27 @@ RESUMABLE_PREFIXES = ("eval.",)  # the defaults of the evaluation after training
 IMPLIED_FIELDS = {"task.version": 1}
 # Fields a rerun may change after the run diverged, to recover from its last good checkpoint.
 RECOVERY_FIELDS = ("learning_rate", "warmup_steps", "min_lr_ratio", "grad_clip")
+
+
+def parse_config_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing for a script with `--config` (`app.run(main, flags_parser=parse_config_flags)`): an
+    override of a field the config lacks (`--config.positions.randomize=True` on configs/default.py) is a
+    KeyError inside ml_collections; this turns it into a flags error naming the flag and, for the sections only
+    configs/tasks.py has (`task`, `positions`), that config."""
+    import sys  # noqa: PLC0415
+
+    from absl import app  # noqa: PLC0415
+
+    try:
+        return app.parse_flags_with_usage(argv)
+    except KeyError as e:
+        key = str(e.args[0] if e.args else e).strip("'\"")
+        given = [a.split("=")[0] for a in argv if a.startswith("--config.") and key in a.split("=")[0].split(".")]
+        where = ("; the `task` and `positions` sections exist only in configs/tasks.py: use "
+                 "--config=configs/tasks.py:task=<name>[,randomize]" if key in ("task", "positions") else "")
+        sys.stderr.write(f"FATAL Flags parsing error: {', '.join(given) or '--config.*'}: the config has no field or "
+                         f"section {key!r}{where}\n")
+        sys.exit(1)
 
 
 def schedule_steps(config: ml_collections.ConfigDict) -> int:
@@ -144,6 +165,86 @@ def parse_lengths(values: str | Sequence[str], what: str = "--lengths") -> list[
     return out
 
 
+# The `model.rope.scaling` fields (RopeScaling's, and `factors_file`) each kind reads: a field another kind reads
+# is not applied, so a run (or a sweep point) set to a non-default value of it would be labelled with a value
+# that changed nothing. `original_max_len` is L0 for every kind that scales (evaluation extrapolates from it), and
+# `attention_factor`, when set, multiplies cos and sin under every kind (posenc.rope_scaling.rope_frequencies).
+SCALING_FIELDS = {
+    "none": (),
+    "linear": ("factor", "original_max_len", "dynamic", "attention_factor"),
+    "ntk": ("factor", "original_max_len", "dynamic", "attention_factor"),
+    "dynamic_ntk": ("factor", "original_max_len", "attention_factor"),
+    "yarn": ("factor", "original_max_len", "dynamic", "beta_fast", "beta_slow", "truncate", "attention_factor",
+             "mscale", "mscale_all_dim"),
+    "longrope": ("factor", "original_max_len", "attention_factor", "factors_file", "short_factor", "long_factor",
+                 "unscaled_positions"),
+    "llama3": ("factor", "original_max_len", "low_freq_factor", "high_freq_factor", "attention_factor"),
+}
+# Kinds whose static scaling at factor s <= 1 is the identity (θ_i unchanged, attention factor 1): without
+# `dynamic=True` they need factor > 1. (dynamic_ntk's factor is a slope, meaningful at 1; LongRoPE's factors
+# come from its file.)
+IDENTITY_AT_FACTOR_1 = ("linear", "ntk", "yarn", "llama3")
+SCALING_DEFAULTS = {**{f.name: f.default for f in dataclasses.fields(RopeScaling)}, "factors_file": None}
+
+
+def unread_scaling_fields(kind: str, fields: dict[str, Any]) -> list[str]:
+    """The names in `fields` ({RopeScaling field or factors_file: value}) that scaling `kind` does not read
+    (SCALING_FIELDS) although set to a value other than their default; `factor` with `dynamic=True` too (a
+    dynamic scaling takes s = max(1, seq_len / original_max_len)). `kind` itself is never unread."""
+    if kind not in SCALING_FIELDS:
+        raise ValueError(f"model.rope.scaling.kind must be one of {KINDS}, got {kind!r}")
+    reads = set(SCALING_FIELDS[kind]) - ({"factor"} if fields.get("dynamic") else set())
+    out = []
+    for name, value in fields.items():
+        if name == "kind" or name in reads:
+            continue
+        default = SCALING_DEFAULTS.get(name)
+        same = (value is None) == (default is None) and (value is None or (
+            float(value) == float(default) if isinstance(value, (int, float)) and isinstance(default, (int, float))
+            else value == default))
+        if not same:
+            out.append(name)
+    return out
+
+
+def check_factors_file(s: ml_collections.ConfigDict, where: str = "model.rope.scaling") -> None:
+    """Refuses a `factors_file` (LongRoPE's factors, and the factor and attention factor they were searched
+    with) under a kind other than 'longrope', before the file is read."""
+    if s.get("factors_file") and s.kind != "longrope":
+        raise ValueError(f"{where}.factors_file={s.factors_file!r} is read only by kind='longrope' (LongRoPE's "
+                         f"short_factor / long_factor), got kind={s.kind!r}: leave factors_file unset or set "
+                         f"{where}.kind='longrope'")
+
+
+def check_scaling_fields(s: ml_collections.ConfigDict, where: str = "model.rope.scaling") -> None:
+    """Refuses a `model.rope.scaling` that would train labelled with what it does not apply (a fresh run's
+    check; loading a saved run does not make it): a `factors_file` without kind='longrope', a field its kind does
+    not read set to another value than its default (SCALING_FIELDS), and a static linear / ntk / yarn / llama3
+    scaling at factor <= 1 (the identity)."""
+    kind = s.kind
+    if kind not in KINDS:
+        raise ValueError(f"{where}.kind must be one of {KINDS}, got {kind!r}")
+    check_factors_file(s, where)
+    fields = {k: s.get(k) for k in s.keys() if k in SCALING_DEFAULTS}
+    unread = unread_scaling_fields(kind, fields)
+    if unread and kind == "none":
+        raise ValueError(f"{where}.kind='none' applies no scaling, but "
+                         + ", ".join(f"{where}.{f}={fields[f]!r}" for f in unread)
+                         + f" {'is' if len(unread) == 1 else 'are'} set: set kind (one of {KINDS[1:]}) or leave "
+                         "them at their defaults")
+    if unread:
+        dynamic = " with dynamic=True (s = max(1, seq_len / original_max_len))" if fields.get("dynamic") else ""
+        raise ValueError(f"{where}.kind={kind!r}{dynamic} does not read "
+                         + ", ".join(f"{where}.{f}={fields[f]!r}" for f in unread)
+                         + f": leave {'it' if len(unread) == 1 else 'them'} at the default "
+                         + ", ".join(f"{f}={SCALING_DEFAULTS[f]!r}" for f in unread)
+                         + f" (kind={kind!r} reads {', '.join(SCALING_FIELDS[kind]) or 'no field'})")
+    if kind in IDENTITY_AT_FACTOR_1 and not fields.get("dynamic") and not float(s.factor) > 1:
+        raise ValueError(f"{where}.factor={s.factor!r} with kind={kind!r} changes nothing (a static {kind} scaling "
+                         f"at factor <= 1 is the identity): set {where}.factor > 1 (the target length / "
+                         f"original_max_len){', or dynamic=True' if kind in DYNAMIC_KINDS else ''}, or kind='none'")
+
+
 def rope_scaling_from_config(s: ml_collections.ConfigDict) -> RopeScaling:
     """`config.model.rope.scaling` -> `RopeScaling` (LongRoPE factors read from `factors_file`)."""
     kwargs = dict(
@@ -242,6 +343,50 @@ def _validate_optimizer(config: ml_collections.ConfigDict) -> None:
         raise ValueError(f"config.seed must be a non-negative integer, got {config.seed!r}")
 
 
+def _validate_eval(config: ml_collections.ConfigDict) -> None:
+    """The `config.eval` fields the evaluation after training reads, checked before training (a run's
+    evaluation would fail only after it): scaling names, training-free method specs, bytes per length and, on a
+    tasks config, needle depths and examples per cell."""
+    from posenc.evaluate import SCALINGS  # noqa: PLC0415  (posenc.evaluate imports this module)
+    from posenc.training_free import Method  # noqa: PLC0415
+
+    ev = config.eval
+    lengths = parse_lengths(ev.lengths, "config.eval.lengths")
+    if "scalings" in ev:
+        names = [n.strip() for n in str(ev.scalings).split(",") if n.strip()]
+        bad = [n for n in names if n not in SCALINGS]
+        if bad or not names:
+            raise ValueError(f"config.eval.scalings={ev.scalings!r}: {bad} {'is' if len(bad) == 1 else 'are'} not a "
+                             f"scaling; give a comma-separated list of {SCALINGS}")
+    if "methods" in ev:
+        specs = [t for t in str(ev.methods).split(";") if t.strip()]
+        if not specs:
+            raise ValueError(f"config.eval.methods={ev.methods!r} is empty: give ';'-separated method specs such as "
+                             "'none;self_extend,group=4' (posenc/training_free.py), or 'none'")
+        for spec in specs:
+            try:
+                Method.parse(spec)
+            except ValueError as e:
+                raise ValueError(f"config.eval.methods={ev.methods!r}: {e}") from None
+    if "num_bytes" in ev:
+        nb, longest = ev.num_bytes, max(lengths)
+        if isinstance(nb, bool) or not isinstance(nb, int) or nb <= 0 or nb % longest:
+            raise ValueError(f"config.eval.num_bytes must be a positive multiple of the longest of config.eval.lengths "
+                             f"({longest}), such as {longest * 8}; got {nb!r}")
+    if "depths" in ev:
+        try:
+            depths = [float(d) for d in str(ev.depths).split(",")]
+        except ValueError:
+            depths = None
+        if not depths or not all(0 <= d <= 1 for d in depths):
+            raise ValueError(f"config.eval.depths must be comma-separated passkey needle depths in [0, 1] "
+                             f"(such as 0,0.5,1), got {ev.depths!r}")
+    if "examples" in ev:
+        ex = ev.examples
+        if isinstance(ex, bool) or not isinstance(ex, int) or ex <= 0:
+            raise ValueError(f"config.eval.examples (test examples per cell) must be a positive integer, got {ex!r}")
+
+
 def validate(config: ml_collections.ConfigDict, training: bool = True) -> ModelConfig:
     """Checks every field a run depends on; returns the `ModelConfig`. Raises ValueError naming the field.
     `training=False` (a trained run loaded for evaluation or as a starting point) leaves out the optimizer's
@@ -260,6 +405,9 @@ def validate(config: ml_collections.ConfigDict, training: bool = True) -> ModelC
         raise ValueError(f"config.schedule_steps must be a positive integer or unset (= train_steps), got {sched!r}")
     if training:
         _validate_optimizer(config)
+        check_factors_file(config.model.rope.scaling)  # before model_config reads the file
+        if "eval" in config:
+            _validate_eval(config)
     if not config.learning_rate > 0:
         raise ValueError(f"config.learning_rate must be > 0, got {config.learning_rate!r}")
     if not 0 <= config.min_lr_ratio <= 1:
@@ -274,7 +422,10 @@ def validate(config: ml_collections.ConfigDict, training: bool = True) -> ModelC
         raise ValueError(f"config.task.stop_accuracy must be unset or in (0, 1], for a task with answers "
                          f"(passkey, recall, copy, reverse), got {stop!r} for task "
                          f"{spec.name if spec is not None else None!r}")
-    return model_config(config)
+    cfg = model_config(config)
+    if training:  # a fresh or resumed run (not a saved run loaded): no scaling field it would not apply
+        check_scaling_fields(config.model.rope.scaling)
+    return cfg
 
 
 def stop_accuracy(config: ml_collections.ConfigDict) -> float | None:

@@ -35,7 +35,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posenc import checkpoint, data, jobs
-from posenc.config import defining_fields, parse_value, with_fields
+from posenc.config import SCALING_FIELDS, defining_fields, parse_value, validate, with_fields
 from posenc.evaluate import LN2, Evaluator, check_num_bytes, hf_run, load_run, run_stream
 from posenc.encodings import get_encoding
 from posenc.rope_scaling import KINDS, RopeScaling
@@ -193,8 +193,13 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
 
     if scaling not in SCALINGS:
         raise ValueError(f"scaling must be one of {SCALINGS}, got {scaling!r}")
-    for name, point in points:  # before any point trains: a scaling its encoding cannot take
-        posenc = with_fields(base_config, point, "sweep axis").model.posenc
+    for name, point in points:  # before any point trains: every point's config, and a scaling its encoding cannot take
+        config = with_fields(base_config, point, "sweep axis")
+        try:
+            validate(config)
+        except ValueError as e:
+            raise ValueError(f"sweep point {name}: {e}") from None
+        posenc = config.model.posenc
         if scaling not in ("none", "run") and not get_encoding(posenc).takes_rope_scaling:
             raise ValueError(f"scaling {scaling!r} does not apply to point {name} (posenc={posenc!r} takes no RoPE "
                              "scaling): use --scaling=none")
@@ -242,6 +247,24 @@ def split_point(point: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             {k: v for k, v in point.items() if k in method_fields})
 
 
+def check_eval_point(name: str, point: dict[str, Any], base_kind: str) -> None:
+    """Refuses an eval-sweep point whose RopeScaling fields its kind (the point's `kind`, else `base_kind`, the
+    --scaling) does not read (posenc.config.SCALING_FIELDS): its record would be labelled with values that
+    changed nothing (--scaling=none --axis=factor=2,4 scores every point unscaled)."""
+    fields = split_point(point)[0]
+    kind = fields.get("kind", base_kind)
+    if kind not in KINDS:
+        raise ValueError(f"sweep point {name}: kind must be one of {KINDS}, got {kind!r}")
+    unread = [f for f in fields if f != "kind" and (f not in SCALING_FIELDS[kind] or (
+        f == "factor" and fields.get("dynamic")))]
+    if unread:
+        raise ValueError(f"sweep point {name}: RoPE scaling kind {kind!r} (--scaling or a kind axis) does not read "
+                         f"{', '.join(f'{f}={fields[f]!r}' for f in unread)} (it reads "
+                         f"{', '.join(f for f in SCALING_FIELDS[kind] if f in EVAL_FIELDS) or 'no field'}"
+                         f"{'; dynamic=True replaces factor by seq_len / original_max_len' if fields.get('dynamic') else ''}"
+                         "): sweep the fields of the kind, or set --scaling to the kind the axes modify")
+
+
 def eval_method(point: dict[str, Any], base_method: str = "none") -> Method:
     """The training-free method of an eval-sweep point (its unset parameters resolved per length later)."""
     fields = dict(split_point(point)[1])
@@ -272,6 +295,8 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
     tokens (lengths and `num_bytes` in tokens; bits per UTF-8 byte)."""
     if scaling not in KINDS:
         raise ValueError(f"scaling (the RoPE scaling kind the points modify) must be one of {KINDS}, got {scaling!r}")
+    for name, point in points:  # before the run loads: a point labelled with fields its kind does not apply
+        check_eval_point(name, point, scaling)
     run = hf_run(workdir, text) if hf_model else load_run(workdir)
     rescales = scaling != "none" or any(split_point(p)[0] for _, p in points)
     if rescales and not run.cfg.encoding.takes_rope_scaling:
@@ -376,6 +401,9 @@ def write_outputs(records: list[dict[str, Any]], root: str, axes: list[str], len
     paths["md"].write_text("bits per byte on the test split (non-overlapping windows, lower is better)\n\n"
                            + "\n".join(lines) + "\n")
 
+    if plot_length is not None and plot_length not in lengths:
+        raise ValueError(f"plot_length={plot_length} is not one of the lengths {list(lengths)}: the heatmap shows bits "
+                         "per byte at one of them")
     done = [r for r in records if r["status"] == "done"]
     plot_length = plot_length or lengths[-1]
     fig, ax = plt.subplots(figsize=(6.5, 4.5))

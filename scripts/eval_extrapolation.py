@@ -38,6 +38,8 @@ from posenc.config import parse_lengths
 from posenc.evaluate import evaluate, markdown_table, prepare_out_dir, write_outputs
 from posenc.evaluate import ATTN_CHUNK
 
+FACTOR_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "llama3")  # the scalings that read --factor
+
 _WORKDIRS = flags.DEFINE_multi_string("workdir", [], "Run directories (repeat the flag).")
 _HF = flags.DEFINE_multi_string("hf_model", [], "Hugging Face checkpoint directories (config.json, safetensors, "
                                 "tokenizer.json; repeat the flag), scored in their own tokens.")
@@ -86,6 +88,16 @@ def main(argv):
         raise app.UsageError("--documents scores the whole split of byte runs: not with --num_bytes or --hf_model")
     if _TEXT.value and not _HF.value:
         raise app.UsageError("--text is the text of the --hf_model checkpoints (byte runs score their own corpus)")
+    if _HF_DTYPE.value and not _HF.value:
+        raise app.UsageError("--hf_dtype is the weights' dtype of the --hf_model checkpoints: give --hf_model too "
+                             "(byte runs evaluate in their own config.model.dtype)")
+    if _SCALINGS.value is not None:  # the default (each run's config.eval.scalings) is checked when it is read
+        if _FACTOR.value is not None and not set(_SCALINGS.value) & set(FACTOR_SCALINGS):
+            raise app.UsageError(f"--factor={_FACTOR.value} is read only by --scalings of {FACTOR_SCALINGS}, got "
+                                 f"--scalings={','.join(_SCALINGS.value)}")
+        if _LONGROPE.value and "longrope" not in _SCALINGS.value:
+            raise app.UsageError(f"--longrope is read only by --scalings=longrope, got --scalings="
+                                 f"{','.join(_SCALINGS.value)}")
     first_dir = (_WORKDIRS.value or _HF.value)[0]
     out = prepare_out_dir(_OUT.value or pathlib.Path(first_dir) / "eval")  # fails before any work
     if _WORKDIRS.value:

@@ -13,7 +13,7 @@ tested on passkey in its own tokens (lengths count tokens):
     python scripts/eval_tasks.py --hf_model=~/models/Llama-3.2-1B --lengths=4096,8192 --scalings=run,yarn
 
 Lengths, depths and examples default to the first run's `config.eval`. Writes results.json, results.csv,
-results.md, accuracy_vs_length.png and heatmap_<run>__<scaling>.png (depth × length) to --out (default
+results.md, accuracy_vs_length.png and heatmap_<run>__<scaling>[__<method>].png (depth × length) to --out (default
 <first workdir>/eval_tasks) and prints the table.
 """
 
@@ -53,6 +53,9 @@ def main(argv):
     logging.set_verbosity(logging.ERROR)
     if not _WORKDIRS.value and not _HF.value:
         raise app.UsageError("give --workdir=RUN and/or --hf_model=DIR")
+    if _HF_DTYPE.value and not _HF.value:
+        raise app.UsageError("--hf_dtype is the weights' dtype of the --hf_model checkpoints: give --hf_model too "
+                             "(--workdir runs evaluate in their own config.model.dtype)")
     out = prepare_out_dir(_OUT.value or pathlib.Path((_WORKDIRS.value or _HF.value)[0]) / "eval_tasks")
     first = checkpoint.load_config(_WORKDIRS.value[0]) if _WORKDIRS.value else None
     ev = first.get("eval") if first is not None else None

@@ -19,6 +19,8 @@ from posenc import data, decode
 from posenc.evaluate import SCALINGS, hf_run, load_run, scaling_for
 from posenc.training_free import Method
 
+FACTOR_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "llama3")  # the --scaling values that read --factor
+
 _WORKDIR = flags.DEFINE_string("workdir", None, "Trained run.")
 _HF = flags.DEFINE_string("hf_model", None, "A Hugging Face checkpoint directory instead of a run (its tokenizer.json "
                           "encodes the prompt and decodes the continuation).")
@@ -41,6 +43,14 @@ def main(argv):
     logging.set_verbosity(logging.ERROR)
     if bool(_WORKDIR.value) == bool(_HF.value):
         raise app.UsageError("give exactly one of --workdir=RUN and --hf_model=DIR")
+    if _FACTOR.value is not None and _SCALING.value not in FACTOR_SCALINGS:
+        raise app.UsageError(f"--factor={_FACTOR.value} is read only with --scaling in {FACTOR_SCALINGS}, got "
+                             f"--scaling={_SCALING.value} (the default 'run' is the run's own scaling)")
+    if _FACTOR.value is not None and not _FACTOR.value > 0:
+        raise app.UsageError(f"--factor must be > 0 (or left out for (prompt + max_new_tokens) / L0), got {_FACTOR.value}")
+    if _LONGROPE.value and _SCALING.value != "longrope":
+        raise app.UsageError(f"--longrope is read only with --scaling=longrope, got --scaling={_SCALING.value} (the "
+                             "default 'run' is the run's own scaling)")
     run = load_run(_WORKDIR.value) if _WORKDIR.value else hf_run(_HF.value)
     if run.tokenizer is None:
         prompt = data.encode(_PROMPT.value)[None]

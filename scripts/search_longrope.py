@@ -46,6 +46,15 @@ def main(argv):
     logging.set_verbosity(logging.ERROR)
     if bool(_WORKDIR.value) == bool(_HF.value):
         raise app.UsageError("give exactly one of --workdir=RUN and --hf_model=DIR")
+    if _TEXT.value and not _HF.value:
+        raise app.UsageError("--text is the corpus of a --hf_model checkpoint; a --workdir run is searched on its own "
+                             "corpus (config.data.path): leave --text out")
+    for flag, default in ((_NUM_BYTES, "4 windows of each length"), (_SHORT_GENS, "--generations")):
+        if flag.value is not None and flag.value <= 0:
+            raise app.UsageError(f"--{flag.name} must be a positive integer (or left out for {default}), "
+                                 f"got {flag.value}")
+    if _TARGET.value <= 0:
+        raise app.UsageError(f"--target_len must be a positive integer (a length in tokens), got {_TARGET.value}")
     cfg = SearchConfig(population=_POP.value, generations=_GENS.value, mutations=_MUT.value, crossovers=_CROSS.value,
                        parents=_PARENTS.value, mutation_prob=_PROB.value, factor_bound=_BOUND.value, seed=_SEED.value)
     result = search_run(_WORKDIR.value or _HF.value, _TARGET.value, cfg, per_layer=_PER_LAYER.value, out=_OUT.value,

@@ -29,7 +29,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from posenc import malloc, sweep, training_free
-from posenc.config import parse_lengths
+from posenc.config import parse_config_flags, parse_lengths
 from posenc.evaluate import prepare_out_dir
 
 _MODE = flags.DEFINE_enum("mode", None, sweep.MODES, "train: a run per point; eval: re-evaluate one run.",
@@ -73,10 +73,22 @@ def main(argv):
                                  "--hf_model as it was trained)")
     if _TEXT.present and not _HF.present:
         raise app.UsageError("--text: the corpus a --hf_model scores; give --hf_model too")
+    if _MODE.value == "eval" and (bool(_WORKDIR.value) == bool(_HF.value)) and (
+            _WORKDIR.value or not _AGGREGATE.value):  # --aggregate_only reads only --root: it may leave both out
+        raise app.UsageError("--mode=eval needs exactly one of --workdir (the trained run) and --hf_model")
     axes = sweep.parse_axes(_AXES.value)
     fields = [f for f, _ in axes]
     lengths = parse_lengths(_LENGTHS.value)
     points = sweep.select(sweep.expand(axes, _COMBINE.value), _POINTS.value, _SHARD.value)
+    if _MODE.value == "eval" and not _AGGREGATE.value:  # points labelled with fields their kind does not read
+        for name, point in points:
+            try:
+                sweep.check_eval_point(name, point, _SCALING.value or "yarn")
+            except ValueError as e:
+                raise app.UsageError(f"--axis: {e}") from None
+    if _PLOT_LENGTH.value is not None and _PLOT_LENGTH.value not in lengths:
+        raise app.UsageError(f"--plot_length={_PLOT_LENGTH.value} is not one of --lengths={','.join(map(str, lengths))}: "
+                             "the heatmap shows bits per byte at one of them")
     prepare_out_dir(_ROOT.value, "--root")
     ran = []
     if not _AGGREGATE.value:
@@ -84,8 +96,6 @@ def main(argv):
             ran = sweep.run_train_sweep(_CONFIG.value, _ROOT.value, points, lengths=lengths,
                                         scaling=_SCALING.value or "none", num_bytes=_NUM_BYTES.value)
         else:
-            if bool(_WORKDIR.value) == bool(_HF.value):
-                raise app.UsageError("--mode=eval needs exactly one of --workdir (the trained run) and --hf_model")
             ran = sweep.run_eval_sweep(_WORKDIR.value or _HF.value, _ROOT.value, points, lengths=lengths,
                                        scaling=_SCALING.value or "yarn", num_bytes=_NUM_BYTES.value,
                                        method=_METHOD.value, hf_model=bool(_HF.value), text=_TEXT.value)
@@ -101,4 +111,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_config_flags)

@@ -12,6 +12,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from posenc import malloc
+from posenc.config import parse_config_flags
 from posenc.train import initialize_distributed, train_and_evaluate
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Config file (get_config(arg)).",
@@ -28,11 +29,23 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None,
 _INIT_FROM = flags.DEFINE_string("init_from", None, "Start from another run's latest weights (sets config.init_from).")
 
 
+def check_flags() -> None:
+    """Raises a UsageError for flags that would be ignored or would override each other without a word."""
+    stray = [f"--{f.name}" for f in (_COORDINATOR, _NUM_PROCESSES, _PROCESS_ID) if f.present]
+    if stray and not _DISTRIBUTED.value:
+        raise app.UsageError(f"{', '.join(stray)}: read only with --jax_distributed (jax.distributed.initialize); "
+                             "give --jax_distributed too, or leave them out")
+    if _INIT_FROM.present and "config.init_from" in flags.FLAGS and flags.FLAGS["config.init_from"].present:
+        raise app.UsageError(f"--init_from={_INIT_FROM.value} and --config.init_from="
+                             f"{flags.FLAGS['config.init_from'].value} both set config.init_from: give one of them")
+
+
 def main(argv):
     malloc.keep_buffers()  # before JAX starts its threads: posenc/malloc.py
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)  # Orbax logs every file operation at INFO
+    check_flags()
     if _DISTRIBUTED.value:
         initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     config = _CONFIG.value
@@ -42,4 +55,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_config_flags)

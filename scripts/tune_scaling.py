@@ -38,6 +38,14 @@ def main(argv):
     logging.set_verbosity(logging.ERROR)
     if (_BUDGET.value is None) == (_LONGROPE.value is None):
         raise app.UsageError("give exactly one of --budget=N and --longrope=FILE (whose evaluation count is the budget)")
+    if _BUDGET.value is not None and _BUDGET.value <= 0:
+        raise app.UsageError(f"--budget (validation evaluations per rule) must be a positive integer, got {_BUDGET.value}")
+    if _TARGET.value <= 0:
+        raise app.UsageError(f"--target_len (the length the rules are tuned for) must be a positive integer, got "
+                             f"{_TARGET.value}")
+    if _NUM_BYTES.value is not None and _NUM_BYTES.value <= 0:
+        raise app.UsageError(f"--num_bytes must be a positive integer (or left out for its default), got "
+                             f"{_NUM_BYTES.value}")
     for rule in _RULES.value:
         tuning.check_rule(rule)
     budget = _BUDGET.value if _BUDGET.value is not None else tuning.longrope_evaluations(_LONGROPE.value)

@@ -3,6 +3,7 @@ factor 1 matching the plain evaluation."""
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -85,21 +86,59 @@ def test_train_sweep_skips_done_points_and_isolates_failures(tiny_config, tmp_pa
 
     def counting_train(config, workdir):
         calls.append(pathlib.Path(workdir).name)
+        if config.model.rope.base == 1000:  # a failure while training (the configs were all valid)
+            raise RuntimeError("the device ran out of memory")
         return train.train_and_evaluate(config, workdir)
 
-    points = sweep.select(sweep.expand(sweep.parse_axes(["model.rope.base=100,-1"])))
+    points = sweep.select(sweep.expand(sweep.parse_axes(["model.rope.base=100,1000"])))
     base = tiny_config(train_steps=4)
     records = sweep.run_train_sweep(base, str(tmp_path), points, lengths=[32, 64], train_fn=counting_train,
                                     progress=False)
     status = {r["name"]: r for r in records}
     assert status["base=100"]["status"] == "done" and status["base=100"]["bpb_L64"] > 0
-    assert status["base=-1"]["status"] == "failed" and "rope.base must be > 0" in status["base=-1"]["error"]
-    assert calls == ["base=100", "base=-1"]
+    assert status["base=1000"]["status"] == "failed" and "ran out of memory" in status["base=1000"]["error"]
+    assert calls == ["base=100", "base=1000"]
     sweep.run_train_sweep(base, str(tmp_path), points, lengths=[32, 64], train_fn=counting_train, progress=False)
-    assert calls == ["base=100", "base=-1", "base=-1"]  # the finished point is skipped, the failed one retried
+    assert calls == ["base=100", "base=1000", "base=1000"]  # the finished point is skipped, the failed one retried
     paths = sweep.write_outputs(sweep.gather(str(tmp_path), "train"), str(tmp_path), ["model.rope.base"], [32, 64])
     text = paths["md"].read_text()
     assert "Failed points" in text and "| 100 | done |" in text and paths["png"].exists()
+
+
+def test_train_sweep_validates_every_point_before_training_any(tiny_config, tmp_path):
+    """A point whose config is invalid stops the sweep before the first point trains (not after it)."""
+    calls = []
+    points = sweep.select(sweep.expand(sweep.parse_axes(["train_len=32,0"])))
+    with pytest.raises(ValueError, match=r"sweep point train_len=0: config.train_len must be a positive integer"):
+        sweep.run_train_sweep(tiny_config(train_steps=4), str(tmp_path), points, lengths=[32, 64],
+                              train_fn=lambda config, workdir: calls.append(workdir), progress=False)
+    assert calls == [] and not list(tmp_path.iterdir())
+
+
+def test_eval_sweep_refuses_axes_its_scaling_kind_does_not_read():
+    """--scaling=none --axis=factor=2,4 would write points 'factor=2', 'factor=4' scored unscaled."""
+    for name, point, kind, field in [("factor=2", {"factor": 2}, "none", "factor=2"),
+                                     ("beta_fast=8", {"beta_fast": 8.0}, "linear", "beta_fast=8.0"),
+                                     ("truncate=False", {"truncate": False}, "llama3", "truncate=False"),
+                                     ("kind=ntk,beta_slow=2", {"kind": "ntk", "beta_slow": 2.0}, "yarn", "beta_slow=2.0"),
+                                     ("dynamic=True,factor=2", {"dynamic": True, "factor": 2.0}, "yarn", "factor=2.0")]:
+        with pytest.raises(ValueError, match=f"sweep point {re.escape(name)}: RoPE scaling kind .* does not read "
+                                             f"{re.escape(field)}"):
+            sweep.check_eval_point(name, point, kind)
+    sweep.check_eval_point("factor=2,beta_fast=8", {"factor": 2, "beta_fast": 8}, "yarn")  # yarn reads both
+    sweep.check_eval_point("window=32", {"window": 32}, "none")  # a method field: no scaling field
+
+
+def test_eval_sweep_refuses_an_unread_axis_before_loading_the_run(tmp_path):
+    points = sweep.select(sweep.expand(sweep.parse_axes(["factor=2,4"])))
+    with pytest.raises(ValueError, match="kind 'none' .* does not read factor=2"):  # the workdir does not exist
+        sweep.run_eval_sweep(str(tmp_path / "no_run"), str(tmp_path / "s"), points, lengths=[32], scaling="none",
+                             progress=False)
+
+
+def test_write_outputs_refuses_a_plot_length_not_among_the_lengths(tmp_path):
+    with pytest.raises(ValueError, match=r"plot_length=999 is not one of the lengths \[32, 64\]"):
+        sweep.write_outputs([], str(tmp_path), ["factor"], [32, 64], plot_length=999)
 
 
 def test_eval_sweep_at_factor_one_matches_plain_evaluation(tiny_config, tmp_path):
@@ -194,7 +233,10 @@ def sweep_script(*args):
 
 def test_script_errors_and_a_sweep_that_failed_everywhere_exits_non_zero(trained_run, tmp_path):
     common = ["--mode=eval", f"--workdir={trained_run}", f"--root={tmp_path / 's'}", "--num_bytes=128"]
-    result = sweep_script(*common, "--axis=kind=cubic,quartic", "--lengths=32")
+    result = sweep_script(*common, "--axis=kind=cubic,quartic", "--lengths=32")  # refused before any work
+    assert result.returncode != 0 and "--axis: sweep point kind=cubic: kind must be one of" in result.stderr
+    assert not (tmp_path / "s").exists()
+    result = sweep_script(*common, "--axis=original_max_len=0,-1", "--lengths=32")  # each point's RopeScaling fails
     assert result.returncode != 0 and "every point of the sweep failed (2)" in result.stderr
     assert "Failed points" in (tmp_path / "s" / "results.md").read_text()  # the table is still written
     result = sweep_script(*common, "--axis=factor=2", "--lengths=32", "--shard=abc")

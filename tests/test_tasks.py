@@ -451,6 +451,38 @@ def test_task_config_errors_name_the_field(cache_dir, tmp_path):
         train.train_and_evaluate(config, str(tmp_path / "w"))
 
 
+@pytest.mark.parametrize("arg,match", [
+    ("task=copy,randomize=no", r"configs/tasks.py: 'randomize' is an on/off switch and takes no value, got "
+                               r"'randomize=no'"),
+    ("task=copy,tiny=false", r"'tiny' is an on/off switch and takes no value"),
+    ("task=copy,task=reverse", r"configs/tasks.py: variant 'task' is given twice"),
+    ("posenc=rope,posenc=alibi", r"variant 'posenc' is given twice"),
+    ("size=big", r"configs/tasks.py: unknown variant 'size'; valid: task=<passkey\|recall\|copy\|reverse\|lm>, "
+                 r"posenc=<none\|sinusoidal\|.*\|yarn\|.*>, randomize, tiny"),
+])
+def test_tasks_config_arg_is_parsed_strictly(arg, match):
+    with pytest.raises(ValueError, match=match):
+        train.load_config_file(str(ROOT / "configs" / "tasks.py"), arg)
+    assert not train.load_config_file(str(ROOT / "configs" / "tasks.py"), "task=copy").positions.randomize
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("depths", "0,1.5", r"config.eval.depths must be comma-separated passkey needle depths in \[0, 1\].*got '0,1.5'"),
+    ("depths", "0,half", r"config.eval.depths must be .* got '0,half'"),
+    ("examples", 0, r"config.eval.examples \(test examples per cell\) must be a positive integer, got 0"),
+])
+def test_task_eval_fields_are_checked_before_training(cache_dir, tmp_path, field, value, match):
+    from posenc.config import validate  # noqa: PLC0415
+
+    config = _tasks_config(cache_dir, "task=passkey,tiny")
+    validate(config)
+    config.eval[field] = value
+    with pytest.raises(ValueError, match=match):
+        train.train_and_evaluate(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+    validate(config, training=False)  # a saved run's config still loads
+
+
 def test_a_hugging_face_checkpoint_is_tested_on_passkey_in_its_own_tokens():
     from posenc.task_eval import TaskEvaluator, TaskRun, evaluate_tasks  # noqa: PLC0415
     from posenc.evaluate import hf_run  # noqa: PLC0415

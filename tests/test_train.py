@@ -129,6 +129,36 @@ def test_misspelt_config_field_fails(tmp_path):
         ({"b2": -1.0}, r"config.b2 \(Adam's decay rate\) must be in \[0, 1\)"),
         ({"weight_decay": -3.0}, "config.weight_decay must be >= 0"),
         ({"seed": -1}, "config.seed must be a non-negative integer"),
+        # a factors_file is LongRoPE's: refused under another kind before it is read (here it does not exist)
+        ({"model.rope.scaling.kind": "yarn", "model.rope.scaling.factor": 4.0, "model.rope.scaling.original_max_len": 32,
+          "model.rope.scaling.factors_file": "/nonexistent/longrope.json"},
+         r"model.rope.scaling.factors_file='/nonexistent/longrope.json' is read only by kind='longrope'.*got kind='yarn'"),
+        # a field the kind does not read, at another value than its default
+        ({"model.rope.scaling.kind": "linear", "model.rope.scaling.factor": 4.0, "model.rope.scaling.beta_fast": 8.0},
+         r"model.rope.scaling.kind='linear' does not read model.rope.scaling.beta_fast=8.0: leave it at the default "
+         r"beta_fast=32.0 \(kind='linear' reads factor, original_max_len, dynamic, attention_factor\)"),
+        ({"model.rope.scaling.kind": "llama3", "model.rope.scaling.factor": 4.0, "model.rope.scaling.original_max_len": 32,
+          "model.rope.scaling.truncate": False}, r"kind='llama3' does not read model.rope.scaling.truncate=False"),
+        ({"model.rope.scaling.kind": "yarn", "model.rope.scaling.dynamic": True, "model.rope.scaling.factor": 4.0,
+          "model.rope.scaling.original_max_len": 32}, r"kind='yarn' with dynamic=True .* does not read "
+                                                       r"model.rope.scaling.factor=4.0"),
+        ({"model.rope.scaling.kind": "linear", "model.rope.scaling.factor": 4.0, "model.rope.scaling.beta_fast": 32},
+         None),  # the default, written as an int
+        # a static scaling at factor 1 is the identity (configs/default.py:posenc=linear without a factor)
+        ({"model.rope.scaling.kind": "linear"},
+         r"model.rope.scaling.factor=1.0 with kind='linear' changes nothing .*set model.rope.scaling.factor > 1"),
+        ({"model.rope.scaling.kind": "yarn", "model.rope.scaling.original_max_len": 32},
+         r"model.rope.scaling.factor=1.0 with kind='yarn' changes nothing"),
+        ({"model.rope.scaling.kind": "linear", "model.rope.scaling.dynamic": True,
+          "model.rope.scaling.original_max_len": 32}, None),  # dynamic: the factor follows the length
+        ({"model.rope.scaling.kind": "dynamic_ntk", "model.rope.scaling.original_max_len": 32}, None),  # a slope
+        # the evaluation after training reads config.eval.*: checked before training, not after it
+        ({"eval.scalings": "none,yarnn"}, r"config.eval.scalings='none,yarnn': \['yarnn'\] is not a scaling; give a "
+                                          r"comma-separated list of \('none', 'run', 'linear'"),
+        ({"eval.methods": "bogus"}, r"config.eval.methods='bogus': method must be one of \('none', 'self_extend'"),
+        ({"eval.methods": "none;self_extend,group=2"}, None),
+        ({"eval.num_bytes": 100}, r"config.eval.num_bytes must be a positive multiple of the longest of "
+                                  r"config.eval.lengths \(128\)"),
     ],
 )
 def test_invalid_config_fails_before_training(tiny_config, tmp_path, overrides, match):
@@ -223,6 +253,40 @@ def test_rerun_may_change_cadences_and_layout(copy_run, tiny_config):
                           **{"model.attn_block": 0, "eval.lengths": "32"})
     assert train.train_and_evaluate(changed, str(workdir)) == {}  # complete already: resumes, nothing to do
     assert json.loads((workdir / "config.json").read_text())["log_every"] == 2
+
+
+def test_a_saved_run_with_an_unread_scaling_field_still_loads(tiny_config):
+    """The scaling and config.eval checks are for training: a saved run's config.json loads for evaluation
+    (validate(training=False)) whatever they say."""
+    from posenc.config import validate  # noqa: PLC0415
+
+    config = tiny_config("tiny", **{"model.rope.scaling.kind": "linear", "model.rope.scaling.factor": 4.0,
+                                    "model.rope.scaling.beta_fast": 8.0, "eval.methods": "bogus"})
+    with pytest.raises(ValueError, match="config.eval.methods='bogus'"):
+        validate(config)
+    config.eval.methods = "none"
+    with pytest.raises(ValueError, match="does not read model.rope.scaling.beta_fast"):
+        validate(config)
+    config.eval.methods = "bogus"
+    assert validate(config, training=False).rope_scaling.kind == "linear"
+
+
+@pytest.mark.parametrize("arg,match", [
+    ("tiny=false", r"configs/default.py: 'tiny' is an on/off switch and takes no value, got 'tiny=false'"),
+    ("tiny=0", r"'tiny' is an on/off switch and takes no value, got 'tiny=0'"),
+    ("posenc=rope,posenc=alibi", r"variant 'posenc' is given twice .*valid: posenc=<none\|sinusoidal"),
+    ("posenc=rope,tiny,tiny", r"variant 'tiny' is given twice"),
+    ("bogus=1", r"unknown variant 'bogus'; valid: posenc=<.*\|yarn\|.*>, tiny"),
+    ("posenc", r"variant 'posenc' needs a value, posenc=<"),
+    ("posenc=rotary", r"posenc must be one of"),
+])
+def test_default_config_arg_is_parsed_strictly(arg, match):
+    from posenc.train import load_config_file  # noqa: PLC0415
+
+    with pytest.raises(ValueError, match=match):
+        load_config_file(str(ROOT / "configs" / "default.py"), arg)
+    assert load_config_file(str(ROOT / "configs" / "default.py"), "tiny").train_steps == 8
+    assert load_config_file(str(ROOT / "configs" / "default.py"), "").train_steps == 400
 
 
 def test_the_optimizer_fields_are_checked_for_training_only(tiny_config):
