@@ -48,8 +48,8 @@ _TEXT = flags.DEFINE_string("text", None, "The corpus the --hf_model checkpoints
 _HF_DTYPE = flags.DEFINE_enum("hf_dtype", None, ["float32", "bfloat16"], "Weights of the --hf_model checkpoints.")
 _LENGTHS = flags.DEFINE_list("lengths", None, "Evaluation lengths (default: the run's config.eval.lengths).")
 _SCALINGS = flags.DEFINE_list("scalings", None, "Scalings (default: each run's config.eval.scalings that apply).")
-_FACTOR = flags.DEFINE_float("factor", None, "Fixed scaling factor instead of L / train_len (dynamic_ntk: "
-                             "Hugging Face's slope instead of 1).")
+_FACTOR = flags.DEFINE_float("factor", None, "Fixed scaling factor instead of L / L0 (L0: original_max_len of a run "
+                             "trained with a scaling, else train_len; dynamic_ntk: Hugging Face's slope instead of 1).")
 _NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Test bytes scored at every length (default: config.eval.num_bytes).")
 _STRIDE = flags.DEFINE_integer("stride", None, "Sliding-window stride (default train_len / 2).")
 _SPLIT = flags.DEFINE_enum("split", "test", ["test", "validation"], "Which split to score.")
