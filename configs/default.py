@@ -67,6 +67,18 @@ def parse_arg(arg: str | None, valued: dict[str, str] | None = None, switches: t
     return out
 
 
+def int_variant(variants: dict[str, str], key: str, default: int, where: str) -> int:
+    """Pops variant `key` from `variants` (parse_arg's) as an integer, `default` where absent; a ValueError naming
+    the config, the key and the value otherwise."""
+    value = variants.pop(key, None)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{where}: variant {key} takes an integer ({key}=<integer>), got {key}={value!r}") from None
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variants = parse_arg(arg, {"posenc": "|".join(POSENCS + SCALINGS)}, ("tiny",))
 

@@ -289,6 +289,16 @@ def test_default_config_arg_is_parsed_strictly(arg, match):
     assert load_config_file(str(ROOT / "configs" / "default.py"), "").train_steps == 400
 
 
+@pytest.mark.parametrize("path", ["experiments/lm_study/config.py", "experiments/length_generalization/config.py",
+                                  "experiments/extrapolation/config.py"])
+def test_experiment_configs_read_integer_variants_or_name_them(path):
+    from posenc.train import load_config_file  # noqa: PLC0415
+
+    assert load_config_file(str(ROOT / path), "seed=2").seed == 2
+    with pytest.raises(ValueError, match=f"{path}: variant seed takes an integer \\(seed=<integer>\\), got seed='one'"):
+        load_config_file(str(ROOT / path), "seed=one")
+
+
 def test_the_optimizer_fields_are_checked_for_training_only(tiny_config):
     """A run loaded for evaluation or as a starting point (validate(training=False)) is not refused for its
     optimizer's fields: they change nothing there."""

@@ -17,7 +17,7 @@ def get_config(arg: str | None = None):
     default = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(default)
     variants = default.parse_arg(arg)
-    seed = int(variants.pop("seed", 0))
+    seed = default.int_variant(variants, "seed", 0, "experiments/extrapolation/config.py")
     config = default.get_config(",".join(f"{k}={v}" if v else k for k, v in variants.items()))
     config.seed = seed
     config.train_steps = 400

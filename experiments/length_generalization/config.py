@@ -32,7 +32,7 @@ def get_config(arg: str | None = None):
     tasks_config = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tasks_config)
     variants = tasks_config.default.parse_arg(arg)
-    seed = int(variants.pop("seed", 0))
+    seed = tasks_config.default.int_variant(variants, "seed", 0, "experiments/length_generalization/config.py")
     config = tasks_config.get_config(",".join(f"{k}={v}" if v else k for k, v in variants.items()))
     config.seed = seed
     if config.task.name in ALGORITHMIC:

