@@ -54,9 +54,11 @@ def parse_config_flags(argv: list[str]) -> list[str]:
     except KeyError as e:
         key = str(e.args[0] if e.args else e).strip("'\"")
         given = [a.split("=")[0] for a in argv if a.startswith("--config.") and key in a.split("=")[0].split(".")]
+        if not given:  # not an override's missing field (a config file's own code raised it)
+            raise
         where = ("; the `task` and `positions` sections exist only in configs/tasks.py: use "
                  "--config=configs/tasks.py:task=<name>[,randomize]" if key in ("task", "positions") else "")
-        sys.stderr.write(f"FATAL Flags parsing error: {', '.join(given) or '--config.*'}: the config has no field or "
+        sys.stderr.write(f"FATAL Flags parsing error: {', '.join(given)}: the config has no field or "
                          f"section {key!r}{where}\n")
         sys.exit(1)
 
@@ -170,7 +172,7 @@ def parse_lengths(values: str | Sequence[str], what: str = "--lengths") -> list[
 # that changed nothing. `original_max_len` is L0 for every kind that scales (evaluation extrapolates from it), and
 # `attention_factor`, when set, multiplies cos and sin under every kind (posenc.rope_scaling.rope_frequencies).
 SCALING_FIELDS = {
-    "none": (),
+    "none": ("attention_factor",),
     "linear": ("factor", "original_max_len", "dynamic", "attention_factor"),
     "ntk": ("factor", "original_max_len", "dynamic", "attention_factor"),
     "dynamic_ntk": ("factor", "original_max_len", "attention_factor"),
@@ -226,12 +228,7 @@ def check_scaling_fields(s: ml_collections.ConfigDict, where: str = "model.rope.
         raise ValueError(f"{where}.kind must be one of {KINDS}, got {kind!r}")
     check_factors_file(s, where)
     fields = {k: s.get(k) for k in s.keys() if k in SCALING_DEFAULTS}
-    unread = unread_scaling_fields(kind, fields)
-    if unread and kind == "none":
-        raise ValueError(f"{where}.kind='none' applies no scaling, but "
-                         + ", ".join(f"{where}.{f}={fields[f]!r}" for f in unread)
-                         + f" {'is' if len(unread) == 1 else 'are'} set: set kind (one of {KINDS[1:]}) or leave "
-                         "them at their defaults")
+    unread = unread_scaling_fields(kind, fields)  # (kind 'none' with any field set: rope_scaling_from_config's)
     if unread:
         dynamic = " with dynamic=True (s = max(1, seq_len / original_max_len))" if fields.get("dynamic") else ""
         raise ValueError(f"{where}.kind={kind!r}{dynamic} does not read "
@@ -368,7 +365,8 @@ def _validate_eval(config: ml_collections.ConfigDict) -> None:
                 Method.parse(spec)
             except ValueError as e:
                 raise ValueError(f"config.eval.methods={ev.methods!r}: {e}") from None
-    if "num_bytes" in ev:
+    task = config.get("task")
+    if "num_bytes" in ev and (task is None or task.name == "lm"):  # (task evaluation reads examples, not bytes)
         nb, longest = ev.num_bytes, max(lengths)
         if isinstance(nb, bool) or not isinstance(nb, int) or nb <= 0 or nb % longest:
             raise ValueError(f"config.eval.num_bytes must be a positive multiple of the longest of config.eval.lengths "

@@ -77,6 +77,7 @@ from posenc.xla_options import compiler_options
 
 SCALINGS = ("none", "run", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_linear", "dynamic_yarn", "llama3",
             "longrope")
+FACTOR_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "llama3")  # the scalings a fixed --factor applies to
 PROTOCOLS = ("nonoverlap", "per_position", "sliding", "streaming")
 LN2 = math.log(2.0)
 # A mean NLL (nats) above this has no finite perplexity (exp overflows float64): a model there has diverged

@@ -36,9 +36,8 @@ from absl import app, flags, logging
 from posenc import checkpoint, malloc
 from posenc.config import parse_lengths
 from posenc.evaluate import evaluate, markdown_table, prepare_out_dir, write_outputs
-from posenc.evaluate import ATTN_CHUNK
+from posenc.evaluate import ATTN_CHUNK, FACTOR_SCALINGS
 
-FACTOR_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "llama3")  # the scalings that read --factor
 
 _WORKDIRS = flags.DEFINE_multi_string("workdir", [], "Run directories (repeat the flag).")
 _HF = flags.DEFINE_multi_string("hf_model", [], "Hugging Face checkpoint directories (config.json, safetensors, "

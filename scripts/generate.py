@@ -16,10 +16,9 @@ import numpy as np
 from absl import app, flags, logging
 
 from posenc import data, decode
-from posenc.evaluate import SCALINGS, hf_run, load_run, scaling_for
+from posenc.evaluate import FACTOR_SCALINGS, SCALINGS, hf_run, load_run, scaling_for
 from posenc.training_free import Method
 
-FACTOR_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "llama3")  # the --scaling values that read --factor
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Trained run.")
 _HF = flags.DEFINE_string("hf_model", None, "A Hugging Face checkpoint directory instead of a run (its tokenizer.json "

@@ -127,6 +127,7 @@ def test_eval_sweep_refuses_axes_its_scaling_kind_does_not_read():
             sweep.check_eval_point(name, point, kind)
     sweep.check_eval_point("factor=2,beta_fast=8", {"factor": 2, "beta_fast": 8}, "yarn")  # yarn reads both
     sweep.check_eval_point("window=32", {"window": 32}, "none")  # a method field: no scaling field
+    sweep.check_eval_point("attention_factor=0.9", {"attention_factor": 0.9}, "none")  # a temperature: every kind
 
 
 def test_eval_sweep_refuses_an_unread_axis_before_loading_the_run(tmp_path):

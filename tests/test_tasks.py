@@ -483,6 +483,14 @@ def test_task_eval_fields_are_checked_before_training(cache_dir, tmp_path, field
     validate(config, training=False)  # a saved run's config still loads
 
 
+def test_eval_num_bytes_is_not_checked_on_a_task_config_that_does_not_read_it(cache_dir):
+    from posenc.config import validate  # noqa: PLC0415
+
+    config = _tasks_config(cache_dir, "task=copy,tiny")
+    config.eval.lengths = "16,32,48"  # eval.num_bytes is no multiple of 48: task evaluation reads examples
+    validate(config)
+
+
 def test_a_hugging_face_checkpoint_is_tested_on_passkey_in_its_own_tokens():
     from posenc.task_eval import TaskEvaluator, TaskRun, evaluate_tasks  # noqa: PLC0415
     from posenc.evaluate import hf_run  # noqa: PLC0415
