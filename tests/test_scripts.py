@@ -7,6 +7,7 @@ import pathlib
 import statistics
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -123,46 +124,48 @@ def test_entry_points_document_themselves(script):
 
 
 # (argv, the UsageError's text): flags that would be ignored, contradict each other or make no sense, each refused
-# before the script loads a run or compiles anything (the paths named here do not exist)
+# before the script loads a run or compiles anything (the paths named here do not exist: MISSING, under the
+# temporary directory, is never created unless a script starts work it should have refused)
+MISSING = str(pathlib.Path(tempfile.gettempdir()) / f"posenc-missing-{os.getpid()}")
 USAGE_CASES = {
     "generate": [
-        (["--workdir=/nonexistent", "--factor=4"], "--factor=4.0 is read only with --scaling in"),
-        (["--workdir=/nonexistent", "--longrope=x.json"], "--longrope is read only with --scaling=longrope, got --scaling=run"),
-        (["--workdir=/nonexistent", "--scaling=none", "--factor=2"], "got --scaling=none"),
+        ([f"--workdir={MISSING}", "--factor=4"], "--factor=4.0 is read only with --scaling in"),
+        ([f"--workdir={MISSING}", "--longrope=x.json"], "--longrope is read only with --scaling=longrope, got --scaling=run"),
+        ([f"--workdir={MISSING}", "--scaling=none", "--factor=2"], "got --scaling=none"),
     ],
     "eval_extrapolation": [
-        (["--workdir=/nonexistent", "--hf_dtype=bfloat16"], "--hf_dtype is the weights' dtype of the --hf_model"),
-        (["--workdir=/nonexistent", "--scalings=none", "--longrope=x.json"], "--longrope is read only by --scalings=longrope"),
-        (["--workdir=/nonexistent", "--scalings=none", "--factor=4"], "--factor=4.0 is read only by --scalings of"),
+        ([f"--workdir={MISSING}", "--hf_dtype=bfloat16"], "--hf_dtype is the weights' dtype of the --hf_model"),
+        ([f"--workdir={MISSING}", "--scalings=none", "--longrope=x.json"], "--longrope is read only by --scalings=longrope"),
+        ([f"--workdir={MISSING}", "--scalings=none", "--factor=4"], "--factor=4.0 is read only by --scalings of"),
     ],
     "eval_tasks": [
-        (["--workdir=/nonexistent", "--hf_dtype=float32"], "--hf_dtype is the weights' dtype of the --hf_model"),
+        ([f"--workdir={MISSING}", "--hf_dtype=float32"], "--hf_dtype is the weights' dtype of the --hf_model"),
     ],
     "search_longrope": [
-        (["--workdir=/nonexistent", "--target_len=64", "--text=book.txt"], "--text is the corpus of a --hf_model"),
-        (["--workdir=/nonexistent", "--target_len=64", "--num_bytes=0"], "--num_bytes must be a positive integer"),
-        (["--workdir=/nonexistent", "--target_len=64", "--short_generations=0"],
+        ([f"--workdir={MISSING}", "--target_len=64", "--text=book.txt"], "--text is the corpus of a --hf_model"),
+        ([f"--workdir={MISSING}", "--target_len=64", "--num_bytes=0"], "--num_bytes must be a positive integer"),
+        ([f"--workdir={MISSING}", "--target_len=64", "--short_generations=0"],
          "--short_generations must be a positive integer"),
     ],
     "tune_scaling": [
-        (["--workdir=/nonexistent", "--target_len=64", "--budget=0", "--out=/nonexistent/o"],
+        ([f"--workdir={MISSING}", "--target_len=64", "--budget=0", f"--out={MISSING}/o"],
          "--budget (validation evaluations per rule) must be a positive integer, got 0"),
-        (["--workdir=/nonexistent", "--target_len=-5", "--budget=4", "--out=/nonexistent/o"],
+        ([f"--workdir={MISSING}", "--target_len=-5", "--budget=4", f"--out={MISSING}/o"],
          "--target_len (the length the rules are tuned for) must be a positive integer, got -5"),
     ],
     "train": [
-        (["--workdir=/nonexistent", "--num_processes=2"], "--num_processes: read only with --jax_distributed"),
-        (["--workdir=/nonexistent", "--coordinator_address=h:1", "--process_id=0"],
+        ([f"--workdir={MISSING}", "--num_processes=2"], "--num_processes: read only with --jax_distributed"),
+        ([f"--workdir={MISSING}", "--coordinator_address=h:1", "--process_id=0"],
          "--coordinator_address, --process_id: read only with --jax_distributed"),
-        (["--workdir=/nonexistent", "--config=configs/default.py:tiny", "--config.init_from=A", "--init_from=B"],
+        ([f"--workdir={MISSING}", "--config=configs/default.py:tiny", "--config.init_from=A", "--init_from=B"],
          "--init_from=B and --config.init_from=A both set config.init_from"),
     ],
     "sweep": [
-        (["--mode=eval", "--root=/nonexistent/s", "--workdir=/nonexistent", "--axis=factor=2", "--lengths=32,64",
+        (["--mode=eval", f"--root={MISSING}/s", f"--workdir={MISSING}", "--axis=factor=2", "--lengths=32,64",
           "--plot_length=999"], "--plot_length=999 is not one of --lengths=32,64"),
-        (["--mode=eval", "--root=/nonexistent/s", "--axis=factor=2", "--aggregate_only", "--workdir=a",
+        (["--mode=eval", f"--root={MISSING}/s", "--axis=factor=2", "--aggregate_only", "--workdir=a",
           "--hf_model=b"], "--mode=eval needs exactly one of --workdir"),
-        (["--mode=eval", "--root=/nonexistent/s", "--workdir=/nonexistent", "--scaling=none", "--axis=factor=2,4"],
+        (["--mode=eval", f"--root={MISSING}/s", f"--workdir={MISSING}", "--scaling=none", "--axis=factor=2,4"],
          "--axis: sweep point factor=2: RoPE scaling kind 'none' (--scaling or a kind axis) does not read factor=2"),
     ],
 }
@@ -188,12 +191,12 @@ def test_scripts_refuse_ignored_or_contradicting_flags(module):
     assert len(lines) == len(cases), result.stdout
     for line, (argv, text) in zip(lines, cases):
         assert line.startswith("USAGE") and text in line, (argv, line)
-    assert not pathlib.Path("/nonexistent").exists()
+    assert not pathlib.Path(MISSING).exists()
 
 
 def test_a_config_field_of_configs_tasks_py_on_default_py_names_that_config():
     result = subprocess.run([sys.executable, "scripts/train.py", "--config=configs/default.py:tiny",
-                             "--workdir=/nonexistent/run", "--config.positions.randomize=True"], cwd=ROOT,
+                             f"--workdir={MISSING}/run", "--config.positions.randomize=True"], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert ("--config.positions.randomize: the config has no field or section 'positions'; the `task` and "
