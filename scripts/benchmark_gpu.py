@@ -168,6 +168,7 @@ def main(argv):
         raise app.UsageError(f"--profile: {_PROFILE.value!r} is not among --models {_MODELS.value}")
     dev = jax.devices()[0]
     kind = getattr(dev, "device_kind", dev.platform)
+    resolve_peak(kind, jax.default_backend(), _PEAK.value, 0.0)  # a bad --peak_tflops or unknown device: before timing
     measured = bf16_matmul_peak(256 if _TINY.value else 8192)
     peak, source = resolve_peak(kind, jax.default_backend(), _PEAK.value, measured)
     rows = []
