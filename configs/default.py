@@ -22,7 +22,9 @@ The arg is a comma-separated list of variants:
   tiny  a model and run small enough for tests (an on/off switch: name it to turn it on; `tiny=false` is an error)
 
 An encoding's own options are fields `model.<name>.<option>` (e.g. --config.model.t5.num_buckets=64),
-with their defaults and meaning in the `options` of its class (posenc/<name>.py).
+with their defaults and meaning in the `options` of its class (posenc/<name>.py). A field the run's encoding
+does not read (another encoding's option; model.rope.*, model.sinusoidal_base or model.learned_beyond under an
+encoding without them: its class's `model_fields`) must keep its default (posenc.config.unread_fields).
 """
 
 import ml_collections
@@ -33,15 +35,23 @@ from posenc.encodings import ENCODINGS, POSENCS
 SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "longrope", "llama3")
 
 
+class UnknownVariantError(ValueError):
+    """parse_arg's error for a key the config does not take; `valid` lists the variants it takes."""
+
+    def __init__(self, message: str, key: str, valid: str):
+        super().__init__(message)
+        self.key, self.valid = key, valid
+
+
 def parse_arg(arg: str | None, valued: dict[str, str] | None = None, switches: tuple[str, ...] | None = None,
               where: str = "configs/default.py") -> dict[str, str]:
     """'posenc=yarn,tiny' -> {'posenc': 'yarn', 'tiny': ''}.
 
     `valued` maps each key that takes a value to a description of its valid values; `switches` are the on/off
     variants, on when named (a value such as `tiny=false` is refused: leave the switch out to turn it off). An
-    unknown key, a repeated key, a valued key without a value and a switch with one are ValueErrors naming the
-    key and the valid variants. Without `valued` and `switches` (a config that adds its own variants and passes
-    the rest on to get_config, which checks them) only a repeated key is refused.
+    unknown key (UnknownVariantError), a repeated key, a valued key without a value and a switch with one are
+    ValueErrors naming the key and the valid variants. Without `valued` and `switches` only a repeated key is
+    refused, and a key written without '=' maps to None (`extend_config` passes such an arg on as written).
     """
     known = valued is not None or switches is not None
     valued, switches = valued or {}, switches or ()
@@ -54,10 +64,10 @@ def parse_arg(arg: str | None, valued: dict[str, str] | None = None, switches: t
             raise ValueError(f"{where}: variant {key!r} is given twice ({arg!r}); give each once"
                              + (f"; valid: {valid}" if known else ""))
         if not known:
-            out[key] = value
+            out[key] = value if sep else None
             continue
         if key not in valued and key not in switches:
-            raise ValueError(f"{where}: unknown variant {key!r}; valid: {valid}")
+            raise UnknownVariantError(f"{where}: unknown variant {key!r}; valid: {valid}", key, valid)
         if key in switches and sep:
             raise ValueError(f"{where}: {key!r} is an on/off switch and takes no value, got {part!r}: write {key!r} "
                              f"to turn it on, or leave it out to turn it off")
@@ -65,6 +75,23 @@ def parse_arg(arg: str | None, valued: dict[str, str] | None = None, switches: t
             raise ValueError(f"{where}: variant {key!r} needs a value, {key}=<{valued[key]}>, got {part!r}")
         out[key] = value
     return out
+
+
+def extend_config(arg: str | None, own: dict[str, str], get_config, where: str):
+    """An experiment config's arg: its `own` variants ({key: description of the value}) and the rest, passed on
+    as written to the `get_config` of the config it extends. Returns ({own key: value}, that config). A key of
+    neither is an UnknownVariantError listing both's variants; an own key without a value a ValueError."""
+    variants = parse_arg(arg)
+    mine = {k: variants.pop(k) for k in list(variants) if k in own}
+    for key, value in mine.items():
+        if not value:
+            raise ValueError(f"{where}: variant {key!r} needs a value, {key}=<{own[key]}>")
+    try:
+        config = get_config(",".join(k if v is None else f"{k}={v}" for k, v in variants.items()))
+    except UnknownVariantError as e:
+        valid = ", ".join([e.valid] + [f"{k}=<{v}>" for k, v in own.items()])
+        raise UnknownVariantError(f"{where}: unknown variant {e.key!r}; valid: {valid}", e.key, valid) from None
+    return mine, config
 
 
 def int_variant(variants: dict[str, str], key: str, default: int, where: str) -> int:

@@ -12,7 +12,8 @@ The arg is a comma-separated list of variants:
                tokens; 512 for copy, recall and reverse; 4096 for lm; 512 in tiny)
   tiny         a model and run small enough for tests
 
-Everything else is configs/default.py's (the same model and optimiser fields). The loss counts only answer
+Everything else is configs/default.py's (the same model and optimiser fields). A task field the task does not
+read must keep its default: task.filler is passkey's; min_len, lm_ratio and prompt_weight are the answer tasks'. The loss counts only answer
 tokens; the validation metrics add `val_accuracy`, the teacher-forced exact match of the answers.
 
 Defaults (chosen by the pilot runs in experiments/length_generalization/pilot/, rendered in that folder's

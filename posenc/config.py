@@ -25,7 +25,7 @@ from posenc.encodings import ENCODINGS, get_encoding
 from posenc.longrope import read_factors
 from posenc.model import ModelConfig
 from posenc.rope_scaling import DYNAMIC_KINDS, KINDS, RopeScaling
-from posenc.tasks import TaskSpec
+from posenc.tasks import TASKS, TaskSpec
 
 
 # Fields a rerun may change: how often things happen and how the same math is laid out, not what it computes.
@@ -189,24 +189,73 @@ IDENTITY_AT_FACTOR_1 = ("linear", "ntk", "yarn", "llama3")
 SCALING_DEFAULTS = {**{f.name: f.default for f in dataclasses.fields(RopeScaling)}, "factors_file": None}
 
 
-def unread_scaling_fields(kind: str, fields: dict[str, Any]) -> list[str]:
-    """The names in `fields` ({RopeScaling field or factors_file: value}) that scaling `kind` does not read
-    (SCALING_FIELDS) although set to a value other than their default; `factor` with `dynamic=True` too (a
-    dynamic scaling takes s = max(1, seq_len / original_max_len)). `kind` itself is never unread."""
+def scaling_fields_read(kind: str, dynamic: bool = False) -> set[str]:
+    """The `model.rope.scaling` fields scaling `kind` reads (SCALING_FIELDS), without `factor` when `dynamic` (a
+    dynamic scaling takes s = max(1, seq_len / original_max_len))."""
     if kind not in SCALING_FIELDS:
         raise ValueError(f"model.rope.scaling.kind must be one of {KINDS}, got {kind!r}")
-    reads = set(SCALING_FIELDS[kind]) - ({"factor"} if fields.get("dynamic") else set())
-    out = []
-    for name, value in fields.items():
-        if name == "kind" or name in reads:
-            continue
-        default = SCALING_DEFAULTS.get(name)
-        same = (value is None) == (default is None) and (value is None or (
-            float(value) == float(default) if isinstance(value, (int, float)) and isinstance(default, (int, float))
-            else value == default))
-        if not same:
-            out.append(name)
+    return set(SCALING_FIELDS[kind]) - ({"factor"} if dynamic else set())
+
+
+def unread_scaling_fields(kind: str, fields: dict[str, Any]) -> list[str]:
+    """The names in `fields` ({RopeScaling field or factors_file: value}) that scaling `kind` does not read
+    (`scaling_fields_read`) although set to a value other than their default. `kind` itself is never unread."""
+    reads = scaling_fields_read(kind, bool(fields.get("dynamic")))
+    return [name for name, value in fields.items()
+            if name != "kind" and name not in reads and not is_default(value, SCALING_DEFAULTS.get(name))]
+
+
+def is_default(value: Any, default: Any) -> bool:
+    """Whether a config value equals its default (numbers by value: 32 == 32.0; None only equals None)."""
+    if value is None or default is None:
+        return value is None and default is None
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (value, default))
+    return float(value) == float(default) if numbers else value == default
+
+
+def unread_fields(config: ml_collections.ConfigDict) -> dict[str, tuple[Any, Any, str]]:
+    """{field: (value, default, who reads it)} for the `model.*` and `task.*` fields the run does not read
+    although set to another value than their default: another encoding's options (`model.<name>.<option>`,
+    its class's `options`), `model.rope.*` without a rotary encoding, `model.sinusoidal_base` and
+    `model.learned_beyond` without the encoding that reads them, and on a tasks config (configs/tasks.py) the
+    task fields its task does not read (`task.filler` is passkey's; `min_len`, `lm_ratio`, `prompt_weight`
+    the answer tasks'). The RoPE scaling's fields are `unread_scaling_fields`'."""
+    m = config.model
+    reads = get_encoding(m.posenc).model_fields
+    model_defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    out = {}
+    for name, other in ENCODINGS.items():
+        for option, (default, _) in (other.options.items() if name != m.posenc and name in m else ()):
+            if option in m[name] and not is_default(m[name][option], default):
+                out[f"model.{name}.{option}"] = (m[name][option], default, f"posenc={name}")
+    for field in dict.fromkeys(f for enc in ENCODINGS.values() for f in enc.model_fields if f not in reads):
+        node, key = (m.rope, field[len("rope_"):]) if field.startswith("rope_") else (m, field)
+        if key in node and not is_default(node[key], model_defaults[field]):
+            readers = "|".join(n for n, enc in ENCODINGS.items() if field in enc.model_fields)
+            out[f"model.{'rope.' if node is m.rope else ''}{key}"] = (node[key], model_defaults[field],
+                                                                       f"posenc={readers}")
+    task = config.get("task")
+    if task is not None:
+        spec_defaults = {f.name: f.default for f in dataclasses.fields(TaskSpec)}
+        readers = {"filler": ("passkey",), "min_len": None, "lm_ratio": None, "prompt_weight": None}
+        for field, names in readers.items():
+            reads = task.name in names if names else task.name != "lm"
+            if not reads and field in task and not is_default(task[field], spec_defaults[field]):
+                out[f"task.{field}"] = (task[field], spec_defaults[field],
+                                        "task.name=passkey" if names else "task.name=" + "|".join(TASKS))
     return out
+
+
+def check_unread_fields(config: ml_collections.ConfigDict) -> None:
+    """Refuses a config that sets fields its run does not read (`unread_fields`): the run would be recorded,
+    and resumed, labelled with values that changed nothing."""
+    unread = unread_fields(config)
+    if unread:
+        raise ValueError(
+            f"posenc={config.model.posenc!r}" + (f", task.name={config.task.name!r}" if "task" in config else "")
+            + " does not read " + "; ".join(f"{k}={v!r} (read by {who}; default {d!r})"
+                                            for k, (v, d, who) in unread.items())
+            + ": leave " + ("it" if len(unread) == 1 else "them") + " at the default")
 
 
 def check_factors_file(s: ml_collections.ConfigDict, where: str = "model.rope.scaling") -> None:
@@ -421,8 +470,9 @@ def validate(config: ml_collections.ConfigDict, training: bool = True) -> ModelC
                          f"(passkey, recall, copy, reverse), got {stop!r} for task "
                          f"{spec.name if spec is not None else None!r}")
     cfg = model_config(config)
-    if training:  # a fresh or resumed run (not a saved run loaded): no scaling field it would not apply
+    if training:  # a fresh or resumed run (not a saved run loaded): no field it would not apply
         check_scaling_fields(config.model.rope.scaling)
+        check_unread_fields(config)
     return cfg
 
 

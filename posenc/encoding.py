@@ -29,6 +29,8 @@ the encoding class, given a `ModelConfig`,
     window(cfg, layer)              the layer's sliding attention window (keys at distance ≥ window are
                                     invisible, and the KV cache keeps only the last `window` keys), or None
     check(cfg)                      raises a ValueError naming the `model.*` field and its valid values
+    model_fields                    the shared `ModelConfig` fields it reads (`rope_base`, …): training
+                                    refuses another value than the default of one it does not read
     bias_needs_all_keys             whether a pair's bias depends on other keys too (CoPE): then chunked
                                     attention scores each chunk against whole rows of keys, not key tiles
 
@@ -62,6 +64,9 @@ class Encoding(nnx.Module):
     bias_needs_all_keys: ClassVar[bool] = False
     # The encoding's own config fields, `model.<name>.<option>`: {option: (default, comment)}.
     options: ClassVar[dict[str, tuple[Any, str]]] = {}
+    # The shared `model.*` fields it reads (ModelConfig's, such as 'rope_base' for `model.rope.base`): training
+    # refuses one set to another value than its default under an encoding that does not read it.
+    model_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg, *, rngs: nnx.Rngs):
         del rngs

@@ -703,6 +703,16 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
             raise ValueError(f"scaling {name!r} does not apply to any of the runs (posenc: "
                              f"{sorted({r.cfg.posenc for r in runs})}); only encodings that take a RoPE scaling "
                              "can be rescaled")
+    # the scalings the runs are scored with (`scalings`, else each run's own defaults): a factor or factors file
+    # none of them reads would label the results with a setting that changed nothing
+    used = set(scalings) if scalings is not None else {s for r in runs for s in default_scalings(r.config)
+                                                       if applies(r, s)}
+    if factor is not None and not used & set(FACTOR_SCALINGS):
+        raise ValueError(f"factor={factor} is read only by the scalings {FACTOR_SCALINGS}; the runs are scored with "
+                         f"{sorted(used)} (their config.eval.scalings unless scalings are given)")
+    if longrope_file and "longrope" not in used:
+        raise ValueError(f"longrope_file={longrope_file!r} is read only by the scaling 'longrope'; the runs are scored "
+                         f"with {sorted(used)} (their config.eval.scalings unless scalings are given)")
     if documents and (num_bytes is not None or hf_models):
         raise ValueError("documents=True scores the whole split of byte runs: give no num_bytes and no hf_models")
     methods = parse_methods(methods)

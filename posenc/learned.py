@@ -37,6 +37,7 @@ class Learned(Encoding):
 
     name = "learned"
     position_kind = "absolute"
+    model_fields = ("learned_beyond",)
     paper = "Radford et al. 2019 (GPT-2); Devlin et al. 2019, arXiv 1810.04805"
 
     def __init__(self, cfg, *, rngs: nnx.Rngs):

@@ -240,6 +240,7 @@ class Rope(Encoding):
     position_kind = "rotary"
     paper = "Su et al. 2021, arXiv 2104.09864"
     takes_rope_scaling = True
+    model_fields = ("rope_base", "rope_layout", "rope_fraction")
 
     @classmethod
     def check(cls, cfg) -> None:

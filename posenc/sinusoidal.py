@@ -51,6 +51,7 @@ class Sinusoidal(Encoding):
 
     name = "sinusoidal"
     position_kind = "absolute"
+    model_fields = ("sinusoidal_base",)
     paper = "Vaswani et al. 2017, arXiv 1706.03762"
 
     @classmethod

@@ -35,7 +35,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posenc import checkpoint, data, jobs
-from posenc.config import SCALING_FIELDS, defining_fields, parse_value, validate, with_fields
+from posenc.config import SCALING_FIELDS, defining_fields, parse_value, scaling_fields_read, validate, with_fields
 from posenc.evaluate import LN2, Evaluator, check_num_bytes, hf_run, load_run, run_stream
 from posenc.encodings import get_encoding
 from posenc.rope_scaling import KINDS, RopeScaling
@@ -179,21 +179,14 @@ def _record(old: dict[str, Any] | None, key: dict[str, Any], lengths: Sequence[i
     return {**base, "key": key, "status": "running"}, todo
 
 
-def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: list[tuple[str, dict]], *,
-                    lengths: Sequence[int], scaling: str = "none", num_bytes: int | None = None,
-                    train_fn: Callable | None = None, progress: bool = True) -> list[dict[str, Any]]:
-    """Trains (or resumes) and evaluates each point; returns the point records.
-
-    A point is reused only for the same config, scaling, corpus and test bytes, and extended with lengths it lacks.
-    A point whose run directory holds a run of another config fails with the training's error naming the
-    fields (a run directory is never retrained under another config).
-    """
-    from posenc.evaluate import SCALINGS, scaling_for  # noqa: PLC0415
-    from posenc.train import train_and_evaluate  # noqa: PLC0415
+def check_train_points(base_config: ml_collections.ConfigDict, points: list[tuple[str, dict]], scaling: str) -> None:
+    """Raises a ValueError naming the point for a point whose config does not validate, or whose encoding cannot
+    take `scaling`: run before any point trains (and before the sweep's folder is made)."""
+    from posenc.evaluate import SCALINGS  # noqa: PLC0415
 
     if scaling not in SCALINGS:
         raise ValueError(f"scaling must be one of {SCALINGS}, got {scaling!r}")
-    for name, point in points:  # before any point trains: every point's config, and a scaling its encoding cannot take
+    for name, point in points:
         config = with_fields(base_config, point, "sweep axis")
         try:
             validate(config)
@@ -203,6 +196,21 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
         if scaling not in ("none", "run") and not get_encoding(posenc).takes_rope_scaling:
             raise ValueError(f"scaling {scaling!r} does not apply to point {name} (posenc={posenc!r} takes no RoPE "
                              "scaling): use --scaling=none")
+
+
+def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: list[tuple[str, dict]], *,
+                    lengths: Sequence[int], scaling: str = "none", num_bytes: int | None = None,
+                    train_fn: Callable | None = None, progress: bool = True) -> list[dict[str, Any]]:
+    """Trains (or resumes) and evaluates each point; returns the point records.
+
+    A point is reused only for the same config, scaling, corpus and test bytes, and extended with lengths it lacks.
+    A point whose run directory holds a run of another config fails with the training's error naming the
+    fields (a run directory is never retrained under another config).
+    """
+    from posenc.evaluate import scaling_for  # noqa: PLC0415
+    from posenc.train import train_and_evaluate  # noqa: PLC0415
+
+    check_train_points(base_config, points, scaling)
     train_fn = train_fn or train_and_evaluate
     records = []
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
@@ -255,8 +263,8 @@ def check_eval_point(name: str, point: dict[str, Any], base_kind: str) -> None:
     kind = fields.get("kind", base_kind)
     if kind not in KINDS:
         raise ValueError(f"sweep point {name}: kind must be one of {KINDS}, got {kind!r}")
-    unread = [f for f in fields if f != "kind" and (f not in SCALING_FIELDS[kind] or (
-        f == "factor" and fields.get("dynamic")))]
+    reads = scaling_fields_read(kind, bool(fields.get("dynamic")))
+    unread = [f for f in fields if f != "kind" and f not in reads]
     if unread:
         raise ValueError(f"sweep point {name}: RoPE scaling kind {kind!r} (--scaling or a kind axis) does not read "
                          f"{', '.join(f'{f}={fields[f]!r}' for f in unread)} (it reads "

@@ -47,8 +47,12 @@ def test_every_scaling_at_factor_one_equals_none(runs):
     result = ev.evaluate([runs["rope"]], [32, 64, 128], ["none", "linear", "ntk", "yarn", "llama3"], factor=1.0,
                          num_bytes=256, progress=False)
     by = {(r["scaling"], r["length"], r["protocol"]): r["nll"] for r in result["rows"]}
+    assert all(r["status"] == "ok" for r in result["rows"]) and not result["skipped"]
+    scalings = ("linear", "ntk", "yarn", "llama3")
+    assert {(s, n) for s, n, _ in by} == {(s, n) for s in ("none",) + scalings for n in (32, 64, 128)}
     for (scaling, length, protocol), nll in by.items():
-        assert nll == by[("none", length, protocol)], (scaling, length)  # the same frequencies: bit-identical
+        if scaling != "none":
+            assert nll == by[("none", length, protocol)], (scaling, length)  # the same frequencies: bit-identical
     # and past train_len a real factor changes the numbers
     scaled = ev.evaluate([runs["rope"]], [128], ["none", "linear"], num_bytes=256, progress=False)["rows"]
     nll = {r["scaling"]: r["nll"] for r in scaled if r["protocol"] == "nonoverlap"}
@@ -59,8 +63,11 @@ def test_dynamic_scalings_leave_in_range_loss_unchanged(runs):
     result = ev.evaluate([runs["rope"]], [16, 32], ["none", "dynamic_ntk", "dynamic_yarn", "dynamic_linear"],
                          num_bytes=64, progress=False)
     nll = {(r["scaling"], r["length"]): r["nll"] for r in result["rows"] if r["protocol"] == "nonoverlap"}
+    assert all(r["status"] == "ok" for r in result["rows"])
+    assert set(nll) == {(s, n) for s in ("none", "dynamic_ntk", "dynamic_yarn", "dynamic_linear") for n in (16, 32)}
     for (scaling, length), value in nll.items():
-        assert value == nll[("none", length)], scaling
+        if scaling != "none":
+            assert value == nll[("none", length)], scaling
 
 
 def test_named_dynamic_ntk_tracks_the_length():
@@ -298,6 +305,17 @@ def test_script_defaults_apply_per_run_and_bad_flags_fail_first(runs, tmp_path):
         assert result.returncode != 0 and f"{flag.split('=')[0]} must be > 0" in result.stderr, flag
     result = eval_script(f"--workdir={runs['rope']}", "--lengths=32.5", f"--out={tmp_path / 'c'}")
     assert result.returncode != 0 and "--lengths: '32.5' is not a positive integer" in result.stderr
+
+
+def test_a_factor_or_factors_file_no_default_scaling_reads_is_refused(runs, tmp_path):
+    """Without explicit scalings each run is scored with its config.eval.scalings: a factor none of them reads (an
+    ALiBi run is scored with 'none' only) or a LongRoPE file without 'longrope' among them is an error."""
+    with pytest.raises(ValueError, match=r"factor=2.0 is read only by the scalings \('linear'.*scored with \['none'\]"):
+        ev.evaluate([runs["alibi"]], [32], num_bytes=128, factor=2.0, progress=False)
+    with pytest.raises(ValueError, match=r"longrope_file='.*factors.json' is read only by the scaling 'longrope'"):
+        ev.evaluate([runs["rope"]], [32], num_bytes=128, longrope_file=str(tmp_path / "factors.json"), progress=False)
+    rows = ev.evaluate([runs["rope"]], [64], num_bytes=128, factor=2.0, progress=False)["rows"]
+    assert {r["scaling"] for r in rows} >= {"none", "linear", "yarn"}  # the run's defaults read it
 
 
 def test_training_free_methods_are_rows_next_to_the_scalings(runs):

@@ -248,6 +248,11 @@ def test_script_errors_and_a_sweep_that_failed_everywhere_exits_non_zero(trained
     assert result.returncode != 0 and "--config.train_steps: for --mode=train only" in result.stderr
     result = sweep_script("--mode=train", f"--workdir={trained_run}", f"--root={tmp_path / 't'}", "--axis=seed=1")
     assert result.returncode != 0 and "--workdir: for --mode=eval only" in result.stderr
+    result = sweep_script("--mode=train", "--config=configs/default.py:tiny", f"--root={tmp_path / 't'}",
+                          "--axis=train_len=32,0", "--lengths=32")  # every point checked before --root is made
+    assert result.returncode != 0 and "--axis: sweep point train_len=0: config.train_len must be a positive" in \
+        result.stderr
+    assert not (tmp_path / "t").exists()
     with pytest.raises(ValueError, match=r"scaling \(the RoPE scaling kind the points modify\) must be one of"):
         sweep.run_eval_sweep(str(trained_run), str(tmp_path / "u"), [("factor=2", {"factor": 2.0})], lengths=[32],
                              scaling="yran")
@@ -296,4 +301,4 @@ def test_eval_sweep_over_training_free_method_fields_matches_evaluation_and_comp
     sinks = sweep.select(sweep.expand(sweep.parse_axes(["num_sinks=1,4"])))
     done = sweep.run_eval_sweep(str(alibi), str(tmp_path / "a"), sinks, lengths=[64], scaling="none", method="sinks",
                                 num_bytes=128, progress=False)
-    assert all(r["status"] == "done" for r in done)
+    assert len(done) == 2 and all(r["status"] == "done" for r in done)

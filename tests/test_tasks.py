@@ -3,6 +3,7 @@ decoding equal to the teacher-forced argmax, Wilson intervals, training and the 
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 
@@ -207,7 +208,7 @@ def _bisect_root(f, lo, hi):
 @pytest.mark.parametrize("k,n", [(0, 10), (5, 10), (9, 10), (10, 10), (37, 50), (1, 3)])
 def test_wilson_interval_solves_its_defining_equation(k, n):
     """The Wilson bounds are the p where |k − np| = z√(np(1 − p)), found here by bisection."""
-    z = 1.959963984540054
+    z = statistics.NormalDist().inv_cdf(0.975)
     f = lambda p: (k - n * p) ** 2 - z * z * n * p * (1 - p)  # noqa: E731
     lo, hi = wilson_interval(k, n)
     phat = k / n
@@ -483,12 +484,45 @@ def test_task_eval_fields_are_checked_before_training(cache_dir, tmp_path, field
     validate(config, training=False)  # a saved run's config still loads
 
 
+@pytest.mark.parametrize("arg,field,value,match", [
+    ("task=lm,tiny", "filler", "shakespeare", r"posenc='rope', task.name='lm' does not read task.filler='shakespeare' "
+                                              r"\(read by task.name=passkey; default 'repeat'\)"),
+    ("task=copy,tiny", "filler", "shakespeare", r"task.name='copy' does not read task.filler='shakespeare'"),
+    ("task=lm,tiny", "prompt_weight", 0.5, r"task.name='lm' does not read task.prompt_weight=0.5 \(read by "
+                                           r"task.name=passkey\|recall\|copy\|reverse; default 0.0\)"),
+    ("task=lm,tiny", "min_len", 8, r"task.name='lm' does not read task.min_len=8"),
+    ("task=passkey,tiny", "filler", "shakespeare", None),
+    ("task=copy,tiny", "prompt_weight", 0.5, None),
+    ("task=recall,tiny", "min_len", 8, None),
+])
+def test_a_task_field_the_task_does_not_read_is_refused_before_training(cache_dir, tmp_path, arg, field, value,
+                                                                        match):
+    from posenc.config import validate  # noqa: PLC0415
+
+    from posenc.tasks import TaskSpec  # noqa: PLC0415
+
+    config = _tasks_config(cache_dir, arg)
+    config.task[field] = value
+    if match is None:
+        validate(config)
+        assert getattr(TaskSpec.from_config(config), field) == value  # the task reads it
+        return
+    with pytest.raises(ValueError, match=match):
+        train.train_and_evaluate(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+    validate(config, training=False)  # a saved run's config still loads
+
+
 def test_eval_num_bytes_is_not_checked_on_a_task_config_that_does_not_read_it(cache_dir):
     from posenc.config import validate  # noqa: PLC0415
 
     config = _tasks_config(cache_dir, "task=copy,tiny")
     config.eval.lengths = "16,32,48"  # eval.num_bytes is no multiple of 48: task evaluation reads examples
     validate(config)
+    lm = _tasks_config(cache_dir, "task=lm,tiny")  # an LM run scores bytes: the same fields are refused
+    lm.eval.lengths, lm.eval.num_bytes = config.eval.lengths, config.eval.num_bytes
+    with pytest.raises(ValueError, match="config.eval.num_bytes must be a positive multiple of the longest"):
+        validate(lm)
 
 
 def test_a_hugging_face_checkpoint_is_tested_on_passkey_in_its_own_tokens():

@@ -159,13 +159,30 @@ def test_misspelt_config_field_fails(tmp_path):
         ({"eval.methods": "none;self_extend,group=2"}, None),
         ({"eval.num_bytes": 100}, r"config.eval.num_bytes must be a positive multiple of the longest of "
                                   r"config.eval.lengths \(128\)"),
+        # a field only other encodings read, at another value than its default: the run would be labelled with it
+        ({"model.t5.num_buckets": 8}, r"posenc='rope' does not read model.t5.num_buckets=8 \(read by posenc=t5; "
+                                      r"default 32\): leave it at the default"),
+        ({"model.posenc": "alibi", "model.rope.layout": "interleaved", "model.sinusoidal_base": 500.0},
+         r"posenc='alibi' does not read model.sinusoidal_base=500.0 \(read by posenc=sinusoidal; default 10000.0\); "
+         r"model.rope.layout='interleaved' \(read by posenc=rope\|xpos\|p_rope\|local_global; default 'half'\)"),
+        ({"model.learned_beyond": "interpolate"}, r"does not read model.learned_beyond='interpolate' \(read by "
+                                                  r"posenc=learned; default 'error'\)"),
+        ({"model.posenc": "t5", "model.t5.num_buckets": 8}, None),
+        ({"model.posenc": "sinusoidal", "model.sinusoidal_base": 500.0}, None),
+        ({"model.posenc": "xpos", "model.rope.base": 500.0, "model.t5.num_buckets": 32}, None),  # t5's default
     ],
 )
 def test_invalid_config_fails_before_training(tiny_config, tmp_path, overrides, match):
     if match is None:  # valid
         from posenc.config import validate  # noqa: PLC0415
 
-        validate(tiny_config("tiny", **overrides))
+        cfg = validate(tiny_config("tiny", **overrides))
+        for key, value in overrides.items():  # the model fields the run reads reach its ModelConfig
+            name = key.removeprefix("model.").replace("rope.", "rope_")
+            if key.startswith(f"model.{cfg.posenc}."):
+                assert dict(cfg.encoding_options)[key.rsplit(".", 1)[1]] == value, key
+            elif key.startswith("model.") and "." not in name:
+                assert getattr(cfg, name) == value, key
         return
     with pytest.raises(ValueError, match=match):
         train.train_and_evaluate(tiny_config("tiny", **overrides), str(tmp_path))
@@ -297,6 +314,21 @@ def test_experiment_configs_read_integer_variants_or_name_them(path):
     assert load_config_file(str(ROOT / path), "seed=2").seed == 2
     with pytest.raises(ValueError, match=f"{path}: variant seed takes an integer \\(seed=<integer>\\), got seed='one'"):
         load_config_file(str(ROOT / path), "seed=one")
+    with pytest.raises(ValueError, match=f"{path}: variant 'seed' needs a value, seed=<integer>"):
+        load_config_file(str(ROOT / path), "seed=")
+    # the rest goes on as written to the config it extends: `tiny=` is not the switch, `posenc=` not the default
+    with pytest.raises(ValueError, match=r"'tiny' is an on/off switch and takes no value, got 'tiny='"):
+        load_config_file(str(ROOT / path), "seed=1,tiny=")
+    with pytest.raises(ValueError, match=r"variant 'posenc' needs a value, posenc=<"):
+        load_config_file(str(ROOT / path), "posenc=")
+    assert load_config_file(str(ROOT / path), "seed=1,tiny").batch_size == 4  # the switch, passed on
+    # a typo is named with both configs' variants
+    with pytest.raises(ValueError, match=f"{path}: unknown variant 'sed'; valid: .*posenc=<.*tiny.*seed=<integer>"):
+        load_config_file(str(ROOT / path), "sed=1")
+    if path == "experiments/lm_study/config.py":
+        assert load_config_file(str(ROOT / path), "lr=2e-3").learning_rate == 2e-3
+        with pytest.raises(ValueError, match=f"{path}: variant lr takes a number .*got lr='fast'"):
+            load_config_file(str(ROOT / path), "lr=fast")
 
 
 def test_the_optimizer_fields_are_checked_for_training_only(tiny_config):
@@ -410,7 +442,9 @@ def test_a_rerun_ignores_other_encodings_options_and_a_stray_scaling_is_an_error
         if name in ("t5", "kerple", "fire", "cope"):
             del stored["model"][name]
     (workdir / "config.json").write_text(json.dumps(stored))
-    assert train.train_and_evaluate(tiny_config("tiny", **{"model.t5.num_buckets": 8}), str(workdir)) == {}
+    assert train.train_and_evaluate(tiny_config("tiny"), str(workdir)) == {}
+    with pytest.raises(ValueError, match=r"posenc='rope' does not read model.t5.num_buckets=8"):  # nor a rerun
+        train.train_and_evaluate(tiny_config("tiny", **{"model.t5.num_buckets": 8}), str(workdir))
     with pytest.raises(ValueError, match="model.rope.scaling.kind='linear' does not apply to posenc='alibi'"):
         train.train_and_evaluate(tiny_config("posenc=alibi,tiny", **{"model.rope.scaling.kind": "linear"}),
                                  str(workdir / "other"))

@@ -16,9 +16,9 @@ def get_config(arg: str | None = None):
     spec = importlib.util.spec_from_file_location("posenc_default_config", _DEFAULT)
     default = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(default)
-    variants = default.parse_arg(arg)
-    seed = default.int_variant(variants, "seed", 0, "experiments/extrapolation/config.py")
-    config = default.get_config(",".join(f"{k}={v}" if v else k for k, v in variants.items()))
+    where = "experiments/extrapolation/config.py"
+    variants, config = default.extend_config(arg, {"seed": "integer"}, default.get_config, where)
+    seed = default.int_variant(variants, "seed", 0, where)
     config.seed = seed
     config.train_steps = 400
     config.model.d_model = 128

