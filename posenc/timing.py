@@ -233,6 +233,17 @@ def profile_calls(call, hlo: str, repeats: int = 3, top: int = 15, keep_trace: s
             shutil.copyfile(path, keep_trace)
         with gzip.open(path) as f:
             trace = json.load(f)
+    return trace_op_times(trace, (shapes, names, containers), repeats, top)
+
+
+def trace_op_times(trace: dict | list, ops: tuple[dict[str, str], dict[str, str], set[str]], repeats: int = 1,
+                   top: int = 15) -> list[dict]:
+    """profile_calls' rows from a Perfetto trace (`{"traceEvents": [...]}` or the list) of `repeats` calls and
+    `hlo_ops`' (shapes, sources, control-flow ops): complete events ("ph": "X", "dur" in µs) summed by op, in ms per
+    call. With a GPU process in the trace (a "process_name" metadata event naming "/device:GPU") only its events
+    count, named by `args.hlo_op` where given; otherwise the events named after the module's ops, leaving out the
+    control-flow ops."""
+    shapes, names, containers = ops
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     gpu_pids = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
                 and "/device:GPU" in str(e.get("args", {}).get("name", ""))}

@@ -149,8 +149,29 @@ def test_bad_sampling_and_cache_requests_are_clear_errors():
         decode.generate(graphdef, params, prompt, 2, top_k=300)
     with pytest.raises(ValueError, match="cache_size must be a positive number of slots"):
         decode.generate(graphdef, params, prompt, 2, cache_size=0)
-    with pytest.raises(MemoryError, match=r"cache_size=1000000000: the KV cache needs 476.84 GiB.*the device has .*lower --cache_size"):
+    cfg = ModelConfig(**TINY)  # model_parts' model
+    need = 2 * 10**9 * cfg.num_layers * cfg.num_heads * cfg.head_dim * 4 / 2**30  # k and v, float32, every layer
+    with pytest.raises(MemoryError, match=rf"cache_size=1000000000: the KV cache needs {need:.2f} GiB.*the device has "
+                                          r".*lower --cache_size"):
         decode.generate(graphdef, params, prompt, 2, cache_size=10**9)
+
+
+def test_device_memory_is_an_accelerator_s_limit_else_the_host_s_memory(monkeypatch):
+    """The memory a KV cache is checked against: an accelerator reports `bytes_limit` in its memory stats; a CPU
+    device reports none (None or no limit), and the host's physical memory is taken."""
+    import os  # noqa: PLC0415
+
+    class Device:
+        def __init__(self, stats):
+            self.stats = stats
+
+        def memory_stats(self):
+            return self.stats
+
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for stats, want in (({"bytes_limit": 80 << 30, "bytes_in_use": 1}, 80 << 30), (None, host), ({}, host)):
+        monkeypatch.setattr(jax, "local_devices", lambda stats=stats: [Device(stats)])
+        assert decode.device_memory_bytes() == want, stats
 
 
 def test_rotate_at_use_step_computes_its_sines_once_for_all_layers():

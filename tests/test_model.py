@@ -96,8 +96,13 @@ def test_rope_override_equals_configured_scaling():
 def test_per_layer_longrope_factors_reach_each_layer():
     factors = np.stack([np.ones(8), np.linspace(1, 4, 8)])
     sc = posenc.RopeScaling("longrope", 4.0, original_max_len=8, short_factor=np.ones((2, 8)), long_factor=factors)
-    model = make("rope", rope_scaling=sc)
-    assert np.all(np.isfinite(model(tokens(t=16))))
+    model = sharpen(make("rope", rope_scaling=sc))
+    x = tokens(t=16)
+    out = model(x)
+    assert np.all(np.isfinite(out))
+    for row in factors:  # either layer's factors on both layers gives another output: each layer takes its own row
+        both = dataclasses.replace(sc, short_factor=np.ones(8), long_factor=row)
+        assert np.abs(sharpen(make("rope", rope_scaling=both))(x) - out).max() > 1e-3 * np.abs(out).max()
     with pytest.raises(ValueError, match="num_layers"):
         make("rope", rope_scaling=dataclasses.replace(sc, short_factor=np.ones((3, 8)), long_factor=np.ones((3, 8))))
 

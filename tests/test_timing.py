@@ -111,3 +111,24 @@ def test_hlo_ops_reads_whole_tuple_shapes_dashed_names_sources_and_control_flow(
     assert shapes["get-tuple-element.14"] == "f32[4,8]{1,0}" and shapes["while.3"] == "(s32[], f32[4,8]{1,0})"
     assert names == {"custom-call.86": "jit(f)/dot_general", "fusion.2": "jit(f)/while/body/exp"}
     assert containers == {"while.3", "conditional.7"}
+
+
+def test_trace_op_times_counts_the_gpu_process_else_the_module_s_ops():
+    """A trace with a GPU process: only its kernel events count, by `args.hlo_op` where given (two kernels of one
+    op add up), host events left out. Without one (a CPU): the events named after the module's ops, leaving out
+    the control-flow ops (their time is their bodies'). Times are µs per event, ms per call over `repeats`."""
+    ops = ({"fusion.2": "f32[4]", "dot.1": "f32[4,4]", "while.3": "(s32[])"}, {"dot.1": "jit(f)/dot_general"},
+           {"while.3"})
+    host = [{"ph": "X", "pid": 1, "name": "fusion.2", "dur": 900.0}, {"ph": "X", "pid": 1, "name": "while.3", "dur": 5e4},
+            {"ph": "X", "pid": 1, "name": "PjitFunction", "dur": 7e4}]
+    gpu = [{"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+           {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}},
+           {"ph": "X", "pid": 2, "name": "loop_fusion_kernel", "dur": 300.0, "args": {"hlo_op": "fusion.2"}},
+           {"ph": "X", "pid": 2, "name": "loop_fusion_kernel", "dur": 100.0, "args": {"hlo_op": "fusion.2"}},
+           {"ph": "X", "pid": 2, "name": "gemm_kernel", "dur": 1200.0},  # no hlo_op: its own name
+           {"ph": "i", "pid": 2, "name": "marker"}]
+    rows = timing.trace_op_times({"traceEvents": host + gpu}, ops, repeats=2)
+    assert [(r["op"], r["ms"], r["share"]) for r in rows] == [("gemm_kernel", 0.6, 0.75), ("fusion.2", 0.2, 0.25)]
+    assert rows[1]["shape"] == "f32[4]" and rows[0]["shape"] == ""
+    rows = timing.trace_op_times(host, ops, repeats=1)  # a CPU trace (a bare list): the module's ops only
+    assert [(r["op"], r["ms"], r["share"], r["shape"]) for r in rows] == [("fusion.2", 0.9, 1.0, "f32[4]")]
