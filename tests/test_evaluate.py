@@ -230,6 +230,14 @@ def test_script_prints_table(runs, tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "| rope | ntk |" in result.stdout and (tmp_path / "ppl_vs_length.png").exists()
+    # the numbers it writes are evaluate()'s for the same arguments
+    written = json.loads((tmp_path / "results.json").read_text())["rows"]
+    want = ev.evaluate([runs["rope"]], [32, 64], ["none", "ntk"], num_bytes=128, progress=False)["rows"]
+    key = lambda r: (r["scaling"], r["protocol"], r["length"])  # noqa: E731
+    assert sorted(map(key, written)) == sorted(map(key, want)) and len(want) >= 4
+    got = {key(r): r["nll"] for r in written}
+    for r in want:
+        assert got[key(r)] == pytest.approx(r["nll"], rel=1e-6), key(r)
 
 
 def test_finetuned_run_is_evaluated_with_its_own_scaling(runs, tmp_path, cache_dir):

@@ -28,6 +28,19 @@ def test_cpu_dots_chooses_onednn_on_intel_only_unless_overridden(monkeypatch):
     assert CHOICES == ("auto", "onednn", "xla")
 
 
+def test_an_accelerator_gets_xla_s_defaults_even_on_an_intel_host(monkeypatch):
+    """The oneDNN options are XLA:CPU's: on a GPU backend `compiler_options` is None whatever the host CPU."""
+    monkeypatch.setenv("POSENC_CPU_DOTS", "onednn")
+    compiler_options.cache_clear()
+    try:
+        assert compiler_options() == dict(ONEDNN_DOTS)  # this CPU backend, told to use oneDNN
+        compiler_options.cache_clear()
+        monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+        assert compiler_options() is None
+    finally:
+        compiler_options.cache_clear()
+
+
 def test_onednn_runs_the_batched_dot_of_a_product_that_its_fused_dots_crash_on():
     """attention's p·v with p an elementwise product, two batch axes: oneDNN's DOT fusion killed the process on
     it (`posenc/xla_options.py`); the individual dots of ONEDNN_DOTS run it, in oneDNN, and agree with float64."""
