@@ -13,7 +13,8 @@ The arg is a comma-separated list of variants:
   tiny         a model and run small enough for tests
 
 Everything else is configs/default.py's (the same model and optimiser fields). A task field the task does not
-read must keep its default: task.filler is passkey's; min_len, lm_ratio and prompt_weight are the answer tasks'. The loss counts only answer
+read in training must keep its default: task.filler is passkey's (scripts/eval_tasks.py's default filler when an
+lm run is tested on passkey: --filler sets it there); min_len, lm_ratio and prompt_weight are the answer tasks'. The loss counts only answer
 tokens; the validation metrics add `val_accuracy`, the teacher-forced exact match of the answers.
 
 Defaults (chosen by the pilot runs in experiments/length_generalization/pilot/, rendered in that folder's

@@ -102,13 +102,14 @@ def defining_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:
 def run_changes(stored: ml_collections.ConfigDict, new: ml_collections.ConfigDict) -> dict[str, tuple[Any, Any]]:
     """{field: (stored value, new value)} for each field that defines the run and differs.
 
-    `train_steps` is not compared (the run may stop earlier or go on); the effective `schedule_steps` is.
-    A field missing from one side (a config written before the field existed) counts as None; 10000 and
+    `train_steps` is not compared (the run may stop earlier or go on); the effective `schedule_steps` is; nor are
+    the fields either config's run does not read (`fields_not_read`). A field missing from one side (a config written before the field existed) counts as None; 10000 and
     10000.0 are the same value.
     """
     old, cur = defining_fields(stored), defining_fields(new)
     changes = {}
-    for key in sorted(set(old) | set(cur)):
+    not_read = set(fields_not_read(stored)) | set(fields_not_read(new))  # (another posenc or task is named)
+    for key in sorted((set(old) | set(cur)) - not_read):
         if key == "eval_every" and (key not in old or key not in cur):
             continue  # it defines only a run that stops at an evaluation: task.stop_accuracy differs, and is named
         a, b = old.get(key), cur.get(key)
@@ -213,37 +214,49 @@ def is_default(value: Any, default: Any) -> bool:
     return float(value) == float(default) if numbers else value == default
 
 
-def unread_fields(config: ml_collections.ConfigDict) -> dict[str, tuple[Any, Any, str]]:
-    """{field: (value, default, who reads it)} for the `model.*` and `task.*` fields the run does not read
-    although set to another value than their default: another encoding's options (`model.<name>.<option>`,
-    its class's `options`), `model.rope.*` without a rotary encoding, `model.sinusoidal_base` and
-    `model.learned_beyond` without the encoding that reads them, and on a tasks config (configs/tasks.py) the
-    task fields its task does not read (`task.filler` is passkey's; `min_len`, `lm_ratio`, `prompt_weight`
-    the answer tasks'). The RoPE scaling's fields are `unread_scaling_fields`'."""
+def fields_not_read(config: ml_collections.ConfigDict) -> dict[str, tuple[Any, Any, str]]:
+    """{field: (value, default, who reads it)} for every `model.*` and `task.*` field the run does not read,
+    whatever its value: another encoding's options (`model.<name>.<option>`, its class's `options`), the shared
+    `ModelConfig` fields of other encodings (their classes' `model_fields`: `model.rope.*`,
+    `model.sinusoidal_base`, `model.learned_beyond`), `model.rope.scaling.*` under an encoding that takes no RoPE
+    scaling (its `kind` is model_config's check), and on a tasks config (configs/tasks.py) the task fields its
+    task does not read in training (`task.filler` is passkey's; `min_len`, `lm_ratio`, `prompt_weight` the
+    answer tasks'). Which scaling fields a RoPE run's kind reads is `unread_scaling_fields`'."""
     m = config.model
-    reads = get_encoding(m.posenc).model_fields
+    encoding = get_encoding(m.posenc)
     model_defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
     out = {}
     for name, other in ENCODINGS.items():
         for option, (default, _) in (other.options.items() if name != m.posenc and name in m else ()):
-            if option in m[name] and not is_default(m[name][option], default):
+            if option in m[name]:
                 out[f"model.{name}.{option}"] = (m[name][option], default, f"posenc={name}")
-    for field in dict.fromkeys(f for enc in ENCODINGS.values() for f in enc.model_fields if f not in reads):
+    for field in dict.fromkeys(f for enc in ENCODINGS.values() for f in enc.model_fields
+                               if f not in encoding.model_fields):
         node, key = (m.rope, field[len("rope_"):]) if field.startswith("rope_") else (m, field)
-        if key in node and not is_default(node[key], model_defaults[field]):
+        if key in node:
             readers = "|".join(n for n, enc in ENCODINGS.items() if field in enc.model_fields)
             out[f"model.{'rope.' if node is m.rope else ''}{key}"] = (node[key], model_defaults[field],
                                                                        f"posenc={readers}")
+    if not encoding.takes_rope_scaling and "scaling" in m.rope:
+        readers = "|".join(n for n, enc in ENCODINGS.items() if enc.takes_rope_scaling)
+        for key in m.rope.scaling.keys():
+            if key in SCALING_DEFAULTS:
+                out[f"model.rope.scaling.{key}"] = (m.rope.scaling[key], SCALING_DEFAULTS[key], f"posenc={readers}")
     task = config.get("task")
     if task is not None:
         spec_defaults = {f.name: f.default for f in dataclasses.fields(TaskSpec)}
         readers = {"filler": ("passkey",), "min_len": None, "lm_ratio": None, "prompt_weight": None}
         for field, names in readers.items():
             reads = task.name in names if names else task.name != "lm"
-            if not reads and field in task and not is_default(task[field], spec_defaults[field]):
+            if not reads and field in task:
                 out[f"task.{field}"] = (task[field], spec_defaults[field],
                                         "task.name=passkey" if names else "task.name=" + "|".join(TASKS))
     return out
+
+
+def unread_fields(config: ml_collections.ConfigDict) -> dict[str, tuple[Any, Any, str]]:
+    """`fields_not_read` set to another value than their default: a run would be labelled with them."""
+    return {k: v for k, v in fields_not_read(config).items() if not is_default(v[0], v[1])}
 
 
 def check_unread_fields(config: ml_collections.ConfigDict) -> None:

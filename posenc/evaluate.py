@@ -675,7 +675,8 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
 
     Raises:
       ValueError: a run without checkpoint, a length the split cannot supply, a scaling that applies to
-        no run, a non-positive factor, stride or num_bytes.
+        no run, a non-positive factor, stride or num_bytes, a factor or longrope_file that none of the scalings
+        used reads.
       FloatingPointError: a run gives non-finite losses (no table of NaN is ever returned).
     """
     lengths = sorted(set(int(n) for n in lengths))

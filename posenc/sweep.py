@@ -35,7 +35,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posenc import checkpoint, data, jobs
-from posenc.config import SCALING_FIELDS, defining_fields, parse_value, scaling_fields_read, validate, with_fields
+from posenc.config import (SCALING_FIELDS, defining_fields, parse_value, scaling_fields_read, unread_fields, validate,
+                           with_fields)
 from posenc.evaluate import LN2, Evaluator, check_num_bytes, hf_run, load_run, run_stream
 from posenc.encodings import get_encoding
 from posenc.rope_scaling import KINDS, RopeScaling
@@ -191,7 +192,9 @@ def check_train_points(base_config: ml_collections.ConfigDict, points: list[tupl
         try:
             validate(config)
         except ValueError as e:
-            raise ValueError(f"sweep point {name}: {e}") from None
+            hint = ("; a field only some points' encodings read can be swept with them: --combine=zip"
+                    if "model.posenc" in point and unread_fields(config) else "")
+            raise ValueError(f"sweep point {name}: {e}{hint}") from None
         posenc = config.model.posenc
         if scaling not in ("none", "run") and not get_encoding(posenc).takes_rope_scaling:
             raise ValueError(f"scaling {scaling!r} does not apply to point {name} (posenc={posenc!r} takes no RoPE "

@@ -88,9 +88,13 @@ def main(argv):
                 raise app.UsageError(f"--axis: {e}") from None
     if _MODE.value == "train" and not _AGGREGATE.value:  # every point's config, before --root is made
         try:
+            sweep.check_train_points(_CONFIG.value, [], _SCALING.value or "none")
+        except ValueError as e:
+            raise app.UsageError(f"--scaling: {e}") from None
+        try:  # a point's config is --config's with its --axis values: the error names the point and the field
             sweep.check_train_points(_CONFIG.value, points, _SCALING.value or "none")
         except ValueError as e:
-            raise app.UsageError(f"--axis: {e}") from None
+            raise app.UsageError(str(e)) from None
     if _PLOT_LENGTH.value is not None and _PLOT_LENGTH.value not in lengths:
         raise app.UsageError(f"--plot_length={_PLOT_LENGTH.value} is not one of --lengths={','.join(map(str, lengths))}: "
                              "the heatmap shows bits per byte at one of them")

@@ -250,8 +250,11 @@ def test_script_errors_and_a_sweep_that_failed_everywhere_exits_non_zero(trained
     assert result.returncode != 0 and "--workdir: for --mode=eval only" in result.stderr
     result = sweep_script("--mode=train", "--config=configs/default.py:tiny", f"--root={tmp_path / 't'}",
                           "--axis=train_len=32,0", "--lengths=32")  # every point checked before --root is made
-    assert result.returncode != 0 and "--axis: sweep point train_len=0: config.train_len must be a positive" in \
-        result.stderr
+    assert result.returncode != 0 and "sweep point train_len=0: config.train_len must be a positive" in result.stderr
+    assert not (tmp_path / "t").exists()
+    result = sweep_script("--mode=train", "--config=configs/default.py:tiny", f"--root={tmp_path / 't'}",
+                          "--axis=seed=0", "--scaling=yran", "--lengths=32")
+    assert result.returncode != 0 and "--scaling: scaling must be one of" in result.stderr
     assert not (tmp_path / "t").exists()
     with pytest.raises(ValueError, match=r"scaling \(the RoPE scaling kind the points modify\) must be one of"):
         sweep.run_eval_sweep(str(trained_run), str(tmp_path / "u"), [("factor=2", {"factor": 2.0})], lengths=[32],
@@ -266,6 +269,10 @@ def test_a_train_sweep_refuses_a_scaling_its_points_cannot_take_before_training(
             sweep.run_train_sweep(tiny_config(train_steps=4), str(tmp_path), points, lengths=[32], scaling=scaling,
                                   train_fn=lambda c, w: trained.append(w), progress=False)
     assert trained == []
+    # a field only one point's encoding reads: refused at the other, with the way to sweep it along
+    with pytest.raises(ValueError, match=r"sweep point .*posenc=alibi: posenc='alibi' does not read "
+                                         r"model.rope.base=500.0 .*: --combine=zip"):
+        sweep.check_train_points(tiny_config(**{"model.rope.base": 500.0}), points, "none")
 
 
 def test_eval_sweep_over_training_free_method_fields_matches_evaluation_and_compiles_once(trained_run, tiny_config,

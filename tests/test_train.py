@@ -167,6 +167,9 @@ def test_misspelt_config_field_fails(tmp_path):
          r"model.rope.layout='interleaved' \(read by posenc=rope\|xpos\|p_rope\|local_global; default 'half'\)"),
         ({"model.learned_beyond": "interpolate"}, r"does not read model.learned_beyond='interpolate' \(read by "
                                                   r"posenc=learned; default 'error'\)"),
+        ({"model.posenc": "xpos", "model.rope.scaling.attention_factor": 0.5},  # xPos takes no RoPE scaling
+         r"posenc='xpos' does not read model.rope.scaling.attention_factor=0.5 \(read by posenc=rope\|p_rope\|"
+         r"local_global; default None\)"),
         ({"model.posenc": "t5", "model.t5.num_buckets": 8}, None),
         ({"model.posenc": "sinusoidal", "model.sinusoidal_base": 500.0}, None),
         ({"model.posenc": "xpos", "model.rope.base": 500.0, "model.t5.num_buckets": 32}, None),  # t5's default
@@ -177,10 +180,12 @@ def test_invalid_config_fails_before_training(tiny_config, tmp_path, overrides, 
         from posenc.config import validate  # noqa: PLC0415
 
         cfg = validate(tiny_config("tiny", **overrides))
+        options = dict(cfg.encoding_options)
         for key, value in overrides.items():  # the model fields the run reads reach its ModelConfig
             name = key.removeprefix("model.").replace("rope.", "rope_")
-            if key.startswith(f"model.{cfg.posenc}."):
-                assert dict(cfg.encoding_options)[key.rsplit(".", 1)[1]] == value, key
+            section, _, leaf = key.rpartition(".")
+            if section == f"model.{cfg.posenc}" and leaf in options:
+                assert options[leaf] == value, key
             elif key.startswith("model.") and "." not in name:
                 assert getattr(cfg, name) == value, key
         return
@@ -365,6 +370,24 @@ def test_eval_every_defines_a_run_that_stops_at_an_evaluation():
     assert run_changes(runs_on, with_fields(runs_on, {"eval_every": stops.eval_every * 2})) == {}
 
 
+def test_fields_the_run_does_not_read_do_not_define_it():
+    """A run recorded with a field its encoding or task does not read (possible before training refused them)
+    resumes with the default: neither value changed what it computed. A field it reads still defines it."""
+    from posenc.config import run_changes, with_fields  # noqa: PLC0415
+
+    alibi = train.load_config_file(str(ROOT / "configs" / "default.py"), "posenc=alibi")
+    stored = with_fields(alibi, {"model.rope.base": 500.0, "model.sinusoidal_base": 3.0,
+                                 "model.rope.scaling.attention_factor": 0.5})
+    assert run_changes(stored, alibi) == {}
+    assert run_changes(with_fields(alibi, {"model.num_heads": 2}), alibi) == {"model.num_heads": (2, 4)}
+    copy = train.load_config_file(str(ROOT / "configs" / "tasks.py"), "task=copy")
+    assert run_changes(with_fields(copy, {"task.filler": "shakespeare"}), copy) == {}
+    assert run_changes(with_fields(copy, {"task.prompt_weight": 0.5}), copy) == {
+        "task.prompt_weight": (0.5, 0.0)}
+    rope = train.load_config_file(str(ROOT / "configs" / "default.py"), "")
+    assert run_changes(with_fields(rope, {"model.rope.base": 500.0}), rope) == {"model.rope.base": (500.0, 10000.0)}
+
+
 def test_a_rerun_must_resolve_act_dtype_to_the_recorded_activations(copy_run, tiny_config):
     """run.json records the dtype model.act_dtype resolved to (auto: by backend); a rerun resolving to another
     is refused with the value that resumes it. A run recorded before act_dtype existed had float32 activations."""
@@ -435,7 +458,7 @@ def test_divergence_keeps_a_checkpoint_that_evaluates_and_a_lower_lr_recovers(ti
         train.train_and_evaluate(tiny_config("tiny", learning_rate=1e-2, checkpoint_every=1), str(tmp_path))
 
 
-def test_a_rerun_ignores_other_encodings_options_and_a_stray_scaling_is_an_error(copy_run, tiny_config):
+def test_a_rerun_of_a_run_without_other_encodings_sections_resumes_and_stray_fields_are_errors(copy_run, tiny_config):
     workdir = copy_run()
     stored = json.loads((workdir / "config.json").read_text())
     for name in list(stored["model"]):  # a run written before these encodings existed
