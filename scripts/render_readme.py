@@ -34,7 +34,10 @@ def _json(path: str) -> dict:
 def quickstart_time() -> str:
     info = _json("experiments/quickstart/run_info.json")
     minutes = round((info["train_seconds"] + info["eval_seconds"]) / 60)
-    return (f"about {minutes} minutes on {info['cores']} cores of an {info['cpu']}: {info['train_seconds']} s of "
+    from posenc.timing import cpu_description  # noqa: PLC0415
+
+    return (f"about {minutes} minutes on {info['cores']} cores of {cpu_description(info['cpu'], info.get('cpu_id'))}: "
+            f"{info['train_seconds']} s of "
             f"training, {info['eval_seconds']} s of evaluation, `experiments/quickstart/run_info.json`")
 
 

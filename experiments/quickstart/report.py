@@ -3,6 +3,8 @@
 import json
 import pathlib
 
+from posenc.timing import cpu_description
+
 HERE = pathlib.Path(__file__).resolve().parent
 info = json.loads((HERE / "run_info.json").read_text())
 result = json.loads((HERE / "results.json").read_text())
@@ -33,7 +35,7 @@ defaults (lengths {first} … {last}, scalings none / linear / ntk / dynamic_ntk
 `per_position.png`, `run_info.json` (wall times, tokens/s, machine) and this README (`report.py`).
 `memory.log` is the output of `scripts/measure_eval_memory.py`.{stale_dynamic}
 
-Measured on a {info['cores']}-core {info['cpu']} (no GPU), jax {info['jax']}, Python {info['python']}: training
+Measured on {info['cores']} cores of {cpu_description(info['cpu'], info.get('cpu_id'))} (no GPU), jax {info['jax']}, Python {info['python']}: training
 {info['train_seconds']} s at {info['tokens_per_s']:.0f} tokens/s (final validation {info['val_bpb']:.3f} bits per byte),
 evaluation {info['eval_seconds']} s.
 

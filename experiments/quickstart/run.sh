@@ -11,12 +11,13 @@ trained=$(date +%s)
 end=$(date +%s)
 .venv/bin/python - "$out" "$((trained - start))" "$((end - trained))" <<'PY'
 import json, platform, subprocess, sys, jax, pathlib
+from posenc.timing import cpu_id
 out, train_s, eval_s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rows = [json.loads(l) for l in pathlib.Path("runs/quickstart/metrics.jsonl").read_text().splitlines()]
 last = rows[-1]
 cpu = subprocess.run(["sh", "-c", "lscpu | grep 'Model name' | cut -d: -f2"], capture_output=True, text=True).stdout.strip()
 info = {"train_seconds": train_s, "eval_seconds": eval_s, "final_step": last["step"], "val_bpb": last.get("val_bpb"),
-        "tokens_per_s": last.get("tokens_per_s"), "cpu": cpu, "cores": __import__("os").cpu_count(),
+        "tokens_per_s": last.get("tokens_per_s"), "cpu": cpu, "cpu_id": cpu_id(), "cores": __import__("os").cpu_count(),
         "jax": jax.__version__, "python": platform.python_version()}
 pathlib.Path(out, "run_info.json").write_text(json.dumps(info, indent=1) + "\n")
 print(info)
