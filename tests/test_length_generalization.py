@@ -399,6 +399,16 @@ def test_time_to_accuracy_and_compute_read_each_sittings_mean_rate():
     assert f"about {2 * ((12.0 + 4.5) / 60 + 10) / 60:.1f} hours of job time" in text and "(2 algorithmic × 10 min)" in text
 
 
+Z95 = statistics.NormalDist().inv_cdf(0.975)
+
+
+def _wilson(k, n=100):
+    """The 95% Wilson score interval of k / n, written out here (the oracle of report.wilson_interval)."""
+    p, centre = k / n, (k / n + Z95 ** 2 / (2 * n)) / (1 + Z95 ** 2 / n)
+    half = Z95 * math.sqrt(p * (1 - p) / n + Z95 ** 2 / (4 * n * n)) / (1 + Z95 ** 2 / n)
+    return centre - half, centre + half
+
+
 def _passkey_result(at_256, at_4096):
     """A passkey result with `at_256` of 20 correct at 256 and `at_4096` of 20 at 4096, at depths 0 and 1."""
     rows = [{"length": n, "depth": d, "scaling": "none", "method": "none", "n": 10, "status": "ok",
@@ -419,8 +429,14 @@ def test_the_alibi_verdict_reads_every_seed_in_range():
     assert "**not reproduced**" in line and "passkey-alibi-s1 60 [31, 83] (n = 10)" in line
     line = report.alibi_far({**two, "passkey-alibi-s1": _passkey_result(10, 12), "passkey-alibi-s2": _passkey_result(20, 1)})
     assert "**reproduced**" in line and "below the in-range bar: passkey-alibi-s1" in line
-    # 2 seeds, the spread floored at one count's noise (report.count_sd): weak
-    assert "evidence **weak** (upper bound below 50% holds by +0.159 (t = 2.2, 2 seeds))." in line
+    # 2 seeds (0 and 1 of 10 at depth 0), their margins' spread floored at one count's noise, the mean over the
+    # seeds of the Agresti–Coull standard error √(p(1 − p) / (n + 4)), p = (k + 2) / (n + 4): weak
+    margins = [0.5 - _wilson(k, 10)[1] for k in (0, 1)]
+    noise = statistics.mean(math.sqrt((k + 2) / 14 * (1 - (k + 2) / 14) / 14) for k in (0, 1))
+    t = statistics.mean(margins) / (max(statistics.stdev(margins), noise) / math.sqrt(2))
+    assert t < math.tan(math.pi * 0.4)  # below t80 at df 1 (Student's t at df 1 is Cauchy: 3.078): weak
+    assert (f"evidence **weak** (upper bound below 50% holds by {statistics.mean(margins):+.3f} (t = {t:.1f}, 2 seeds))."
+            in line)
     line = report.alibi_far({**one, "passkey-alibi-s1": _passkey_result(20, 0)})  # 0 of 10 at both: no spread but
     # the counts' own: t = 0.222 / (count_sd((0, 10)) / √2) = 3.4, past t80 at df 1
     assert "**reproduced**" in line and "evidence **moderate** (upper bound below 50% holds by +0.222 (t = 3.4" in line
@@ -437,12 +453,7 @@ def test_the_yarn_pi_verdict_tests_the_ordering_and_says_the_gap_is_not_tested()
         return {"rows": [{"length": 1024, "depth": None, "scaling": scaling, "method": "none", "n": n,
                           "status": "ok", "correct": correct}]}
 
-    z95 = statistics.NormalDist().inv_cdf(0.975)
-
-    def wilson(k, n=100):  # the score interval, written out here
-        p, centre = k / n, (k / n + z95 ** 2 / (2 * n)) / (1 + z95 ** 2 / n)
-        half = z95 * math.sqrt(p * (1 - p) / n + z95 ** 2 / (4 * n * n)) / (1 + z95 ** 2 / n)
-        return centre - half, centre + half
+    z95, wilson = Z95, _wilson
 
     def newcombe_low(a, b, n=100):  # the lower end of Newcombe's hybrid score interval of a/n − b/n
         return (a - b) / n - math.sqrt((a / n - wilson(a)[0]) ** 2 + (wilson(b)[1] - b / n) ** 2)
