@@ -103,8 +103,8 @@ def run_changes(stored: ml_collections.ConfigDict, new: ml_collections.ConfigDic
     """{field: (stored value, new value)} for each field that defines the run and differs.
 
     `train_steps` is not compared (the run may stop earlier or go on); the effective `schedule_steps` is; nor are
-    the fields either config's run does not read (`fields_not_read`). A field missing from one side (a config written before the field existed) counts as None; 10000 and
-    10000.0 are the same value.
+    the fields either config's run does not read (`fields_not_read`). A field missing from one side (a config
+    written before the field existed) counts as None; 10000 and 10000.0 are the same value.
     """
     old, cur = defining_fields(stored), defining_fields(new)
     changes = {}
