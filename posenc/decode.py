@@ -111,9 +111,8 @@ def _check_request(cfg: ModelConfig, prompt_len: int, total: int, cache_size: in
     if method is not None and method.method == "sinks":
         total = min(total, method.num_sinks + method.window + 1)  # embedded positions stay ≤ S + R
     if limit is not None and total > limit:
-        raise ValueError(f"prompt + continuation = {total} tokens is longer than the learned position table of "
-                         f"posenc={cfg.posenc!r} ({limit} positions); set model.learned_beyond='interpolate' or ask "
-                         "for fewer")
+        raise ValueError(f"prompt + continuation = {total} tokens is longer than posenc={cfg.posenc!r} is defined "
+                         f"for ({limit} positions: {cfg.encoding.undefined_past(cfg)}); ask for fewer")
 
 
 def _rope(cfg, schedule: RopeSchedule, t, n_hat):

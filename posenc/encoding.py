@@ -25,7 +25,8 @@ the encoding class, given a `ModelConfig`,
                                     methods (`posenc.training_free`) apply, and how
     length_dependent(cfg, scaling)  whether its frequencies change with the sequence length (then the KV
                                     cache keeps keys unrotated and rotates them at use)
-    max_positions(cfg)              the number of positions it is defined for (a learned table), or None
+    max_positions(cfg)              the number of positions it is defined for (a learned table, xPos's
+                                    float range), or None; `undefined_past(cfg)` says why
     window(cfg, layer)              the layer's sliding attention window (keys at distance ≥ window are
                                     invisible, and the KV cache keeps only the last `window` keys), or None
     check(cfg)                      raises a ValueError naming the `model.*` field and its valid values
@@ -107,6 +108,11 @@ class Encoding(nnx.Module):
     def max_positions(cls, cfg) -> int | None:
         """Positions past this are undefined (None: defined everywhere)."""
         return None
+
+    @classmethod
+    def undefined_past(cls, cfg) -> str:
+        """Why positions past `max_positions(cfg)` are undefined, and what reaches farther (for reports)."""
+        return ""
 
     @classmethod
     def window(cls, cfg, layer: int) -> int | None:

@@ -332,8 +332,7 @@ class Evaluator:
         if method is not None and method.method == "sinks":  # embedded positions stay ≤ S + R
             length = min(length, method.num_sinks + method.window + 1)
         if limit is not None and length > limit:
-            return (f"posenc={cfg.posenc!r} is undefined past {limit} positions (a learned table of max_len="
-                    f"{cfg.max_len}); pass --learned_beyond=interpolate to resample it")
+            return f"posenc={cfg.posenc!r} is undefined past {limit} positions ({cfg.encoding.undefined_past(cfg)})"
         return None
 
     def resolve(self, method: Method | None, length: int) -> Method | None:
@@ -858,7 +857,7 @@ COLUMNS = ("run", "posenc", "scaling", "method", "protocol", "length", "factor",
 def _setting_fields(run: Run, ev: "Evaluator", scaling: str, longrope_file: str | None) -> dict[str, Any]:
     """The evaluation settings that change a row's numbers beyond its scaling and method: a learned table's
     behaviour past its length (`--learned_beyond`), the LongRoPE factors file, the weights' dtype."""
-    table = run.cfg.encoding.max_positions(dataclasses.replace(run.cfg, learned_beyond="error")) is not None
+    table = "learned_beyond" in run.cfg.encoding.model_fields
     return {"learned_beyond": ev.learned_beyond if table else None,  # an encoding with a table of positions
             "longrope_file": str(longrope_file) if scaling == "longrope" and longrope_file else None,
             "weights_dtype": str(run.cfg.param_dtype)}

@@ -53,6 +53,10 @@ class Learned(Encoding):
     def max_positions(cls, cfg) -> int | None:
         return cfg.max_len if cfg.learned_beyond == "error" else None
 
+    @classmethod
+    def undefined_past(cls, cfg) -> str:
+        return f"a learned table of max_len={cfg.max_len}; learned_beyond='interpolate' resamples it"
+
     def absolute(self, positions, ctx):
         table, seq_len = self.table[...], ctx
         if seq_len > self.cfg.max_len:

@@ -13,7 +13,8 @@ length, a constant, so that cached keys keep their values). Float range: with ζ
 ζ_0^(−(p − c)/γ) leaves float32 at |p − c| = γ · ln(float32 max) / ln(7/2) ≈ 70.8·γ, and the rotated features
 (sums of two such products) and the scores before that, where a score becomes inf or NaN. `XPos.context`
 refuses sequences whose factors leave [1e-30, 1e30] (`max_offset`: |p − c| ≤ γ · ln(1e30) / ln(7/2) ≈ 55.1·γ,
-about 28k positions for γ = 512), leaving eight decades of float32 for the features and their sums.
+about 28k positions for γ = 512), leaving eight decades of float32 for the features and their sums; it is
+defined for the first `XPos.max_positions` positions, and evaluation reports longer lengths undefined.
 """
 
 from __future__ import annotations
@@ -92,6 +93,19 @@ class XPos(Rope):
     @classmethod
     def length_dependent(cls, cfg, scaling=None) -> bool:
         return False
+
+    @classmethod
+    def max_positions(cls, cfg) -> int | None:
+        """Positions 0 … P − 1 keep every factor ζ^(±(p − c)/γ) within [1e-30, 1e30] (c = max_len // 2,
+        `max_offset`): P = ⌊c + max_offset(γ)⌋ + 1, or 0 when c itself is past the offset."""
+        center, limit = cfg.max_len // 2, max_offset(cls.option_values(cfg)["scale_base"])
+        return int(center + limit) + 1 if center <= limit else 0
+
+    @classmethod
+    def undefined_past(cls, cfg) -> str:
+        gamma = cls.option_values(cfg)["scale_base"]
+        return (f"xPos's factors ζ^(±(p − c)/γ) leave [1e-30, 1e30] at |p − c| > {max_offset(gamma):.0f} ≈ 55.1·γ, "
+                f"c = max_len // 2 = {cfg.max_len // 2}; a larger model.xpos.scale_base (γ = {gamma:g}) reaches farther")
 
     def context(self, positions, seq_len: int, rope=None):
         """RoPE's context, for sequences whose positions 0 … seq_len − 1 keep xPos's factors finite.

@@ -126,7 +126,8 @@ def test_top_k_restricts_the_support():
 
 def test_errors():
     graphdef, params = model_parts("learned")
-    with pytest.raises(ValueError, match="longer than the learned position table"):
+    with pytest.raises(ValueError, match=r"longer than posenc='learned' is defined for \(16 positions: a learned "
+                                         r"table of max_len=16; learned_beyond='interpolate' resamples it\)"):
         decode.generate(graphdef, params, tokens(10), 10)
     with pytest.raises(ValueError, match="prompt is empty"):
         decode.generate(graphdef, params, tokens(0), 3)

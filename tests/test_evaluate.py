@@ -315,6 +315,22 @@ def test_script_defaults_apply_per_run_and_bad_flags_fail_first(runs, tmp_path):
     assert result.returncode != 0 and "--lengths: '32.5' is not a positive integer" in result.stderr
 
 
+def test_xpos_past_its_float_range_is_an_undefined_row(tiny_config, tmp_path):
+    """With γ = 1 and max_len 32, xPos is defined for ⌊16 + 55.1⌋ + 1 = 72 positions (posenc.xpos.max_offset):
+    training's own evaluation at 32, 64 and 128 finishes, 128 reported undefined with the reason, not raised."""
+    from posenc import train  # noqa: PLC0415
+    from posenc.xpos import max_offset  # noqa: PLC0415
+
+    workdir = tmp_path / "xpos"
+    train.train_and_evaluate(tiny_config("posenc=xpos,tiny", **{"model.xpos.scale_base": 1.0}), str(workdir))
+    rows = ev.evaluate([str(workdir)], [64, 128], ["none"], num_bytes=256, progress=False)["rows"]
+    status = {r["length"]: (r["status"], r["reason"]) for r in rows if r["protocol"] == "nonoverlap"}
+    limit = 16 + int(max_offset(1.0)) + 1
+    assert limit == 72 and status[64] == ("ok", "")
+    assert status[128][0] == "undefined" and f"undefined past {limit} positions (xPos's factors" in status[128][1]
+    assert all(r["learned_beyond"] is None for r in rows)  # no learned table: the setting is not recorded
+
+
 def test_a_factor_or_factors_file_no_default_scaling_reads_is_refused(runs, tmp_path):
     """Without explicit scalings each run is scored with its config.eval.scalings: a factor none of them reads (an
     ALiBi run is scored with 'none' only) or a LongRoPE file without 'longrope' among them is an error."""

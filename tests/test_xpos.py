@@ -1,6 +1,7 @@
 """xPos: scores equal rotary-embedding-torch's `use_xpos` (the x-transformers implementation), depend only
 on m − n, decay with distance, and reduce to RoPE as γ → ∞."""
 
+import dataclasses
 import json
 import pathlib
 
@@ -95,3 +96,7 @@ def test_positions_past_the_float32_range_are_refused():
     assert np.isfinite(np.asarray(model(jnp.zeros((1, ok), jnp.int32)))).all()
     with pytest.raises(ValueError, match="model.xpos.scale_base"):
         model(jnp.zeros((1, ok + 1), jnp.int32))
+    # the pipelines ask the class (evaluation reports an undefined row, decoding refuses the request)
+    assert cfg.encoding.max_positions(cfg) == ok and "reaches farther" in cfg.encoding.undefined_past(cfg)
+    far = dataclasses.replace(cfg, max_len=2 * int(limit) + 4)  # the centre itself past the limit: none defined
+    assert far.encoding.max_positions(far) == 0
