@@ -108,8 +108,9 @@ def _check_request(cfg: ModelConfig, prompt_len: int, total: int, cache_size: in
         raise ValueError(f"cache_size={cache_size} is smaller than the request: prompt ({prompt_len}) + "
                          f"max_new_tokens ({total - prompt_len}) = {total} tokens")
     limit = cfg.encoding.max_positions(cfg)
-    if method is not None and method.method == "sinks":
-        total = min(total, method.num_sinks + method.window + 1)  # embedded positions stay ≤ S + R
+    bound = method.args(cfg.encoding).max_position if method is not None and method.method == "sinks" else None
+    if bound is not None:  # sinks on an absolute encoding: embedded positions stay ≤ S + R
+        total = min(total, bound + 1)
     if limit is not None and total > limit:
         raise ValueError(f"prompt + continuation = {total} tokens is longer than posenc={cfg.posenc!r} is defined "
                          f"for ({limit} positions: {cfg.encoding.undefined_past(cfg)}); ask for fewer")

@@ -13,8 +13,8 @@ Each cell (run, scaling, training-free method, length L, depth) scores `n` examp
   * `answer_logprob` — the teacher-forced log-probability of the whole answer (nats, mean over examples).
 
 Scalings and methods are those of `posenc.evaluate` (the same names, L0 and defaults per run and length);
-a learned table past its length, and a randomized-positions run past `positions.max_position`, are reported
-`undefined`. A randomized-positions run is tested at positions drawn as in training (Ruoss et al. 2023),
+a learned table past its length (or xPos past its float range: `Encoding.max_positions`), and a
+randomized-positions run past `positions.max_position`, are reported `undefined`. A randomized-positions run is tested at positions drawn as in training (Ruoss et al. 2023),
 without scalings or methods (they index positions as if they were 0 … L−1). A Hugging Face checkpoint
 (`hf_models`) is scored on passkey in its own tokens: lengths count tokens and the answer " NNNNN" is its
 tokenization.

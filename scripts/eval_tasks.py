@@ -7,7 +7,7 @@ r"""Task accuracy past the training length: a table, results.json / results.csv,
 Each cell is `--examples` test examples of the run's task (configs/tasks.py) at one length (× needle depth
 for passkey), scored by exact match of greedy decoding with the KV cache, with a Wilson 95% interval, the
 teacher-forced exact match and the answer's log-probability (posenc/task_eval.py). Scalings and methods are
-eval_extrapolation.py's; a learned table past its length is `undefined`. A Hugging Face checkpoint is
+eval_extrapolation.py's; a learned table past its length (xPos past its float range) is `undefined`. A Hugging Face checkpoint is
 tested on passkey in its own tokens (lengths count tokens):
 
     python scripts/eval_tasks.py --hf_model=~/models/Llama-3.2-1B --lengths=4096,8192 --scalings=run,yarn

@@ -323,11 +323,15 @@ def test_xpos_past_its_float_range_is_an_undefined_row(tiny_config, tmp_path):
 
     workdir = tmp_path / "xpos"
     train.train_and_evaluate(tiny_config("posenc=xpos,tiny", **{"model.xpos.scale_base": 1.0}), str(workdir))
-    rows = ev.evaluate([str(workdir)], [64, 128], ["none"], num_bytes=256, progress=False)["rows"]
-    status = {r["length"]: (r["status"], r["reason"]) for r in rows if r["protocol"] == "nonoverlap"}
+    rows = ev.evaluate([str(workdir)], [64, 128], ["none"], methods=["none", "sinks,num_sinks=2,window=13"],
+                       num_bytes=256, progress=False)["rows"]
+    status = {(r["method"], r["length"]): (r["status"], r["reason"]) for r in rows if r["protocol"] == "nonoverlap"}
     limit = 16 + int(max_offset(1.0)) + 1
-    assert limit == 72 and status[64] == ("ok", "")
-    assert status[128][0] == "undefined" and f"undefined past {limit} positions (xPos's factors" in status[128][1]
+    assert limit == 72 and status[("none", 64)] == ("ok", "")
+    # sinks keep a rotary encoding's positions (only an absolute one's stay ≤ S + R): undefined past it too
+    for method in ("none", "sinks(window=13,num_sinks=2)"):
+        assert status[(method, 128)][0] == "undefined", method
+        assert f"undefined past {limit} positions (xPos's factors" in status[(method, 128)][1]
     assert all(r["learned_beyond"] is None for r in rows)  # no learned table: the setting is not recorded
 
 

@@ -103,7 +103,7 @@ def main(argv):
             scalings = ["none"]
         result = _timed(timing, f"eval/{name}", lambda: ev.evaluate([workdir], LENGTHS, scalings,
                                                                      num_bytes=_NUM_BYTES.value, progress=True))
-        if run.cfg.encoding.max_positions(run.cfg) is not None:  # a table: the seeds' "interpolation", reported apart
+        if "learned_beyond" in run.cfg.encoding.model_fields:  # a table: the seeds' "interpolation", reported apart
             interp = ev.evaluate([workdir], LENGTHS, ["none"], num_bytes=_NUM_BYTES.value,
                                  learned_beyond="interpolate", progress=True)
             for row in interp["rows"]:

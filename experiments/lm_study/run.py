@@ -502,7 +502,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) ->
                  "in_range": lambda: _rekey(ev.evaluate(w, lengths[:1], ["none"], documents=True, progress=False,
                                                         ngram_floor=False), f"@{lengths[0]}")}
         cfg = ev.load_run(str(workdir)).cfg
-        if cfg.encoding.max_positions(cfg) is not None:  # a table, interpolated past its length: reported apart
+        if "learned_beyond" in cfg.encoding.model_fields:  # a table, interpolated past its length: reported apart
             parts["interpolate"] = lambda: _relabel(ev.evaluate(w, lengths, ["none"], documents=True, progress=False,
                                                                 learned_beyond="interpolate", ngram_floor=False))
         done, eval_timing = _evaluate_parts(job, results, parts, sha, s, workdir)
