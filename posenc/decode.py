@@ -108,9 +108,8 @@ def _check_request(cfg: ModelConfig, prompt_len: int, total: int, cache_size: in
         raise ValueError(f"cache_size={cache_size} is smaller than the request: prompt ({prompt_len}) + "
                          f"max_new_tokens ({total - prompt_len}) = {total} tokens")
     limit = cfg.encoding.max_positions(cfg)
-    bound = method.args(cfg.encoding).max_position if method is not None and method.method == "sinks" else None
-    if bound is not None:  # sinks on an absolute encoding: embedded positions stay ≤ S + R
-        total = min(total, bound + 1)
+    if method is not None:
+        total = method.positions_embedded(cfg.encoding, total)
     if limit is not None and total > limit:
         raise ValueError(f"prompt + continuation = {total} tokens is longer than posenc={cfg.posenc!r} is defined "
                          f"for ({limit} positions: {cfg.encoding.undefined_past(cfg)}); ask for fewer")

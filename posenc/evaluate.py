@@ -329,9 +329,8 @@ class Evaluator:
     def undefined_reason(self, length: int, method: Method | None = None) -> str | None:
         cfg = dataclasses.replace(self.run.cfg, learned_beyond=self.learned_beyond)
         limit = cfg.encoding.max_positions(cfg)
-        bound = method.args(cfg.encoding).max_position if method is not None and method.method == "sinks" else None
-        if bound is not None:  # sinks on an absolute encoding: embedded positions stay ≤ S + R
-            length = min(length, bound + 1)
+        if method is not None:
+            length = method.positions_embedded(cfg.encoding, length)
         if limit is not None and length > limit:
             return f"posenc={cfg.posenc!r} is undefined past {limit} positions ({cfg.encoding.undefined_past(cfg)})"
         return None

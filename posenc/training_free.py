@@ -195,6 +195,14 @@ class Method:
                           leak=jnp.float32(self.leak or 1.0), fixed=jnp.int32(fixed or 0),
                           logn=jnp.float32(self.logn or 2))
 
+    def positions_embedded(self, encoding_cls, length: int) -> int:
+        """How many positions a sequence of `length` tokens embeds under this method: min(length, S + R + 1) for
+        `sinks` on an absolute encoding (`MethodArgs.max_position`: its positions stay ≤ S + R), else `length`.
+        An encoding defined for `Encoding.max_positions` positions is defined for the sequence when this is
+        within them."""
+        bound = self.args(encoding_cls).max_position if self.method == "sinks" else None
+        return length if bound is None else min(length, bound + 1)
+
     def span(self) -> int | None:
         """The largest distance + 1 attention sees under `sinks` (S + R + 1) or `lm_infinite` (L), else None."""
         if self.method == "sinks":

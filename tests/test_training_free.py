@@ -234,6 +234,11 @@ def test_sinks_on_an_absolute_encoding_stay_inside_the_learned_table():
     spec = Method("sinks", window=20, num_sinks=4)
     out = model(x, method=spec.args(model.cfg.encoding))
     np.testing.assert_allclose(np.asarray(out[0]), oracle_logits(model, np.asarray(x[0]), spec), atol=2e-4, rtol=1e-4)
+    # the largest position the forward embedded is S + R: a window of any length needs S + R + 1 of the table
+    learned, rope = model.cfg.encoding, _model("rope").cfg.encoding
+    assert [spec.positions_embedded(learned, n) for n in (10, 24, 25, 100)] == [10, 24, 25, 25]
+    assert spec.positions_embedded(rope, 100) == 100  # a rotary encoding is bounded by no table
+    assert Method("lm_infinite", window=20, n_global=4).positions_embedded(learned, 100) == 100
 
 
 def test_invalid_specs_and_combinations_name_the_field():
