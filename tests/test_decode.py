@@ -66,16 +66,16 @@ def test_a_windowed_cache_keeps_each_row_s_own_keys():
     """Rows with different positions (randomized positions): each row's ring slots follow its own positions, so
     cached decoding equals the full forward for every row, not only for the first."""
     graphdef, params = model_parts("local_global", encoding_options=(("pattern", "LG"), ("window", 4)), max_len=64)
-    model = nnx.merge(graphdef, params)
     t = 8
     x = tokens(t)
     positions = jnp.stack([jnp.arange(t) * 4, jnp.arange(t)])  # row 0 every 4th position, row 1 every position
-    full = model(x, positions, seq_len=int(positions.max()) + 1)
-    cache = model.init_cache(2, t)
-    logits, cache = model(x[:, :3], positions[:, :3], seq_len=int(positions.max()) + 1, cache=cache)
+    call = jax.jit(lambda x, pos, cache=None: nnx.merge(graphdef, params)(x, pos, seq_len=4 * t, cache=cache))
+    full = call(x, positions)
+    cache = nnx.merge(graphdef, params).init_cache(2, t)
+    logits, cache = call(x[:, :3], positions[:, :3], cache)
     outs = [logits]
-    for i in range(3, t):
-        step, cache = model(x[:, i:i + 1], positions[:, i:i + 1], seq_len=int(positions.max()) + 1, cache=cache)
+    for i in range(3, t):  # one compile for the steps: the positions and the cache are traced
+        step, cache = call(x[:, i:i + 1], positions[:, i:i + 1], cache)
         outs.append(step)
     np.testing.assert_allclose(jnp.concatenate(outs, axis=1), full, atol=2e-4, rtol=1e-4)
 
@@ -88,13 +88,13 @@ def test_dynamic_scaling_with_hf_style_cache_would_differ():
     x = tokens(40)
     full = decode.recompute_logits(graphdef, params, x, scaling=scaling)
     model = nnx.merge(graphdef, params)
-    cfg = model.cfg
-    schedule = decode.rope_schedule(cfg, scaling, 40)
+    schedule = decode.rope_schedule(model.cfg, scaling, 40)
     cache = model.init_cache(2, 40, rotate_at_use=False)  # keys frozen with the frequencies of their step
-    logits, cache = model(x[:, :5], jnp.arange(5)[None], seq_len=40, rope=schedule.at(4, 0), cache=cache)
+    call = jax.jit(lambda x, pos, rope, cache: nnx.merge(graphdef, params)(x, pos, seq_len=40, rope=rope, cache=cache))
+    logits, cache = call(x[:, :5], jnp.arange(5)[None], schedule.at(4, 0), cache)
     outs = [logits]
-    for p in range(5, 40):
-        step, cache = model(x[:, p:p + 1], jnp.array([[p]]), seq_len=40, rope=schedule.at(p, 0), cache=cache)
+    for p in range(5, 40):  # one compile for the steps: the position, its frequencies and the cache are traced
+        step, cache = call(x[:, p:p + 1], jnp.array([[p]]), schedule.at(p, 0), cache)
         outs.append(step)
     stale = jnp.concatenate(outs, axis=1)
     np.testing.assert_allclose(stale[:, :16], full[:, :16], atol=1e-5)  # identical while the factor is 1
