@@ -78,7 +78,10 @@ def get_config(arg: str | None = None):
 
     config.positions = config_dict.ConfigDict()
     config.positions.randomize = "randomize" in variants  # sorted random subset of [0, max_position)
-    config.positions.max_position = 4096  # positions' range with randomize (the learned table's rows)
+    # positions' range with randomize (the learned table's rows): set below by task; unset without randomize,
+    # where nothing reads it
+    config.positions.max_position = config_dict.placeholder(int)
+    max_position = 4096
     # how they are drawn (posenc.tasks.POSITIONS_VERSION), recorded by randomized runs; other versions are refused
     config.positions.version = POSITIONS_VERSION if config.positions.randomize else config_dict.placeholder(int)
 
@@ -92,14 +95,13 @@ def get_config(arg: str | None = None):
         config.train_steps = 8000
         config.task.stop_accuracy = 0.99
         config.eval.lengths = "256,512,1024,2048,4096"
-        if config.positions.randomize:  # the 4096 cell's 4097 tokens each draw a position
-            config.positions.max_position = 8192
+        max_position = 8192  # the 4096 cell's 4097 tokens each draw a position
     elif task != "lm":
         config.train_len = 32
         config.batch_size = 32
         config.learning_rate = 2e-3
         config.train_steps = 8000
-        config.positions.max_position = 512
+        max_position = 512
         config.eval.lengths = "16,32,64,96,128"
     config.eval.depths = "0,0.25,0.5,0.75,1"  # passkey needle depths in eval_tasks.py
     config.eval.examples = 50  # examples per cell in eval_tasks.py
@@ -111,7 +113,9 @@ def get_config(arg: str | None = None):
         config.model.d_model = 32
         config.model.mlp_dim = 64
         config.train_len = 128 if task == "passkey" else 32
-        config.positions.max_position = 512
+        max_position = 512
         config.eval.lengths = "128,256" if task == "passkey" else "32,64"
         config.eval.examples = 4
+    if config.positions.randomize:
+        config.positions.max_position = max_position
     return config

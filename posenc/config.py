@@ -215,13 +215,14 @@ def is_default(value: Any, default: Any) -> bool:
 
 
 def fields_not_read(config: ml_collections.ConfigDict) -> dict[str, tuple[Any, Any, str]]:
-    """{field: (value, default, who reads it)} for every `model.*` and `task.*` field the run does not read,
-    whatever its value: another encoding's options (`model.<name>.<option>`, its class's `options`), the shared
-    `ModelConfig` fields of other encodings (their classes' `model_fields`: `model.rope.*`,
+    """{field: (value, default, who reads it)} for every `model.*`, `task.*` and `positions.*` field the run does
+    not read, whatever its value: another encoding's options (`model.<name>.<option>`, its class's `options`), the
+    shared `ModelConfig` fields of other encodings (their classes' `model_fields`: `model.rope.*`,
     `model.sinusoidal_base`, `model.learned_beyond`), `model.rope.scaling.*` under an encoding that takes no RoPE
     scaling (its `kind` is model_config's check), and on a tasks config (configs/tasks.py) the task fields its
     task does not read in training (`task.filler` is passkey's; `min_len`, `lm_ratio`, `prompt_weight` the
-    answer tasks'). Which scaling fields a RoPE run's kind reads is `unread_scaling_fields`'."""
+    answer tasks') and `positions.max_position` / `positions.version` without randomized positions. Which
+    scaling fields a RoPE run's kind reads is `unread_scaling_fields`'."""
     m = config.model
     encoding = get_encoding(m.posenc)
     model_defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
@@ -242,6 +243,11 @@ def fields_not_read(config: ml_collections.ConfigDict) -> dict[str, tuple[Any, A
         for key in m.rope.scaling.keys():
             if key in SCALING_DEFAULTS:
                 out[f"model.rope.scaling.{key}"] = (m.rope.scaling[key], SCALING_DEFAULTS[key], f"posenc={readers}")
+    pos = config.get("positions")
+    if pos is not None and not pos.get("randomize"):
+        for key in ("max_position", "version"):  # configs/tasks.py leaves both unset without randomize
+            if key in pos:
+                out[f"positions.{key}"] = (pos[key], None, "positions.randomize=True")
     task = config.get("task")
     if task is not None:
         spec_defaults = {f.name: f.default for f in dataclasses.fields(TaskSpec)}

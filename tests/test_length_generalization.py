@@ -156,6 +156,9 @@ def test_a_pilot_is_recorded_beside_the_others_and_rendered_with_its_cpu(tmp_pat
     config = run_pilot.pilot_config("copy", "none", {"model.num_layers": 4})
     randomized = run_pilot.pilot_config("copy", "rope", {"positions.randomize": True})  # as the recorded rp pilots
     assert randomized.positions.version == tasks.POSITIONS_VERSION and config.positions.version is None
+    assert randomized.positions.max_position == 512 and config.positions.max_position is None  # the variant's
+    with pytest.raises(ValueError, match="--set 'positions.randomize' must be true or false, got 1"):
+        run_pilot.pilot_config("copy", "rope", {"positions.randomize": 1})
     assert config.model.num_layers == 4 and config.model.posenc == "none" and config.task.name == "copy"
     (tmp_path / "runs.json").write_text(json.dumps({"cpu": "AMD EPYC, 2 cores", "runs": []}))
     curve = "".join(json.dumps({"step": s, "tokens_per_s": 1000.0, "val_loss": 1.0 / s, "val_accuracy": s / 400})

@@ -513,6 +513,30 @@ def test_a_task_field_the_task_does_not_read_is_refused_before_training(cache_di
     validate(config, training=False)  # a saved run's config still loads
 
 
+@pytest.mark.parametrize("field,value", [("max_position", 1024), ("version", 2)])
+def test_positions_fields_without_randomize_are_refused_before_training(cache_dir, tmp_path, field, value):
+    """positions.max_position and positions.version are read with randomized positions only: unset without them,
+    and refused when set, so that no run is labelled with a range it never drew from."""
+    from posenc.config import validate  # noqa: PLC0415
+
+    config = _tasks_config(cache_dir, "task=copy,tiny")
+    assert config.positions.max_position is None and config.positions.version is None
+    config.positions[field] = value
+    with pytest.raises(ValueError, match=rf"does not read positions.{field}={value} \(read by "
+                                         r"positions.randomize=True; default None\)"):
+        train.train_and_evaluate(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+    validate(config, training=False)  # a saved run's config still loads
+    # each task's range under randomize (the docstring of configs/tasks.py)
+    ranges = {arg: _tasks_config(cache_dir, f"{arg},randomize").positions.max_position
+              for arg in ("task=passkey", "task=copy", "task=recall", "task=lm", "task=copy,tiny")}
+    assert ranges == {"task=passkey": 8192, "task=copy": 512, "task=recall": 512, "task=lm": 4096,
+                      "task=copy,tiny": 512}
+    randomized = _tasks_config(cache_dir, "task=copy,tiny,randomize")
+    randomized.positions.max_position = value * 1024
+    validate(randomized)  # read there
+
+
 def test_eval_num_bytes_is_not_checked_on_a_task_config_that_does_not_read_it(cache_dir):
     from posenc.config import validate  # noqa: PLC0415
 

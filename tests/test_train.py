@@ -382,6 +382,11 @@ def test_fields_the_run_does_not_read_do_not_define_it():
     assert run_changes(with_fields(alibi, {"model.num_heads": 2}), alibi) == {"model.num_heads": (2, 4)}
     copy = train.load_config_file(str(ROOT / "configs" / "tasks.py"), "task=copy")
     assert run_changes(with_fields(copy, {"task.filler": "shakespeare"}), copy) == {}
+    # the range every tasks config recorded before it was left unset without randomized positions
+    assert run_changes(with_fields(copy, {"positions.max_position": 512}), copy) == {}
+    randomized = train.load_config_file(str(ROOT / "configs" / "tasks.py"), "task=copy,randomize")
+    assert run_changes(with_fields(randomized, {"positions.max_position": 1024}), randomized) == {
+        "positions.max_position": (1024, 512)}
     assert run_changes(with_fields(copy, {"task.prompt_weight": 0.5}), copy) == {
         "task.prompt_weight": (0.5, 0.0)}
     rope = train.load_config_file(str(ROOT / "configs" / "default.py"), "")

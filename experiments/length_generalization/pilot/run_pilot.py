@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from posenc import jobs  # noqa: E402
 from posenc.config import parse_value, with_fields  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
-from posenc.tasks import POSITIONS_VERSION, TASKS, VERSIONS  # noqa: E402
+from posenc.tasks import TASKS, VERSIONS  # noqa: E402
 from posenc.timing import cpu_model  # noqa: E402
 from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
 
@@ -53,10 +53,15 @@ def parse_overrides(items: list[str]) -> dict:
 
 
 def pilot_config(task: str, posenc: str, overrides: dict):
-    config = load_config_file(str(ROOT / "configs" / "tasks.py"), f"task={task},posenc={posenc}")
-    if overrides.get("positions.randomize") and "positions.version" not in overrides:
-        overrides = {**overrides, "positions.version": POSITIONS_VERSION}  # as the randomize variant sets it
-    return with_fields(config, overrides, "--set")
+    """configs/tasks.py for `task` and `posenc` with `overrides` set; `positions.randomize=true` selects the
+    config's randomize variant (its positions.max_position and positions.version), as the recorded pilots ran."""
+    randomize = overrides.get("positions.randomize", False)
+    if not isinstance(randomize, bool):
+        raise ValueError(f"--set 'positions.randomize' must be true or false, got {randomize!r}")
+    rest = {k: v for k, v in overrides.items() if k != "positions.randomize"}
+    config = load_config_file(str(ROOT / "configs" / "tasks.py"),
+                              f"task={task},posenc={posenc}" + (",randomize" if randomize else ""))
+    return with_fields(config, rest, "--set")
 
 
 def record(folder: pathlib.Path, entry: dict, curve: str) -> None:
