@@ -35,9 +35,16 @@ def assert_records_the_machine_and_code(result: dict) -> None:
 
 
 def test_benchmark_rope_prints_ratios():
+    """Each dtype's row: the bytes of the shape, and every ratio its bound's raw time over apply_rope's."""
     out = run("scripts/benchmark_rope.py", "--shape=2,128,4,32", "--repeats=2")
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["float32"]["rope_half_vs_elementwise"] > 0 and "rope_interleaved_vs_memcopy" in result["bfloat16"]
+    for dtype, itemsize in (("float32", 4), ("bfloat16", 2)):
+        row = result[dtype]
+        assert row["bytes"] == 2 * 128 * 4 * 32 * itemsize
+        for layout in ("half", "interleaved"):
+            assert row[f"rope_{layout}_ms"] > 0
+            assert row[f"rope_{layout}_vs_elementwise"] == pytest.approx(row["elementwise_ms"] / row[f"rope_{layout}_ms"])
+            assert row[f"rope_{layout}_vs_memcopy"] == pytest.approx(row["numpy_copy_ms"] / row[f"rope_{layout}_ms"])
     assert_records_the_machine_and_code(result)
 
 
