@@ -178,7 +178,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.eval = ml_collections.ConfigDict()
     config.eval.lengths = "256,512,1024,2048,4096"  # lengths for the extrapolation table after training
-    config.eval.scalings = "none,linear,ntk,dynamic_ntk,yarn"  # inference-time RoPE scalings in that table
+    # inference-time RoPE scalings in that table. The dynamic kinds (dynamic_ntk, dynamic_linear, dynamic_yarn)
+    # are left out: on windows of length L each equals its static kind at s = L / L0 (posenc/evaluate.py); name
+    # them with scripts/eval_extrapolation.py --scalings=... --prefix_dynamic to score them as decoding does
+    config.eval.scalings = "none,linear,ntk,yarn"
     config.eval.methods = "none"  # training-free methods in that table, ';'-separated (posenc/training_free.py)
     config.eval.num_bytes = 16384  # test bytes scored at every length (a multiple of the longest length)
 

@@ -32,13 +32,22 @@ def _json(path: str) -> dict:
 
 
 def quickstart_time() -> str:
-    info = _json("experiments/quickstart/run_info.json")
-    minutes = round((info["train_seconds"] + info["eval_seconds"]) / 60)
+    """The main job's wall time from experiments/quickstart/run_info.json (the committed run), then from
+    by_cpu/*.json (the latest run on each CPU kind, run.sh's) on the other CPU kinds."""
     from posenc.timing import cpu_description  # noqa: PLC0415
 
-    return (f"about {minutes} minutes on {info['cores']} cores of {cpu_description(info['cpu'], info.get('cpu_id'))}: "
-            f"{info['train_seconds']} s of "
-            f"training, {info['eval_seconds']} s of evaluation, `experiments/quickstart/run_info.json`")
+    def said(info: dict) -> str:
+        minutes = round((info["train_seconds"] + info["eval_seconds"]) / 60)
+        return (f"about {minutes} minutes on {info['cores']} cores of {cpu_description(info['cpu'], info.get('cpu_id'))}: "
+                f"{info['train_seconds']} s of training, {info['eval_seconds']} s of evaluation")
+
+    info = _json("experiments/quickstart/run_info.json")
+    out = [said(info) + ", `experiments/quickstart/run_info.json`"]
+    for path in sorted((ROOT / "experiments/quickstart/by_cpu").glob("*.json")):
+        other = json.loads(path.read_text())
+        if other.get("cpu_id") != info.get("cpu_id"):
+            out.append(said(other) + f", `{path.relative_to(ROOT)}`")
+    return "; ".join(out)
 
 
 def study_summary() -> str:

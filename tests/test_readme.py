@@ -26,6 +26,28 @@ def test_a_stale_or_unknown_region_is_caught():
         render_readme.render("<!-- rendered:nonesuch -->\n<!-- /rendered -->")
 
 
+def test_quickstart_time_gives_each_cpu_kind_s_latest_run(tmp_path, monkeypatch):
+    """The committed run's time first, then each other CPU kind's from by_cpu/ (the committed kind's own copy
+    there is not repeated)."""
+    import json  # noqa: PLC0415
+
+    monkeypatch.setattr(render_readme, "ROOT", tmp_path)
+    folder = tmp_path / "experiments/quickstart"
+    (folder / "by_cpu").mkdir(parents=True)
+    amd = {"train_seconds": 130, "eval_seconds": 50, "cores": 2, "cpu": "AMD EPYC",
+           "cpu_id": {"vendor": "AuthenticAMD", "family": 26, "model": 2, "stepping": 1}}
+    intel = {**amd, "train_seconds": 290, "eval_seconds": 70, "cpu": "Intel(R) Xeon(R) Processor",
+             "cpu_id": {"vendor": "GenuineIntel", "family": 6, "model": 207, "stepping": 2}}
+    for path, info in ((folder / "run_info.json", amd), (folder / "by_cpu/amd.json", amd),
+                       (folder / "by_cpu/intel.json", intel)):
+        path.write_text(json.dumps(info))
+    assert render_readme.quickstart_time() == (
+        "about 3 minutes on 2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1): 130 s of training, 50 s "
+        "of evaluation, `experiments/quickstart/run_info.json`; about 6 minutes on 2 cores of an Intel(R) Xeon(R) "
+        "Processor of CPU family 6 (model 207, stepping 2): 290 s of training, 70 s of evaluation, "
+        "`experiments/quickstart/by_cpu/intel.json`")
+
+
 def test_lm_study_summary_renders_the_summary_file(tmp_path, monkeypatch):
     """The LM study's region reads results/summary.json (the study report's schema) and counts the encodings
     that clear the n-gram floor by 0.25 bpb at 1×; without the file it says that nothing has finished."""

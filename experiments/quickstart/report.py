@@ -13,13 +13,11 @@ lengths = result["lengths"]
 first, last, second = lengths[0], lengths[-1], lengths[1]
 worse_pi = all(bpb[("linear", n)] > bpb[("none", n)] for n in lengths[1:])
 best_long = min((bpb[(s, last)], s) for s in {s for s, _ in bpb})
-# dynamic NTK by the factor its rows recorded: Hugging Face's slope 1 (length-tracking) or L / first (over-scaled)
-slope = {r["factor"] for r in result["rows"] if r["scaling"] == "dynamic_ntk" and r["length"] == last}
-dynamic_ntk = "dynamic NTK" if slope == {1.0} else f"dynamic NTK (Hugging Face's slope {', '.join(f'{s:g}' for s in slope)} at {last})"
-stale_dynamic = ("" if slope == {1.0} else
-                 f"\n\nThe dynamic NTK rows were scored when `dynamic_ntk` took Hugging Face's slope (L / {first}); the "
-                 "main job now scores it with slope 1 (length-tracking) unless `--factor` is given, so a rerun changes "
-                 "that row.")
+scalings = list(dict.fromkeys(r["scaling"] for r in result["rows"]))
+NAMES = {"linear": "Position Interpolation", "ntk": "NTK-aware", "dynamic_ntk": "dynamic NTK", "yarn": "YaRN",
+         "dynamic_linear": "dynamic PI", "dynamic_yarn": "dynamic YaRN", "llama3": "Llama-3", "longrope": "LongRoPE"}
+near = [s for s in scalings if s not in ("none", "linear")]  # the scalings that keep the low frequencies
+near_names = ", ".join(NAMES.get(s, s) for s in near[:-1]) + (" and " if len(near) > 1 else "") + NAMES.get(near[-1], near[-1])
 text = f"""# Quickstart: the README's main job, as run here
 
 Regenerate (from the repository root, after the Quickstart's install):
@@ -30,10 +28,11 @@ bash experiments/quickstart/run.sh
 
 It runs exactly the main job — `scripts/train.py --config=configs/default.py` (RoPE, d_model 256, 4 layers,
 train_len 256, batch 16, 400 steps, seed 0) then `scripts/eval_extrapolation.py` with the config's
-defaults (lengths {first} … {last}, scalings none / linear / ntk / dynamic_ntk / yarn, the first
+defaults (lengths {first} … {last}, scalings {' / '.join(scalings)}, the first
 {result['num_bytes']:,} test bytes) — and writes here: `results.{{md,csv,json}}`, `ppl_vs_length.png`,
-`per_position.png`, `run_info.json` (wall times, tokens/s, machine) and this README (`report.py`).
-`memory.log` is the output of `scripts/measure_eval_memory.py`.{stale_dynamic}
+`per_position.png`, `run_info.json` (wall times, tokens/s, machine; `by_cpu/` keeps the latest of each CPU kind)
+and this README (`report.py`).
+`memory.log` is the output of `scripts/measure_eval_memory.py`.
 
 Measured on {info['cores']} cores of {cpu_description(info['cpu'], info.get('cpu_id'))} (no GPU), jax {info['jax']}, Python {info['python']}: training
 {info['train_seconds']} s at {info['tokens_per_s']:.0f} tokens/s (final validation {info['val_bpb']:.3f} bits per byte),
@@ -45,7 +44,7 @@ evaluation {info['eval_seconds']} s.
 
 Reading it: plain RoPE degrades past {first} ({bpb[('none', first)]:.2f} → {bpb[('none', last)]:.2f} bits per byte at
 {last // first}×); Position Interpolation without fine-tuning is {"worse than doing nothing at every length past " + str(first) if worse_pi else "not uniformly worse than doing nothing"};
-at {second} NTK-aware, {dynamic_ntk} and YaRN are within {max(bpb[(s, second)] for s in ('ntk', 'dynamic_ntk', 'yarn')) - bpb[('none', first)]:.2f}
+at {second} {near_names} {'are' if len(near) > 1 else 'is'} within {max(bpb[(s, second)] for s in near) - bpb[('none', first)]:.2f}
 bits per byte of the in-range loss, and at {last} the best is {best_long[1]} ({best_long[0]:.2f}). `results.md` has the numbers.
 """
 (HERE / "README.md").write_text(text)

@@ -20,6 +20,9 @@ info = {"train_seconds": train_s, "eval_seconds": eval_s, "final_step": last["st
         "tokens_per_s": last.get("tokens_per_s"), "cpu": cpu, "cpu_id": cpu_id(), "cores": __import__("os").cpu_count(),
         "jax": jax.__version__, "python": platform.python_version()}
 pathlib.Path(out, "run_info.json").write_text(json.dumps(info, indent=1) + "\n")
+from posenc.timing import cpu_slug
+pathlib.Path(out, "by_cpu").mkdir(exist_ok=True)  # the latest run on each CPU kind, for the README's times
+pathlib.Path(out, "by_cpu", cpu_slug() + ".json").write_text(json.dumps(info, indent=1) + "\n")
 print(info)
 PY
 .venv/bin/python experiments/quickstart/report.py
