@@ -145,13 +145,14 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
 
     Returns:
       (best individual, its fitness, history: one {generation, best, mean, evaluated} per generation, where
-      `evaluated` counts the individuals scored in it).
+      `evaluated` counts the individuals scored in it and a non-finite best or mean is None, as in the
+      saved state, which is strict JSON).
     """
     state_path = pathlib.Path(state_path) if state_path else None
     if state_path and state_path.exists():
         state = _saved_state(state_path, meta)
         population = [Individual.from_json(d) for d in state["population"]]
-        scores = list(state["scores"])
+        scores = [math.inf if v is None else v for v in state["scores"]]  # (_save writes a lost individual's as null)
         history = state["history"]
         rng = np.random.default_rng()
         rng.bit_generator.state = state["rng"]
@@ -160,7 +161,7 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
         rng = np.random.default_rng(cfg.seed)
         population = initial_population(seeds, cfg, bound, rng)
         scores = list(map(float, fitness(population)))
-        history = [{"generation": 0, "best": min(scores), "mean": float(np.mean(scores)), "evaluated": len(population)}]
+        history = [_history_row(0, scores, len(population))]
         start = 1
         _save(state_path, population, scores, history, rng, 0, meta)
     bar = tqdm(range(start, cfg.generations + 1), initial=start - 1, total=cfg.generations, desc=desc,
@@ -189,8 +190,7 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
                 children.append(child)
         child_scores = list(map(float, fitness(children))) if children else []
         population, scores = parents + children, parent_scores + child_scores
-        history.append({"generation": generation, "best": min(scores), "mean": float(np.mean(scores)),
-                        "evaluated": len(children)})
+        history.append(_history_row(generation, scores, len(children)))
         bar.set_postfix(best=f"{min(scores):.4f}")
         _save(state_path, population, scores, history, rng, generation, meta)
     bar.close()
@@ -218,14 +218,25 @@ def _saved_state(state_path: pathlib.Path, meta: dict | None) -> dict:
     return state
 
 
+def _finite(x: float) -> float | None:
+    """`x`, or None for a non-finite score (an individual whose NLLs were not finite): JSON has no Infinity."""
+    return x if math.isfinite(x) else None
+
+
+def _history_row(generation: int, scores: list[float], evaluated: int) -> dict:
+    """A generation's line of the search history (as saved: a non-finite best or mean is null)."""
+    return {"generation": generation, "best": _finite(min(scores)), "mean": _finite(float(np.mean(scores))),
+            "evaluated": evaluated}
+
+
 def _save(path, population, scores, history, rng, generation, meta=None):
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"generation": generation, "population": [p.to_json() for p in population],
-                               "scores": scores, "history": history, "rng": rng.bit_generator.state,
-                               "meta": meta or {}}))
+                               "scores": [_finite(v) for v in scores], "history": history,
+                               "rng": rng.bit_generator.state, "meta": meta or {}}, allow_nan=False))
     tmp.replace(path)
 
 
@@ -300,14 +311,14 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
                                      out_dir / "stage1_shared.json", "stage 1 (shared)", progress, shared_meta)
     result = {"target_len": target_len, "factor": s, "original_max_len": orig, "attention_factor": af,
               "bytes_per_evaluation": {str(n): num_bytes or 4 * n for n in (target_len, orig)},
-              "stage1_shared": {"ppl": best_ppl, "history": history}}
+              "stage1_shared": {"ppl": _finite(best_ppl), "history": history}}
     if per_layer:
         tiled = Individual(np.tile(best.factors, (cfg_model.num_layers, 1)), best.n_hat)
         layer_seeds = [tiled] + [Individual(np.tile(f.factors, (cfg_model.num_layers, 1)), f.n_hat) for f in seeds]
         best_l, best_l_ppl, history_l = search(make_fitness(target_len), layer_seeds, cfg, bound,
                                                out_dir / "stage1_per_layer.json", "stage 1 (per layer)", progress,
                                                meta)
-        result["stage1_per_layer"] = {"ppl": best_l_ppl, "history": history_l}
+        result["stage1_per_layer"] = {"ppl": _finite(best_l_ppl), "history": history_l}
         # elitism and the tiled shared vector in its first population: never worse on the search split
         best, best_ppl = best_l, best_l_ppl
     short_cfg = dataclasses.replace(cfg, generations=short_generations or cfg.generations, n_hat_choices=(0,))
@@ -315,14 +326,14 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
     short_best, short_ppl, short_history = search(make_fitness(orig), short_seeds, short_cfg,
                                                   max(1.0, cfg.factor_bound), out_dir / "stage2_short.json",
                                                   "stage 2 (short)", progress, meta)
-    result["stage2_short"] = {"ppl": short_ppl, "history": short_history}
+    result["stage2_short"] = {"ppl": _finite(short_ppl), "history": short_history}
     stages = [result["stage1_shared"], result.get("stage1_per_layer"), result["stage2_short"]]
     counts = [h.get("evaluated") for st in stages if st for h in st["history"]]
     if None not in counts:  # (a search resumed from a state saved before the count was kept has none)
         result["evaluations"] = sum(counts)  # every stage's fitness evaluations on validation
     result.update(short_factor=short_best.factors.tolist(), long_factor=best.factors.tolist(),
                   unscaled_positions=int(best.n_hat), per_layer=best.factors.ndim == 2, search_split="validation")
-    (out_dir / "longrope.json").write_text(json.dumps(result, indent=1))
+    (out_dir / "longrope.json").write_text(json.dumps(result, indent=1, allow_nan=False))
     return result
 
 

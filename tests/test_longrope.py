@@ -224,9 +224,36 @@ def test_an_individual_with_non_finite_scores_loses_and_the_search_goes_on(rope_
     monkeypatch.setattr(Evaluator, "nll", nll)
     cfg = SearchConfig(population=4, generations=1, mutations=2, crossovers=2, parents=2)
     result = longrope.search_run(rope_run, 64, cfg, out=str(tmp_path), short_generations=1, progress=False)
-    state = json.loads((tmp_path / "stage1_shared.json").read_text())
+    state = strict_json(tmp_path / "stage1_shared.json")
     assert result["evaluations"] == len(calls) and math.isfinite(result["stage1_shared"]["ppl"])
-    assert state["history"][0]["mean"] == math.inf  # the second of the first population scored inf
+    assert state["history"][0]["mean"] is None  # the second of the first population scored inf
+    assert strict_json(tmp_path / "longrope.json")["stage1_shared"]["history"] == state["history"]
+
+
+def strict_json(path):
+    """JSON as a strict parser reads it: Infinity and NaN are not JSON."""
+    def refuse(name):
+        raise ValueError(f"{path} holds {name}")
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_a_search_with_lost_individuals_saves_strict_json_and_resumes_to_the_same_result(tmp_path):
+    """Individuals with an infinite fitness (non-finite NLLs) are saved as null and read back as infinite: the
+    state is strict JSON and an interrupted search resumes to the uninterrupted one's result."""
+    target = np.linspace(1.5, 4.0, 8)
+
+    def fitness(population):  # every batch's first individual is lost
+        return [math.inf] + list(toy_fitness(target)(population))[1:]
+
+    seeds = [Individual(np.full(8, 4.0), 0)]
+    full = longrope.search(fitness, seeds, SMALL, BOUND, tmp_path / "a.json", progress=False)
+    longrope.search(fitness, seeds, dataclasses.replace(SMALL, generations=3), BOUND, tmp_path / "b.json",
+                    progress=False)
+    saved = strict_json(tmp_path / "b.json")
+    assert None in saved["scores"] or any(h["mean"] is None for h in saved["history"])
+    resumed = longrope.search(fitness, seeds, SMALL, BOUND, tmp_path / "b.json", progress=False)
+    np.testing.assert_array_equal(resumed[0].factors, full[0].factors)
+    assert resumed[1] == full[1] and resumed[2] == full[2] == strict_json(tmp_path / "a.json")["history"]
 
 
 def test_factors_file_errors_name_the_field_and_file(tmp_path):
