@@ -10,14 +10,15 @@ frequencies are stretched at least as much as higher ones); n̂ from `n_hat_choi
 
 Algorithm: the initial population holds PI (λ_i = s), NTK-aware (λ_i = θ_i / θ'_i) and YaRN factors,
 filled up with mutations of them. Each generation keeps the `parents` fittest, adds `mutations` mutants and
-`crossovers` children of random parent pairs — each repaired to the constraints, duplicates rejected — and
-re-evaluates. Fitness is the perplexity at the target length on a search split (the validation split, never
+`crossovers` children of random parent pairs — each repaired to the constraints, and none that was evaluated
+before in the search (the reference code's `history`) — and evaluates them. Fitness is the perplexity at the target length on a search split (the validation split, never
 the test split). Everything is seeded; the state is saved every generation and a rerun resumes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import pathlib
@@ -29,6 +30,10 @@ from tqdm.auto import tqdm
 from posenc.rope_scaling import RopeScaling, rope_frequencies
 
 N_HAT_CHOICES = (0, 1, 2, 4, 8, 16, 32, 64, 128)
+# How the search draws its children, saved in its state: 1 rejected only this generation's parents and children,
+# so an individual of an earlier generation could be drawn and evaluated again; 2 rejects every individual
+# evaluated before in the search. A state of another version is refused, not resumed with other draws.
+SEARCH_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +72,10 @@ class Individual:
 
     def key(self) -> tuple:
         return (self.n_hat, tuple(np.round(self.factors, 4).reshape(-1)))
+
+    def digest(self) -> str:
+        """A short fingerprint of `key()` (16 hex digits), as the search state records the evaluated individuals."""
+        return hashlib.sha256(repr(self.key()).encode()).hexdigest()[:16]
 
     def to_json(self) -> dict:
         return {"factors": self.factors.tolist(), "n_hat": int(self.n_hat)}
@@ -138,8 +147,8 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
       seeds: starting individuals (PI / NTK / YaRN factors, or the best shared vector tiled per layer).
       cfg: the search's hyperparameters.
       bound: the upper limit of every λ_i.
-      state_path: JSON saved after every generation (population, fitness, history, RNG state); a search
-        whose state exists resumes from it.
+      state_path: JSON saved after every generation (population, fitness, history, RNG state, the digests of
+        every individual evaluated, SEARCH_VERSION); a search whose state exists resumes from it.
       meta: what the search is for (run, target length, bound, settings), saved with the state; resuming
         a state saved with other values is a ValueError naming them.
 
@@ -153,6 +162,7 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
         state = _saved_state(state_path, meta)
         population = [Individual.from_json(d) for d in state["population"]]
         scores = [math.inf if v is None else v for v in state["scores"]]  # (_save writes a lost individual's as null)
+        evaluated = set(state["evaluated"])
         history = state["history"]
         rng = np.random.default_rng()
         rng.bit_generator.state = state["rng"]
@@ -161,23 +171,24 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
         rng = np.random.default_rng(cfg.seed)
         population = initial_population(seeds, cfg, bound, rng)
         scores = list(map(float, fitness(population)))
+        evaluated = {ind.digest() for ind in population}
         history = [_history_row(0, scores, len(population))]
         start = 1
-        _save(state_path, population, scores, history, rng, 0, meta)
+        _save(state_path, population, scores, history, rng, 0, meta, evaluated)
     bar = tqdm(range(start, cfg.generations + 1), initial=start - 1, total=cfg.generations, desc=desc,
                disable=not progress or None, dynamic_ncols=True)
     for generation in bar:
         order = np.argsort(scores, kind="stable")
         parents = [population[i] for i in order[: cfg.parents]]
         parent_scores = [scores[i] for i in order[: cfg.parents]]
-        seen = {ind.key() for ind in parents}
+        seen = set(evaluated)  # every individual evaluated so far, parents included
         children: list[Individual] = []
         tries = 0
         while len(children) < cfg.mutations and tries < 100 * max(cfg.mutations, 1):
             tries += 1
             child = mutate(parents[rng.integers(len(parents))], rng, cfg, bound)
-            if child.key() not in seen:
-                seen.add(child.key())
+            if child.digest() not in seen:
+                seen.add(child.digest())
                 children.append(child)
         tries = 0
         target = cfg.mutations + cfg.crossovers
@@ -185,20 +196,25 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
             tries += 1
             i, j = rng.choice(len(parents), size=2, replace=False)
             child = crossover(parents[i], parents[j], rng, bound)
-            if child.key() not in seen:
-                seen.add(child.key())
+            if child.digest() not in seen:
+                seen.add(child.digest())
                 children.append(child)
         child_scores = list(map(float, fitness(children))) if children else []
+        evaluated |= {ind.digest() for ind in children}
         population, scores = parents + children, parent_scores + child_scores
         history.append(_history_row(generation, scores, len(children)))
         bar.set_postfix(best=f"{min(scores):.4f}")
-        _save(state_path, population, scores, history, rng, generation, meta)
+        _save(state_path, population, scores, history, rng, generation, meta, evaluated)
     bar.close()
     best = int(np.argmin(scores))
     return population[best], scores[best], history
 
 
-_META_DEFAULTS = {"per_layer": False, "hf_model": False, "text": None}
+_META_DEFAULTS = {"per_layer": False, "hf_model": False, "text": None, "search_version": 1}
+
+
+def _versioned(meta: dict | None) -> dict:
+    return {**(meta or {}), "search_version": SEARCH_VERSION}
 
 
 def _saved_state(state_path: pathlib.Path, meta: dict | None) -> dict:
@@ -210,7 +226,11 @@ def _saved_state(state_path: pathlib.Path, meta: dict | None) -> dict:
         raise ValueError(f"search state {state_path} is not valid JSON ({e}); remove it to restart that "
                          "stage") from None
     saved = {**_META_DEFAULTS, **state.get("meta", {})}  # a state saved before a key was recorded had its default
-    differ = {k: (saved.get(k), v) for k, v in (meta or {}).items() if saved.get(k) != v}
+    differ = {k: (saved.get(k), v) for k, v in _versioned(meta).items() if saved.get(k) != v}
+    if "search_version" in differ:
+        raise ValueError(f"{state_path} was saved by search version {saved['search_version']} "
+                         f"(posenc.longrope.SEARCH_VERSION is {SEARCH_VERSION}: its children are drawn otherwise); "
+                         "remove it to restart that stage")
     if differ:
         raise ValueError(f"{state_path.parent} holds another search ({state_path.name}): "
                          + "; ".join(f"{k}={a!r} there, {b!r} now" for k, (a, b) in differ.items())
@@ -229,14 +249,15 @@ def _history_row(generation: int, scores: list[float], evaluated: int) -> dict:
             "evaluated": evaluated}
 
 
-def _save(path, population, scores, history, rng, generation, meta=None):
+def _save(path, population, scores, history, rng, generation, meta, evaluated):
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"generation": generation, "population": [p.to_json() for p in population],
                                "scores": [_finite(v) for v in scores], "history": history,
-                               "rng": rng.bit_generator.state, "meta": meta or {}}, allow_nan=False))
+                               "rng": rng.bit_generator.state, "meta": _versioned(meta),
+                               "evaluated": sorted(evaluated)}, allow_nan=False))
     tmp.replace(path)
 
 
@@ -331,7 +352,8 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
     counts = [h.get("evaluated") for st in stages if st for h in st["history"]]
     if None not in counts:  # (a search resumed from a state saved before the count was kept has none)
         result["evaluations"] = sum(counts)  # every stage's fitness evaluations on validation
-    result.update(short_factor=short_best.factors.tolist(), long_factor=best.factors.tolist(),
+    result.update(search_version=SEARCH_VERSION, short_factor=short_best.factors.tolist(),
+                  long_factor=best.factors.tolist(),
                   unscaled_positions=int(best.n_hat), per_layer=best.factors.ndim == 2, search_split="validation")
     (out_dir / "longrope.json").write_text(json.dumps(result, indent=1, allow_nan=False))
     return result

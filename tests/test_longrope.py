@@ -287,3 +287,29 @@ def test_longrope_experiment_labels_dynamic_ntk_rows_by_their_recorded_slope():
     assert module.row_label("dynamic_ntk", {"factor": 4.0}) == "dynamic_ntk (Hugging Face's slope 4)"
     assert module.row_label("dynamic_ntk", {"factor": 1.0}) == module.row_label("dynamic_ntk", {"factor": None}) == "dynamic_ntk"
     assert module.row_label("yarn", {"factor": 4.0}) == "yarn"
+
+
+def test_no_individual_is_evaluated_twice_in_a_search_resumed_or_not(tmp_path):
+    """As the reference code's `history`: a child evaluated in any earlier generation is never drawn again, across
+    an interruption too; a state saved by the earlier search version is refused, not resumed with other draws."""
+    target = np.linspace(1.5, 4.0, 8)
+    seeds = [Individual(np.full(8, 4.0), 0), Individual(np.ones(8), 0)]
+    cfg = dataclasses.replace(SMALL, generations=40, mutation_prob=0.05)  # few changes a child: repeats are likely
+    drawn = []
+    fitness = toy_fitness(target)
+
+    def recording(population):
+        drawn.extend(ind.key() for ind in population)
+        return fitness(population)
+
+    longrope.search(recording, seeds, dataclasses.replace(cfg, generations=5), BOUND, tmp_path / "s.json",
+                    progress=False)
+    longrope.search(recording, seeds, cfg, BOUND, tmp_path / "s.json", progress=False)  # resumed
+    assert len(drawn) > 200 and len(set(drawn)) == len(drawn)
+    assert len(strict_json(tmp_path / "s.json")["evaluated"]) == len(drawn)
+    state = strict_json(tmp_path / "s.json")
+    del state["meta"]["search_version"]  # as version 1 saved it
+    (tmp_path / "s.json").write_text(json.dumps(state))
+    with pytest.raises(ValueError, match="saved by search version 1 .* remove it to restart that stage"):
+        longrope.search(recording, seeds, dataclasses.replace(cfg, generations=41), BOUND, tmp_path / "s.json",
+                        progress=False, meta={})
