@@ -605,7 +605,9 @@ def kazemnejad(results: dict[str, dict], task: str) -> str:
             f"{100 * NONINFERIORITY:.0f} points of each (the lower end of the difference's 95% interval above "
             f"−{100 * NONINFERIORITY:.0f}: the t interval over seeds, its spread floored at one seed's count noise, or with one "
             "seed the Newcombe interval of the counts; each comparison at its own 95% level, without a correction for "
-            "several), "
+            "several: \"reproduced\" needs every comparison to pass, an intersection–union test that needs none, while "
+            "\"not reproduced\" needs one NoPE-worse result of k, whose chance under no difference is at most k × "
+            "2.5%), "
             "and at least one comparison could have shown it worse (NoPE at 0 correct at every seed would be worse by "
             "this rule).")
     runs = plain_runs(results, task)
