@@ -378,3 +378,38 @@ def test_benchmarks_report_judges_the_dot_library_ab_per_length_and_shows_each_v
     shown = "`xla_cpu_use_onednn=true, xla_cpu_experimental_onednn_fusion_type=LIBRARY_FUSION_TYPE_DOT`"
     assert f"default XLA's defaults; onednn {shown}" in text
     assert f"=onednn {shown}" in text  # the evaluation's recorded compiler options
+
+
+def _wheel(folder: pathlib.Path, name: str) -> None:
+    """A minimal pure-Python wheel of package `name` (version 0.1) in `folder`."""
+    import zipfile  # noqa: PLC0415
+
+    folder.mkdir(parents=True, exist_ok=True)
+    info = f"{name}-0.1.dist-info"
+    files = {f"{name}/__init__.py": "VERSION = '0.1'\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{p},,\n" for p in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(folder / f"{name}-0.1-py3-none-any.whl", "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+
+
+def test_device_env_installs_the_pinned_wheels_only_when_posenc_fails_under_the_machine_s_stack(tmp_path):
+    """scripts/device_env.sh (the GPU machine's setup) installs .whl/*.whl, then runs a one-step tiny benchmark:
+    when it fails (here: a Python that fails that script), the wheels of .whl/pins replace the machine's. (When it
+    passes, as in tests/test_lm_study.py's device_jobs test, nothing more is installed.)"""
+    wheels, site = tmp_path / "whl", tmp_path / "site"
+    _wheel(wheels, "posenc_test_extra")
+    _wheel(wheels / "pins", "posenc_test_pin")
+    failing = tmp_path / "python"
+    failing.write_text(f'#!/bin/sh\n[ "$1" = scripts/benchmark_gpu.py ] && {{ echo "smoke failed"; exit 1; }}\n'
+                       f'exec {sys.executable} "$@"\n')
+    failing.chmod(0o755)
+    out = subprocess.run(["bash", "-c", "source scripts/device_env.sh"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHON": str(failing), "WHEELS": str(wheels),
+                                           "SITE": str(site)})
+    assert out.returncode == 0, out.stderr
+    assert "smoke failed" in out.stdout and "installing the pinned ones from .whl/pins" in out.stdout
+    assert (site / "posenc_test_extra").is_dir() and (site / "posenc_test_pin").is_dir()
+    assert out.stdout.count("python stack: jax") == 2  # the versions before and after the pins
