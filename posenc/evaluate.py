@@ -871,6 +871,23 @@ def _column(r: dict[str, Any]) -> str:
     return f"sliding {r['length']}/{r.get('stride')}"
 
 
+def window_level_note(result: dict[str, Any]) -> str | None:
+    """A note for a table whose length-tracking rows (`dynamic_linear`, `dynamic_yarn`, `dynamic_ntk` at its
+    slope 1) were scored on whole windows only: there each equals its static kind at s = L / L0 (the module
+    docstring), and only per-prefix scoring (`prefix_dynamic`) tells them apart. None when there is no such row
+    or every one also has its `prefix` rows."""
+    tracking = {r["scaling"] for r in result["rows"] if r["scaling"] in ("dynamic_linear", "dynamic_yarn")
+                or (r["scaling"] == "dynamic_ntk" and r.get("factor") == 1.0)}
+    scored = {r["scaling"] for r in result["rows"] if r["protocol"] == "prefix"}
+    alone = sorted(tracking - scored)
+    if not alone:
+        return None
+    static = {"dynamic_linear": "linear", "dynamic_yarn": "yarn", "dynamic_ntk": "ntk"}
+    return (f"note: on windows of length L, {', '.join(alone)} equal{'s' if len(alone) == 1 else ''} "
+            + ", ".join(static[s] for s in alone) + " at s = L / L0 (the same frequencies for the whole window); "
+            "--prefix_dynamic also scores each position with its own prefix's frequencies, as decoding does")
+
+
 def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
     """Rows = run × scaling (× training-free method, when there are any), columns = lengths
     (non-overlapping), the sliding baseline and the streaming protocol."""

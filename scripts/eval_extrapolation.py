@@ -35,7 +35,7 @@ from absl import app, flags, logging
 
 from posenc import checkpoint, malloc
 from posenc.config import parse_lengths
-from posenc.evaluate import evaluate, markdown_table, prepare_out_dir, write_outputs
+from posenc.evaluate import evaluate, markdown_table, prepare_out_dir, window_level_note, write_outputs
 from posenc.evaluate import ATTN_CHUNK, FACTOR_SCALINGS
 
 
@@ -119,6 +119,9 @@ def main(argv):
     undefined = {r["reason"] for r in result["rows"] if r["status"] != "ok"}
     for reason in undefined:
         print(f"undefined: {reason}")
+    note = window_level_note(result)
+    if note:
+        print(note)
     print(f"\nwrote {', '.join(str(p) for p in paths.values())}")
 
 

@@ -440,6 +440,13 @@ def test_prefix_dynamic_scaling_scores_each_position_with_its_own_prefix(runs):
     by = {(r["scaling"], r["length"], r["protocol"]): r for r in result["rows"]}
     assert ("none", 64, "prefix") not in by and "dynamic_ntk · per-prefix" in ev.markdown_table(result)
     assert by[("dynamic_ntk", 32, "prefix")]["nll"] == pytest.approx(by[("dynamic_ntk", 32, "nonoverlap")]["nll"], rel=1e-6)
+    assert ev.window_level_note(result) is None  # scored per prefix too
+    window_only = {**result, "rows": [r for r in result["rows"] if r["protocol"] != "prefix"]}
+    assert ev.window_level_note(window_only) == (
+        "note: on windows of length L, dynamic_ntk equals ntk at s = L / L0 (the same frequencies for the whole "
+        "window); --prefix_dynamic also scores each position with its own prefix's frequencies, as decoding does")
+    slope = {**window_only, "rows": [{**r, "factor": 4.0} for r in window_only["rows"]]}
+    assert ev.window_level_note(slope) is None  # dynamic_ntk at another slope is not ntk at L / L0
     run = ev.load_run(runs["rope"])
     for layer in range(run.cfg.num_layers):  # sharper attention than 6 steps of training give
         kernel = run.params["blocks"][layer]["attn"]["qkv"]["kernel"]
