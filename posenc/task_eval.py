@@ -27,7 +27,7 @@ import dataclasses
 import json
 import math
 import pathlib
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -88,16 +88,40 @@ class TaskRun:
                    randomize, int(pos.max_position) if randomize else None, encode)
 
 
-def _token_encoder(tokenizer, task: str) -> Callable:
+def _token_encoder(tokenizer, task: str) -> "TokenEncoder":
     """A Hugging Face checkpoint's encoder of task text (passkey only: the other tasks are byte-level)."""
     if task != "passkey":
         raise ValueError(f"a Hugging Face checkpoint is tested on passkey only (in its own tokens), not {task!r}")
-    from posenc import hf  # noqa: PLC0415
+    return TokenEncoder(tokenizer)
 
-    def encode(text):
-        return np.asarray(hf.tokenize(tokenizer, text.decode("utf-8", "replace") if isinstance(text, bytes)
-                                      else text)[0], np.int32)
-    return encode
+
+class TokenEncoder:
+    """A checkpoint's tokens of passkey text. A piece (the needle, the question, the answer: `__call__`) is
+    tokenized as it reads inside the prompt, after other text: the tokens of `CONTEXT` + piece without those of
+    `CONTEXT`. Tokenized alone, a SentencePiece tokenizer (Llama, Mistral) would start each piece with its
+    word-start marker "▁" — a space the prompt does not have, and answer tokens ("▁▁12345") the model never
+    writes after "is". A filler stream (`text`) is tokenized whole, as one text."""
+
+    CONTEXT = "."  # ends a token in every tokenizer family loaded here, before a space or newline
+
+    def __init__(self, tokenizer):
+        from posenc import hf  # noqa: PLC0415
+
+        self.tokenizer, self._tokenize = tokenizer, hf.tokenize
+        self._head = self.text(self.CONTEXT)
+
+    def text(self, text: str | bytes) -> np.ndarray:
+        """The tokens of `text` tokenized on its own (a filler stream)."""
+        text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+        return np.asarray(self._tokenize(self.tokenizer, text)[0], np.int32)
+
+    def __call__(self, piece: str | bytes) -> np.ndarray:
+        piece = piece.decode("utf-8", "replace") if isinstance(piece, bytes) else piece
+        ids = self.text(self.CONTEXT + piece)
+        if not np.array_equal(ids[:len(self._head)], self._head):
+            raise ValueError(f"the checkpoint's tokenizer merges {self.CONTEXT!r} with the text after it "
+                             f"({piece[:20]!r}): a passkey piece cannot be tokenized as it reads in the prompt")
+        return ids[len(self._head):]
 
 
 class TaskEvaluator:

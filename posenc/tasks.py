@@ -184,15 +184,21 @@ def byte_encode(text: str | bytes) -> np.ndarray:
 def filler_stream(filler: str, *, corpus: data.Corpus | None = None, split: str = "train", min_tokens: int = 0,
                   encode: Callable = byte_encode) -> np.ndarray:
     """The token stream passkey filler is cut from: the repeated sentence (at least `min_tokens` long), or
-    the `split` of the corpus."""
+    the `split` of the corpus, each tokenized as one text (`encode.text` where the encoder has it, as
+    posenc.task_eval.TokenEncoder: a checkpoint's tokens; bytes otherwise)."""
     check_task("passkey", filler)
+    whole = getattr(encode, "text", encode)
     if filler == "repeat":
-        unit = encode(PASSKEY_FILLER)
-        return np.tile(unit, min_tokens // len(unit) + 1)
+        reps = min_tokens // len(whole(PASSKEY_FILLER)) + 1
+        stream = whole(PASSKEY_FILLER * reps)
+        while len(stream) < min_tokens:  # a tokenizer may merge across the sentences
+            reps += 1 + reps // 4
+            stream = whole(PASSKEY_FILLER * reps)
+        return stream
     if corpus is None:
         raise ValueError("task.filler='shakespeare' needs the corpus")
     text = corpus.split(split)
-    return text if encode is byte_encode else encode(bytes(text))
+    return text if encode is byte_encode else whole(bytes(text))
 
 
 def passkey(rng: np.random.Generator, length: int, *, split: str = "train", depth: float | None = None,

@@ -601,3 +601,42 @@ def test_a_run_of_another_task_layout_neither_resumes_nor_is_tested(cache_dir, t
     config.task.version = 1
     with pytest.raises(ValueError, match="this config was trained on 'recall' layout version 1"):
         tasks.TaskSpec.from_config(config)
+
+
+def _sentencepiece_like(scheme):
+    """A character-level BPE tokenizer that marks word starts with "▁" as SentencePiece does: `metaspace` (the
+    Metaspace pre-tokenizer, prepended to the text's start: Llama and Mistral in transformers 5) or `prepend` (a
+    Prepend + Replace normalizer: Llama 2's older tokenizer.json)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers  # noqa: PLC0415
+
+    chars = sorted(set(tasks.PASSKEY_FILLER + tasks.PASSKEY_NEEDLE + tasks.PASSKEY_QUESTION + "0123456789") - {" "})
+    vocab = {c: i for i, c in enumerate(["<unk>", "▁", *chars])}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    if scheme == "metaspace":
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    else:
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    return tok, vocab
+
+
+@pytest.mark.parametrize("scheme", ["metaspace", "prepend"])
+def test_a_sentencepiece_checkpoint_s_passkey_pieces_are_tokenized_as_they_read_in_the_prompt(scheme):
+    """Each piece of a passkey prompt in a checkpoint's tokens is the piece as it reads after other text: one "▁"
+    per space and none added at its start (tokenized alone, "\\nWhat" would read "▁\\nWhat" and the answer " 12345"
+    "▁▁12345" under Llama 2's normalizer); the filler stream is one text."""
+    from posenc.task_eval import TokenEncoder  # noqa: PLC0415
+
+    tok, vocab = _sentencepiece_like(scheme)
+    encode = TokenEncoder(tok)
+
+    def chars(text):  # the piece's tokens in the prompt: a character each, "▁" for a space
+        return [vocab["▁" if c == " " else c] for c in text]
+
+    for piece in (tasks.PASSKEY_NEEDLE.format(key="12345"), tasks.PASSKEY_QUESTION, tasks.PASSKEY_ANSWER.format(key="12345")):
+        assert encode(piece).tolist() == chars(piece)
+    stream = tasks.filler_stream("repeat", min_tokens=300, encode=encode)
+    assert len(stream) >= 300 and stream[1:len(tasks.PASSKEY_FILLER) + 1].tolist() == chars(tasks.PASSKEY_FILLER)
+    ex = tasks.passkey(np.random.default_rng(0), 200, split="test", depth=0.5, stream=stream, encode=encode)
+    end = chars(tasks.PASSKEY_QUESTION + tasks.PASSKEY_ANSWER.format(key=ex.key.decode()))
+    assert ex.tokens[len(ex.tokens) - len(end):].tolist() == end
+    assert ex.tokens[ex.answer].tolist() == chars(" " + ex.key.decode())
