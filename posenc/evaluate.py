@@ -201,6 +201,39 @@ def applies(run: Run, scaling: str) -> bool:
     return scaling in ("none", "run") or run.cfg.encoding.takes_rope_scaling
 
 
+def checked_lengths(lengths: Sequence[int]) -> list[int]:
+    """The distinct `lengths`, ascending; refuses an empty list and anything but positive integers (a length of
+    128.9 is not read as 128)."""
+    lengths = list(lengths)
+    if not lengths or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0 for n in lengths):
+        raise ValueError(f"lengths must be positive integers, got {lengths}")
+    return sorted(set(int(n) for n in lengths))
+
+
+def check_scaling_names(scalings: Sequence[str] | None) -> None:
+    """Refuses, before any run is loaded, an empty list (None means each run's defaults) or a name not in
+    SCALINGS."""
+    if scalings is not None and not list(scalings):
+        raise ValueError("scalings: give at least one name, or none at all for each run's defaults")
+    for name in scalings or ():
+        if name not in SCALINGS:
+            raise ValueError(f"scaling must be one of {SCALINGS}, got {name!r}")
+
+
+def check_scalings_apply(runs: Sequence[Run], scalings: Sequence[str] | None, longrope_file: str | None = None) -> None:
+    """Refuses, before any cell is scored, a scaling that applies to none of `runs` and `longrope` for a run it
+    applies to that has no LongRoPE factors (its own, or `longrope_file`)."""
+    for name in scalings or ():
+        if not any(applies(r, name) for r in runs):
+            raise ValueError(f"scaling {name!r} does not apply to any of the runs (posenc: "
+                             f"{sorted({r.cfg.posenc for r in runs})}); only encodings that take a RoPE scaling "
+                             "can be rescaled")
+        if name == "longrope":
+            for r in runs:
+                if applies(r, name):
+                    scaling_for(r, name, r.base_len, longrope_file=longrope_file)  # raises, naming the run
+
+
 def default_scalings(config) -> list[str]:
     """A run's own default scalings: its `config.eval.scalings` that apply to its encoding (a non-RoPE run
     gets `none`), with `run` first when it was trained with a scaling of its own (a fine-tuned PI / YaRN run
@@ -678,16 +711,12 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         used reads.
       FloatingPointError: a run gives non-finite losses (no table of NaN is ever returned).
     """
-    lengths = sorted(set(int(n) for n in lengths))
-    if not lengths or lengths[0] <= 0:
-        raise ValueError(f"lengths must be positive integers, got {lengths}")
+    lengths = checked_lengths(lengths)
     if factor is not None and not factor > 0:
         raise ValueError(f"factor must be > 0 (or unset for L / L0), got {factor!r}")
     if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride <= 0):
         raise ValueError(f"stride must be a positive integer (or unset for train_len / 2), got {stride!r}")
-    for name in scalings or ():
-        if name not in SCALINGS:
-            raise ValueError(f"scaling must be one of {SCALINGS}, got {name!r}")
+    check_scaling_names(scalings)
     runs = [load_run(w) for w in workdirs] + [hf_run(p, text, dtype=hf_dtype) for p in hf_models]
     if not runs:
         raise ValueError("evaluate: give at least one run (workdirs) or Hugging Face checkpoint (hf_models)")
@@ -698,11 +727,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         raise ValueError(f"stride={stride} is longer than the sliding window (train_len "
                          f"{min(r.train_len for r in runs)} of {min(runs, key=lambda r: r.train_len).name}): it would "
                          "skip targets; give at most that")
-    for name in scalings or ():
-        if not any(applies(r, name) for r in runs):
-            raise ValueError(f"scaling {name!r} does not apply to any of the runs (posenc: "
-                             f"{sorted({r.cfg.posenc for r in runs})}); only encodings that take a RoPE scaling "
-                             "can be rescaled")
+    check_scalings_apply(runs, scalings, longrope_file)
     # the scalings the runs are scored with (`scalings`, else each run's own defaults): a factor or factors file
     # none of them reads would label the results with a setting that changed nothing
     used = set(scalings) if scalings is not None else {s for r in runs for s in default_scalings(r.config)

@@ -33,8 +33,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posenc import data, decode, tasks
-from posenc.evaluate import (ATTN_CHUNK, Evaluator, Run, applies, hf_run, load_run, method_applies, parse_methods,
-                             prepare_out_dir, scaling_for, skipped)
+from posenc.evaluate import (ATTN_CHUNK, Evaluator, Run, applies, check_scaling_names, check_scalings_apply,
+                             checked_lengths, hf_run, load_run, method_applies, parse_methods, prepare_out_dir,
+                             scaling_for, skipped)
 from posenc.training_free import Method
 
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
@@ -230,12 +231,12 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
       task, filler: override the runs' task (a text-trained run, a Hugging Face checkpoint: passkey) and filler.
 
     Raises:
-      ValueError: lengths a run's task cannot make, depths outside [0, 1] or repeated, bad examples or seed,
-        depths or a filler where no run is tested on passkey, or a run that has no task.
+      ValueError: lengths a run's task cannot make (in a checkpoint's tokens: checked on one example a length),
+        depths outside [0, 1] or repeated, bad examples or seed, an empty or unknown scaling or one that applies
+        to no run, depths or a filler where no run is tested on passkey, or a run that has no task.
     """
-    lengths = sorted(set(int(n) for n in lengths))
-    if not lengths or lengths[0] <= 0:
-        raise ValueError(f"lengths must be positive integers, got {lengths}")
+    lengths = checked_lengths(lengths)
+    check_scaling_names(scalings)
     if isinstance(examples, bool) or not isinstance(examples, int) or examples <= 0:
         raise ValueError(f"examples must be a positive integer, got {examples!r}")
     check_split(split)
@@ -261,6 +262,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
     if len(set(names)) != len(names):
         runs = [dataclasses.replace(r, name=str(r.workdir)) for r in runs]
     truns = [TaskRun.of(r, task, filler) for r in runs]
+    check_scalings_apply(runs, scalings)
     for t in truns:
         if t.encode is tasks.byte_encode:  # a Hugging Face checkpoint's passkey needs its own tokens' count
             tasks.check_input_lengths(t.task, lengths)
@@ -272,6 +274,11 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
     for m in methods:
         if not any(method_applies(r, m) for r in runs):
             m.check(runs[0].cfg.encoding, runs[0].cfg)  # raises, naming the method and the encoding
+    evaluators = {t.run.workdir: TaskEvaluator(t, attn_chunk=attn_chunk, seed=seed, split=split) for t in truns}
+    for t in truns:
+        if t.encode is not tasks.byte_encode:  # a prompt in a checkpoint's tokens: one example a length, up front
+            for length in lengths:
+                evaluators[t.run.workdir].examples(length, 1, depths[0] if depths else 0.0)
     jobs, skips = [], []
     for t in truns:
         skips += skipped(t.run, scalings or (), methods)
@@ -282,7 +289,6 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
                                                                        (0.0, 0.25, 0.5, 0.75, 1.0))
                 for d in cell_depths:
                     jobs += [(t, s, m, length, d) for length in lengths]
-    evaluators = {t.run.workdir: TaskEvaluator(t, attn_chunk=attn_chunk, seed=seed, split=split) for t in truns}
     rows = []
     for t, s, m, length, d in tqdm(jobs, desc="eval_tasks", disable=not progress or None, dynamic_ncols=True):
         ev = evaluators[t.run.workdir]
@@ -299,7 +305,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
         rows.append(row)
     return {"rows": rows, "skipped": skips, "lengths": lengths,
             "depths": sorted({r["depth"] for r in rows if r["depth"] is not None}),
-            "examples": examples, "seed": seed}
+            "examples": examples, "seed": seed, "split": split}
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -307,7 +313,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
 
 COLUMNS = ("run", "posenc", "task", "task_version", "filler", "randomized_positions", "positions_version", "scaling",
            "method", "length", "unit", "depth", "status", "accuracy", "correct", "n", "ci_low", "ci_high",
-           "tf_accuracy", "answer_logprob", "train_len", "step", "factor", "method_params", "seed", "reason")
+           "tf_accuracy", "answer_logprob", "train_len", "step", "factor", "method_params", "split", "seed", "reason")
 
 
 def _series(r: dict[str, Any]) -> str:
@@ -334,7 +340,8 @@ def markdown_table(result: dict[str, Any]) -> str:
     cells = mean_over_depths(result["rows"])
     lengths = result["lengths"]
     series = list(dict.fromkeys(k[0] for k in cells))
-    lines = [f"exact-match accuracy, % (Wilson 95% interval), greedy decoding; {result['examples']} test examples "
+    lines = [f"exact-match accuracy, % (Wilson 95% interval), greedy decoding; {result['examples']} "
+             f"{result.get('split', 'test')} examples "
              "per cell" + (f" and depth ({', '.join(f'{d:g}' for d in result['depths'])})" if result["depths"] else ""),
              "", "| run · scaling · method | " + " | ".join(f"L={n}" for n in lengths) + " |",
              "|---|" + "---|" * len(lengths)]
@@ -403,7 +410,7 @@ def plot_heatmap(rows: list[dict[str, Any]], title: str, path, *, unit: str = "t
             ax.text(j, i, "undef." if np.isnan(grid[i, j]) else f"{100 * grid[i, j]:.0f}", ha="center",
                     va="center", fontsize=7)
     ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
-    ax.set_yticks(range(len(depths)), [f"{100 * d:.0f}%" for d in depths])
+    ax.set_yticks(range(len(depths)), [f"{100 * d:g}%" for d in depths])
     ax.set_xlabel(f"length ({unit})")
     ax.set_ylabel("needle depth")
     ax.set_title(title, fontsize=8)

@@ -175,6 +175,14 @@ def _example(parts: list[tuple[bytes | np.ndarray, bool]], length: int, key: byt
     return Example(np.pad(tokens, (0, pad), constant_values=PAD), np.pad(answer, (0, pad)), key)
 
 
+class PromptTooShort(ValueError):
+    """A passkey prompt of `length` tokens cannot hold its needle, question and answer (`need` tokens)."""
+
+    def __init__(self, length: int, need: int):
+        super().__init__(f"passkey needs length >= {need} tokens, got {length}")
+        self.length, self.need = length, need
+
+
 def byte_encode(text: str | bytes) -> np.ndarray:
     """Bytes as token ids (the byte-level models' encoder)."""
     raw = text.encode("utf-8") if isinstance(text, str) else text
@@ -216,7 +224,7 @@ def passkey(rng: np.random.Generator, length: int, *, split: str = "train", dept
     question, answer = encode(PASSKEY_QUESTION), encode(PASSKEY_ANSWER.format(key=key.decode()))
     n = length - len(needle) - len(question) - len(answer)
     if n < 0:
-        raise ValueError(f"passkey needs length >= {length - n} tokens, got {length}")
+        raise PromptTooShort(length, length - n)
     if stream is None:
         stream = filler_stream(filler, corpus=corpus, split=split, min_tokens=n)
     if len(stream) < n:
@@ -410,5 +418,9 @@ def eval_examples(task: str, *, length: int, n: int, seed: int = 0, split: str =
     `stream` and `encode` (a Hugging Face checkpoint's tokens: `posenc.task_eval`)."""
     salt = [depth_salt(depth), SPLITS.index(split)]
     rng = np.random.default_rng([seed, length, *salt, 2])
-    return [make_example(task, rng, length + 1, split=split, depth=depth, filler=filler, corpus=corpus,
-                         stream=stream, encode=encode) for _ in range(n)]
+    try:
+        return [make_example(task, rng, length + 1, split=split, depth=depth, filler=filler, corpus=corpus,
+                             stream=stream, encode=encode) for _ in range(n)]
+    except PromptTooShort as e:  # in input lengths, as the caller gave them (an example of L inputs has L + 1 tokens)
+        raise ValueError(f"lengths: passkey in these tokens needs input lengths >= {e.need - 1} (the needle, question "
+                         f"and answer of an example), got {length}") from None

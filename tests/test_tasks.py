@@ -307,6 +307,7 @@ def test_task_training_resumes_and_eval_tasks_writes_outputs(cache_dir, tmp_path
     assert (out / "results.csv").exists() and (out / "accuracy_vs_length.png").exists()
     header, first = (out / "results.csv").read_text().splitlines()[:2]
     assert dict(zip(header.split(","), first.split(",")))["unit"] == "byte"  # lengths count bytes here
+    assert dict(zip(header.split(","), first.split(",")))["split"] == "test" and " 3 test examples" in proc.stdout
     assert list(out.glob("heatmap_*.png")) and "| pk · none |" in proc.stdout
     assert not (out / "heatmap_an_earlier_run.png").exists()
     from posenc.task_eval import evaluate_tasks  # noqa: PLC0415
@@ -314,6 +315,10 @@ def test_task_training_resumes_and_eval_tasks_writes_outputs(cache_dir, tmp_path
     for kwargs, message in (({"depths": [0.5, 0.50004]}, "distinct to 1e-4"),  # one seeding: counted twice
                             ({"depths": [0.5, 1.5]}, r"values in \[0, 1\]"),
                             ({"lengths": [100]}, "lengths: task 'passkey' takes input lengths >= 103"),
+                            ({"lengths": [128.9]}, r"lengths must be positive integers, got \[128.9\]"),
+                            ({"scalings": ["none", "yran"]}, "scaling must be one of"),  # before any cell is scored
+                            ({"scalings": []}, "scalings: give at least one name"),
+                            ({"scalings": ["yarn"]}, "scaling 'yarn' does not apply to any of the runs"),
                             ({"seed": -1}, "seed must be a non-negative integer")):
         with pytest.raises(ValueError, match=message):
             evaluate_tasks([str(workdir)], **{"lengths": [128], **kwargs}, examples=2, progress=False)
@@ -562,6 +567,10 @@ def test_a_hugging_face_checkpoint_is_tested_on_passkey_in_its_own_tokens():
     trun = TaskRun.of(hf_run(str(path)))
     ex = TaskEvaluator(trun).examples(160, 1, 0.5)[0]
     assert len(ex.tokens) == 161  # 160 input tokens + the last target, in the checkpoint's tokens
+    need = len(trun.encode(tasks.PASSKEY_NEEDLE.format(key=ex.key.decode()))) + len(trun.encode(tasks.PASSKEY_QUESTION)) \
+        + len(ex.tokens[ex.answer])  # the fixed parts, in input lengths: one fewer (the answer's last is a target)
+    with pytest.raises(ValueError, match=rf"lengths: passkey in these tokens needs input lengths >= {need - 1} .* got 20"):
+        evaluate_tasks([], [160, 20], examples=2, hf_models=[str(path)], progress=False)  # before any cell
     np.testing.assert_array_equal(ex.tokens[ex.answer], trun.encode(" " + ex.key.decode()))
     with pytest.raises(ValueError, match="passkey only"):
         TaskRun.of(hf_run(str(path)), task="copy")
