@@ -265,7 +265,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
     check_scalings_apply(runs, scalings)
     for t in truns:
         if t.encode is tasks.byte_encode:  # a Hugging Face checkpoint's passkey needs its own tokens' count
-            tasks.check_input_lengths(t.task, lengths)
+            tasks.check_input_lengths(t.task, lengths, exact=True)
     for name, value in (("depths", depths), ("filler", filler)):
         if value is not None and not any(t.task == "passkey" for t in truns):
             raise ValueError(f"{name}: for the passkey task only, and the runs are tested on "

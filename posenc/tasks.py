@@ -112,15 +112,29 @@ def max_length(task: str) -> int | None:
     return 4 * len(RECALL_KEYS) + 4 if task == "recall" else None
 
 
-def check_input_lengths(task: str, lengths, field: str = "lengths") -> None:
+def layout_step(task: str) -> int:
+    """The step between the input lengths L whose examples `task` fills without padding (L + 1 tokens): 2 for
+    copy and reverse (2n + 1 tokens: n inputs, "|", n answers), 4 for recall (4n + 1), 1 for passkey."""
+    check_task(task)
+    return {"recall": 4, "copy": 2, "reverse": 2}.get(task, 1)
+
+
+def check_input_lengths(task: str, lengths, field: str = "lengths", exact: bool = False) -> None:
     """Raises a ValueError naming `field` unless every input length L (an example of L + 1 tokens, the last only
-    a target) is one that `task` can make in bytes."""
+    a target) is one that `task` can make in bytes; with `exact` (evaluation), also one that it fills without
+    padding (`layout_step`), so that a row's length is the length its examples use."""
     lo, hi = min_length(task) - 1, max_length(task)
     bad = [n for n in lengths if n < lo or (hi is not None and n + 1 > hi)]
     if bad:
         span = f"[{lo}, {hi - 1}]" if hi is not None else f">= {lo}"
         raise ValueError(f"{field}: task {task!r} takes input lengths {span} (an example of L inputs has L + 1 "
                          f"tokens), got {bad}")
+    step = layout_step(task)
+    padded = [n for n in lengths if n % step] if exact else []
+    if padded:
+        raise ValueError(f"{field}: task {task!r} fills an example without padding at input lengths that are "
+                         f"multiples of {step}, got {padded}: a padded example would be scored under a length it does "
+                         "not use")
 
 
 def check_version(task: str, version: int | None, run: str = "the run") -> None:

@@ -353,15 +353,17 @@ def test_randomized_positions_train_with_a_table_of_max_position(cache_dir, tmp_
     assert run.cfg.max_len == 512 and run.params["encoding"]["table"].shape[0] == 512
     from posenc.task_eval import evaluate_tasks  # noqa: PLC0415
 
-    result = evaluate_tasks([str(workdir)], [32, 511, 512, 1024], examples=2, progress=False)
+    result = evaluate_tasks([str(workdir)], [32, 510, 512, 1024], examples=2, progress=False)
     status = {r["length"]: r["status"] for r in result["rows"]}
-    assert status == {32: "ok", 511: "ok", 512: "undefined", 1024: "undefined"}  # 512 + 1 tokens need 513 positions
+    assert status == {32: "ok", 510: "ok", 512: "undefined", 1024: "undefined"}  # 512 + 1 tokens need 513 positions
     with pytest.raises(ValueError, match="given more than once"):  # the same run twice would count its examples twice
         evaluate_tasks([str(workdir), f"{workdir}/"], [32], examples=2, progress=False)
     for kwargs, message in (({"depths": [0.5]}, r"depths: for the passkey task only, and the runs are tested on \['copy'\]"),
                             ({"filler": "shakespeare"}, "filler: for the passkey task only"),
                             ({"task": "sort"}, "must be one of"),
-                            ({"lengths": [1]}, r"lengths: task 'copy' takes input lengths >= 2")):
+                            ({"lengths": [1]}, r"lengths: task 'copy' takes input lengths >= 2"),
+                            ({"lengths": [32, 33]}, r"lengths: task 'copy' fills an example without padding at input "
+                                                    r"lengths that are multiples of 2, got \[33\]")):
         with pytest.raises(ValueError, match=message):
             evaluate_tasks([str(workdir)], **{"lengths": [32], **kwargs}, examples=2, progress=False)
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "eval_tasks.py"), f"--workdir={workdir}",
@@ -649,3 +651,20 @@ def test_a_sentencepiece_checkpoint_s_passkey_pieces_are_tokenized_as_they_read_
     end = chars(tasks.PASSKEY_QUESTION + tasks.PASSKEY_ANSWER.format(key=ex.key.decode()))
     assert ex.tokens[len(ex.tokens) - len(end):].tolist() == end
     assert ex.tokens[ex.answer].tolist() == chars(" " + ex.key.decode())
+
+
+@pytest.mark.parametrize("task", ["copy", "reverse", "recall"])
+def test_layout_step_is_where_an_example_fills_its_length_without_padding(task):
+    """An example of L inputs (L + 1 tokens) ends in padding exactly when L is no multiple of layout_step; at those
+    L evaluation refuses the length, which its examples would not use."""
+    step = tasks.layout_step(task)
+    for n in range(tasks.min_length(task) - 1, 60):
+        ex = tasks.eval_examples(task, length=n, n=1)[0]
+        assert len(ex.tokens) == n + 1
+        assert (ex.tokens[-1] == tasks.PAD) == (n % step != 0), (task, n)  # the layouts end in an answer byte
+        if n % step:
+            with pytest.raises(ValueError, match="fills an example without padding"):
+                tasks.check_input_lengths(task, [n], exact=True)
+        else:
+            tasks.check_input_lengths(task, [n], exact=True)
+    assert tasks.layout_step("passkey") == 1
