@@ -201,6 +201,13 @@ def applies(run: Run, scaling: str) -> bool:
     return scaling in ("none", "run") or run.cfg.encoding.takes_rope_scaling
 
 
+def check_split(split: str) -> None:
+    """Runs are scored on the test split, or on validation to choose settings; never on train (the n-gram floor
+    is fitted there)."""
+    if split not in ("validation", "test"):
+        raise ValueError(f"split must be 'validation' or 'test', got {split!r}")
+
+
 def checked_lengths(lengths: Sequence[int]) -> list[int]:
     """The distinct `lengths`, ascending; refuses an empty list and anything but positive integers (a length of
     128.9 is not read as 128)."""
@@ -490,6 +497,12 @@ def check_num_bytes(stream, lengths: Sequence[int], num_bytes: int | None, *, de
     if nb % longest or nb > available or nb < longest:
         raise ValueError(f"num_bytes={nb} must be a positive multiple of the longest length {longest} and at most "
                          f"{available} ({what} has {len(stream)} bytes)")
+    uneven = [n for n in lengths if nb % n]
+    if uneven:  # every length tiles the same bytes with non-overlapping windows
+        lcm = math.lcm(*lengths)
+        raise ValueError(f"lengths: {uneven} do not divide num_bytes={nb}" + ("" if num_bytes is not None else
+                         " (the default)") + f": every length tiles the same bytes; give num_bytes a multiple of "
+                         f"{lcm} (at most {available}), or lengths that divide {nb}")
     return nb
 
 
@@ -545,10 +558,15 @@ def sliding_windows(stream: np.ndarray, num_bytes: int, window: int, stride: int
     """Windows of `window` tokens every `stride` scoring the first `num_bytes` targets exactly once.
 
     Returns (x, y, weights) `[n, window]`: weight 1 on the scored positions (the first window scores all
-    of its positions, later ones their last `stride`).
+    of its positions, later ones their last `stride`). Fewer than `window` targets make one window whose
+    positions past them are padding, weight 0 (a causal model's scores of the targets do not depend on it).
     """
     if not 0 < stride <= window:
         raise ValueError(f"stride must be in [1, window={window}], got {stride}")
+    if num_bytes < window:  # a segment shorter than the window: one window over all of it, the rest padding
+        x, y, w = (np.zeros((1, window), dt) for dt in (np.int32, np.int32, np.float64))
+        x[0, :num_bytes], y[0, :num_bytes], w[0, :num_bytes] = stream[:num_bytes], stream[1:num_bytes + 1], 1.0
+        return x, y, w
     starts = list(range(0, num_bytes - window + 1, stride))
     if starts[-1] + window < num_bytes:
         starts.append(num_bytes - window)
@@ -712,6 +730,12 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
       FloatingPointError: a run gives non-finite losses (no table of NaN is ever returned).
     """
     lengths = checked_lengths(lengths)
+    check_split(split)
+    if documents and (num_bytes is not None or hf_models):
+        raise ValueError("documents=True scores the whole split of byte runs: give no num_bytes and no hf_models")
+    if documents and any(lengths[-1] % n for n in lengths):  # each document is tiled by the longest length
+        raise ValueError(f"lengths: with documents=True every length must divide the longest ({lengths[-1]}), whose "
+                         f"multiples each document is cut to, got {[n for n in lengths if lengths[-1] % n]}")
     if factor is not None and not factor > 0:
         raise ValueError(f"factor must be > 0 (or unset for L / L0), got {factor!r}")
     if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride <= 0):
@@ -738,8 +762,6 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
     if longrope_file and "longrope" not in used:
         raise ValueError(f"longrope_file={longrope_file!r} is read only by the scaling 'longrope'; the runs are scored "
                          f"with {sorted(used)} (their config.eval.scalings unless scalings are given)")
-    if documents and (num_bytes is not None or hf_models):
-        raise ValueError("documents=True scores the whole split of byte runs: give no num_bytes and no hf_models")
     methods = parse_methods(methods)
     for m in methods or ():
         if not any(method_applies(r, m) for r in runs):
@@ -769,7 +791,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
 
     jobs, skips = [], []
     for run in runs:
-        skips += skipped(run, scalings or (), methods or ())
+        skips += skipped(run, scalings or (), methods if methods is not None else default_methods(run.config))
         wanted = scalings if scalings is not None else default_scalings(run.config)
         run_scalings = [s for s in wanted if applies(run, s)] or ["none"]
         run_methods = [m for m in (methods if methods is not None else default_methods(run.config))

