@@ -963,7 +963,7 @@ def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
         if docs:
             where += (f", by document ({docs['scored']} of {docs['total']} documents long enough; windows never cross "
                       "from one into the next)")
-        lines = [f"{label} on {result['num_bytes']} {result['split']} bytes{where} (lower is better)", "",
+        lines = [f"{label} on {_scored_text(result)}{where} (lower is better)", "",
                  "| " + " | ".join(head + cols) + " |", "|" + "---|" * (len(head) + len(cols))]
         for key, cells in table.items():
             lines.append("| " + " | ".join(list(key) + [cells.get(c, "") for c in cols]) + " |")
@@ -980,6 +980,15 @@ def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
         lines.append("| " + " | ".join([key[0], c, scored] + list(key[1:])
                                        + [cells.get(col, "") for col in cols]) + " |")
     return "\n".join(lines)
+
+
+def _scored_text(result: dict[str, Any]) -> str:
+    """What one corpus's table scored: "N test bytes", or in a checkpoint's tokens "N test tokens (M bytes)"."""
+    corpora = list((result.get("corpora") or {}).values())
+    if len(corpora) == 1 and "text_bytes" in corpora[0]:
+        corpus = corpora[0]
+        return f"{result['num_bytes']} {result['split']} tokens ({corpus['text_bytes']} bytes)"
+    return f"{result['num_bytes'] or 'each run’s'} {result['split']} bytes"
 
 
 def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
@@ -1021,7 +1030,7 @@ def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("evaluation length (tokens)")
     ax.set_ylabel("bits per byte (non-overlapping windows)")
-    ax.set_title(f"Extrapolation on {result['num_bytes'] or 'each run’s'} {result['split']} bytes")
+    ax.set_title(f"Extrapolation on {_scored_text(result)}")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(paths["ppl_vs_length.png"], dpi=110)
@@ -1036,7 +1045,8 @@ def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
     for t in sorted(train_lens):
         ax.axvline(t, color="gray", linestyle="--", linewidth=1)
     ax.set_xlabel(f"position in the window (length {result['lengths'][-1]})")
-    ax.set_ylabel("bits per byte")
+    tokens = any("text_bytes" in c for c in (result.get("corpora") or {}).values())  # a checkpoint's curve: per token
+    ax.set_ylabel("bits per token (checkpoints) or byte (byte runs)" if tokens else "bits per byte")
     ax.set_title("Loss by position: where extrapolation breaks")
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -112,6 +112,7 @@ def test_evaluate_a_checkpoint_per_token_and_per_byte(tmp_path):
     assert row["bpb"] == pytest.approx(nll.sum() / nbytes[1:129].sum() / np.log(2), rel=1e-5)
     assert row["bpb"] < row["nll"] / np.log(2)  # multi-byte tokens: fewer bits per byte than per token
     assert result["corpora"][row["corpus"]]["text_bytes"] == int(nbytes[1:129].sum())
+    assert ev.markdown_table(result).startswith(f"bpb on 128 test tokens ({int(nbytes[1:129].sum())} bytes)")
 
 
 def test_scripts_take_hf_model(tmp_path):
