@@ -940,7 +940,8 @@ def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
     (non-overlapping), the sliding baseline and the streaming protocol."""
     lengths = result["lengths"]
     label = {"bpb_ci": "bpb, 95% percentile-bootstrap interval over the windows (adjacent windows are correlated and "
-                       "few at the longest lengths: read it as a lower bound on the uncertainty)"}.get(metric, metric)
+                       "few at the longest lengths: read it as a lower bound on the uncertainty; — : none, for one window, "
+                       "overlapping sliding windows or a stream, one sample)"}.get(metric, metric)
     with_methods = any(r.get("method", "none") != "none" for r in result["rows"])
     table: dict[tuple[str, ...], dict[str, str]] = {}
     for r in result["rows"] + result.get("baselines", []):
@@ -948,7 +949,7 @@ def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
         if r["status"] != "ok":
             cell = "undefined"
         elif metric == "bpb_ci":  # the bootstrap interval, for the rows that have one
-            cell = f"[{r['bpb_lo']:.3f}, {r['bpb_hi']:.3f}]" if r.get("bpb_lo") is not None else ""
+            cell = f"[{r['bpb_lo']:.3f}, {r['bpb_hi']:.3f}]" if r.get("bpb_lo") is not None else "—"
         else:
             cell = f"{r[metric]:.3f}"
         table.setdefault(key, {})[_column(r)] = cell

@@ -516,7 +516,10 @@ def test_rows_carry_their_interval_and_the_table_shows_it(runs):
     assert row["windows"] == 4 and row["bpb_lo"] <= row["bpb"] <= row["bpb_hi"]
     floor = result["baselines"][0]
     assert floor["bpb_lo"] <= floor["bpb"] <= floor["bpb_hi"]
-    assert f"[{row['bpb_lo']:.3f}, {row['bpb_hi']:.3f}]" in ev.markdown_table(result, "bpb_ci")
+    table = ev.markdown_table(result, "bpb_ci")
+    assert f"[{row['bpb_lo']:.3f}, {row['bpb_hi']:.3f}]" in table
+    rope_line = next(line for line in table.splitlines() if line.startswith("| rope | none |"))
+    assert rope_line.endswith("| — |")  # the sliding column: no interval, and said so
 
 
 def test_sliding_windows_at_long_lengths(runs):
