@@ -843,12 +843,13 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                 rows.append({**row, "protocol": "prefix", **_scores(nll, bpb(nll), sc), **_window_fields(nll, window_bytes)})
             bar.update()
         if not plain:
-            if method.cache_layout() is not None:  # (d) one stream through the bounded cache
-                resolved = ev.resolve(method, nb)
-                sc = scaling_for(run, sname, resolved.scaling_length(nb), factor, longrope_file)
-                row = {**base_row, "protocol": "streaming", "length": nb, "status": "ok", "reason": "",
+            if method.cache_layout() is not None:  # (d) one stream through the bounded cache (one a document)
+                stream_len = max(len(seg) - 1 for seg in sc_in.segments)  # nb, but for documents the longest
+                resolved = ev.resolve(method, stream_len)
+                sc = scaling_for(run, sname, resolved.scaling_length(stream_len), factor, longrope_file)
+                row = {**base_row, "protocol": "streaming", "length": stream_len, "status": "ok", "reason": "",
                        "method_params": json.dumps(resolved.set_fields())}
-                reason = ev.undefined_reason(nb, resolved)
+                reason = ev.undefined_reason(stream_len, resolved)
                 if reason:
                     row.update(_undefined(reason))
                 else:

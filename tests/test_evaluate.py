@@ -187,9 +187,10 @@ def test_documents_are_scored_each_on_its_own(runs, monkeypatch):
     assert w.sum() == 448 and rows[("sliding", "none", 32)]["nll"] == pytest.approx((nll * w).sum() / w.sum(), rel=1e-6)
     streaming = next(r for r in result["rows"] if r["protocol"] == "streaming")
     sinks = ev.parse_methods(["sinks,num_sinks=2,window=8"])[0]
-    oracle = np.concatenate([evaluator.streaming_nll(s, len(s) - 1, ev.RopeScaling(), evaluator.resolve(sinks, 448))
+    oracle = np.concatenate([evaluator.streaming_nll(s, len(s) - 1, ev.RopeScaling(), evaluator.resolve(sinks, 256))
                              for s in segs])
     assert streaming["nll"] == pytest.approx(oracle.mean(), rel=1e-6)
+    assert streaming["length"] == 256  # the longest document's stream, not the 448 targets of all of them
     assert "by document (2 of 3 documents" in ev.markdown_table(result)
     with pytest.raises(ValueError, match="documents=True scores the whole split of byte runs"):
         ev.evaluate([runs["rope"]], [32], documents=True, num_bytes=64, progress=False)
