@@ -39,8 +39,8 @@ from jax.sharding import NamedSharding
 from tqdm.auto import tqdm
 
 from posenc import checkpoint, data, jobs, sharding, tasks
-from posenc.config import (RECOVERY_FIELDS, RESUMABLE_FIELDS, check_rope_factors, rope_factors_sha256, run_changes,
-                           schedule_steps, stop_accuracy, validate)
+from posenc.config import (RECOVERY_FIELDS, RESUMABLE_FIELDS, check_rope_factors, defining_fields, is_default,
+                           rope_factors_sha256, run_changes, schedule_steps, stop_accuracy, validate)
 from posenc.evaluate import LN2, MAX_NLL
 from posenc.learned import interpolate_table
 from posenc.model import ModelConfig, activation_dtype
@@ -470,10 +470,17 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
     if init is not None:
         info["init_from"] = init  # the parameters the run started from (a resumed run keeps its record)
     if "diverged" in info:
-        if recovery:
-            tqdm.write(f"recovering from the divergence at step {info['diverged']['step']}: {_fmt_changes(recovery)}")
-        info.setdefault("history", []).append({"resumed_at": start, "after_divergence": info.pop("diverged"),
-                                               "changed": {k: list(v) for k, v in recovery.items()}})
+        diverged = info.pop("diverged")
+        # against the values the run diverged with (recorded then), not config.json, which a rerun killed after
+        # writing it and before run.json already holds the new ones; a record without them: check_rerun's
+        was = diverged.get("config")
+        now = defining_fields(config)
+        changed = ({k: [was[k], now[k]] for k in RECOVERY_FIELDS if k in was and not is_default(was[k], now[k])}
+                   if was is not None else {k: list(v) for k, v in recovery.items()})
+        if changed:
+            tqdm.write(f"recovering from the divergence at step {diverged['step']}: "
+                       + "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()))
+        info.setdefault("history", []).append({"resumed_at": start, "after_divergence": diverged, "changed": changed})
     info["corpus"] = {"path": config.data.path, "sha256": corpus.sha256}
     if rope_factors_sha256(config):
         info["rope_factors"] = {"path": config.model.rope.scaling.factors_file, "sha256": rope_factors_sha256(config)}
@@ -487,9 +494,9 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
         end = start  # stopped early at its criterion: complete
     else:
         info.pop("stopped", None)  # resumed before the stop (an older checkpoint): it is reached again
-    if is_main:
-        checkpoint.write_run_info(workdir_path, info)
+    if is_main:  # config.json first: a kill between the two leaves run.json's divergence record to recover by
         checkpoint.save_config(workdir_path, config)  # the latest command's config (eval reads it)
+        checkpoint.write_run_info(workdir_path, info)
     state_shardings = (sharding.tree_shardings(mesh, params), sharding.tree_shardings(mesh, opt_state))
     params, opt_state = jax.device_put((params, opt_state), state_shardings)
 
@@ -504,7 +511,8 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
     def diverged(reason: str, step: int):
         mngr.wait_until_finished()
         last = mngr.latest_step()
-        info["diverged"] = {"step": step, "last_good": last, "reason": reason}
+        info["diverged"] = {"step": step, "last_good": last, "reason": reason,
+                            "config": {k: v for k, v in defining_fields(config).items() if k in RECOVERY_FIELDS}}
         if is_main:
             checkpoint.write_run_info(workdir_path, info)
         where = (f"its last good checkpoint (step {last}) is kept in {workdir_path / 'checkpoints'}. Rerun the same "
@@ -559,7 +567,9 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
                     row.update({"val_loss": val["nll"], "val_bpb": val["bpb"], "val_ppl": val["ppl"]})
                     if spec is not None and spec.name != "lm":  # teacher-forced exact match of the answers
                         row["val_accuracy"] = val["accuracy"]
-                        if stop is not None and val["accuracy"] >= stop:
+                        # only at the evaluations of the whole run: a sitting's last step (train_steps short of
+                        # the schedule) is evaluated too, where the uninterrupted run would not stop
+                        if stop is not None and val["accuracy"] >= stop and done % config.eval_every == 0:
                             save_now = True
                             info["stopped"] = {"step": done, "val_accuracy": val["accuracy"], "stop_accuracy": stop}
                 elif save_now:  # a checkpoint is good only if it evaluates to finite numbers

@@ -448,6 +448,27 @@ def test_stop_accuracy_stops_at_the_first_evaluation_that_reaches_it_and_the_rer
         train.train_and_evaluate(config, str(workdir))
 
 
+def test_a_sitting_s_last_evaluation_off_the_cadence_does_not_stop_the_run(cache_dir, tmp_path, monkeypatch):
+    """A sitting that ends short of the schedule (train_steps 3, eval_every 2) is evaluated at its last step, but
+    only the evaluations of the whole run (every eval_every) stop it: the rerun to train_steps 8 goes on and stops
+    at step 4, as the uninterrupted run does."""
+    real, seen = train.evaluate_windows, iter([0.0, 1.0, 1.0])  # at steps 2, 3 (the sitting's last), then 4
+
+    def fake(*args, **kwargs):
+        out = real(*args, **kwargs)
+        return {**out, "accuracy": next(seen)} if "accuracy" in out else out
+
+    monkeypatch.setattr(train, "evaluate_windows", fake)
+    config = _tasks_config(cache_dir, "task=copy,posenc=rope,tiny")
+    config.eval_every, config.task.stop_accuracy, config.schedule_steps, config.train_steps = 2, 0.5, 8, 3
+    workdir = tmp_path / "short"
+    assert train.train_and_evaluate(config, str(workdir))["step"] == 3
+    assert "stopped" not in json.loads((workdir / "run.json").read_text())
+    config.train_steps = 8
+    assert train.train_and_evaluate(config, str(workdir))["step"] == 4
+    assert json.loads((workdir / "run.json").read_text())["stopped"]["step"] == 4
+
+
 def test_task_config_errors_name_the_field(cache_dir, tmp_path):
     with pytest.raises(ValueError, match="task must be one of"):
         _tasks_config(cache_dir, "task=sort")

@@ -442,7 +442,7 @@ def test_train_steps_change_needs_a_pinned_schedule(copy_run, tiny_config):
     assert [rows[s]["learning_rate"] for s in (10, 11, 12)] == pytest.approx([end_lr] * 3)  # past the schedule
 
 
-def test_divergence_keeps_a_checkpoint_that_evaluates_and_a_lower_lr_recovers(tiny_config, tmp_path):
+def test_divergence_keeps_a_checkpoint_that_evaluates_and_a_lower_lr_recovers(tiny_config, tmp_path, monkeypatch):
     from posenc import evaluate as ev  # noqa: PLC0415
 
     diverging = tiny_config("tiny", learning_rate=1e6, checkpoint_every=1)
@@ -450,8 +450,23 @@ def test_divergence_keeps_a_checkpoint_that_evaluates_and_a_lower_lr_recovers(ti
         train.train_and_evaluate(diverging, str(tmp_path))
     last_good = int(str(err.value).split("last good checkpoint (step ")[1].split(")")[0])
     assert checkpoint.manager(tmp_path, read_only=True).latest_step() == last_good
+    record = json.loads((tmp_path / "run.json").read_text())["diverged"]
+    assert record["step"] == int(err.value.args[0].split("at step ")[1].split(";")[0]) and record["last_good"] == last_good
+    assert record["config"] == {"learning_rate": 1e6, "warmup_steps": diverging.warmup_steps,
+                                "min_lr_ratio": diverging.min_lr_ratio, "grad_clip": diverging.grad_clip}
     result = ev.evaluate([str(tmp_path)], [32], ["none"], num_bytes=128, progress=False)
     assert all(np.isfinite(r["ppl"]) for r in result["rows"])  # last good evaluates to finite numbers
+    # a recovery killed after it wrote config.json and before run.json: the divergence record still holds
+    real = checkpoint.write_run_info
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed between config.json and run.json")
+
+    monkeypatch.setattr(checkpoint, "write_run_info", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_and_evaluate(tiny_config("tiny", learning_rate=1e-3, checkpoint_every=1), str(tmp_path))
+    monkeypatch.setattr(checkpoint, "write_run_info", real)
+    assert json.loads((tmp_path / "config.json").read_text())["learning_rate"] == 1e-3
     # the rerun the message recommends: same command, lower learning rate
     recovered = train.train_and_evaluate(tiny_config("tiny", learning_rate=1e-3, checkpoint_every=1), str(tmp_path))
     assert recovered["step"] == 8 and np.isfinite(recovered["val_loss"])
