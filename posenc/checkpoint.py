@@ -38,6 +38,7 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 from posenc.config import check_rope_factors, validate
+from posenc.jobs import write_atomic
 from posenc.model import ModelConfig, Transformer
 
 
@@ -51,9 +52,8 @@ def manager(workdir: str | pathlib.Path, keep: int = 2, read_only: bool = False)
 
 
 def save_config(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> None:
-    tmp = workdir / "config.json.tmp"
-    tmp.write_text(config.to_json_best_effort(indent=2))
-    tmp.replace(workdir / "config.json")
+    """Replaces `workdir/config.json`, atomically and on disk before the rename (`jobs.write_atomic`)."""
+    write_atomic(pathlib.Path(workdir) / "config.json", config.to_json_best_effort(indent=2))
 
 
 def load_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict:
@@ -178,29 +178,31 @@ def save(mngr: ocp.CheckpointManager, step: int, params, opt_state) -> None:
     mngr.wait_until_finished()
     if is_main:
         sums.parent.mkdir(exist_ok=True)
-        tmp = sums.with_suffix(".tmp")
-        tmp.write_text(json.dumps(_file_sums(pathlib.Path(mngr.directory) / str(step)), indent=0))
-        tmp.replace(sums)
+        write_atomic(sums, json.dumps(_file_sums(pathlib.Path(mngr.directory) / str(step)), indent=0))
         kept = {str(s) for s in mngr.all_steps()}
         for old in sums.parent.glob("*.json"):
             if old.stem not in kept:
                 old.unlink(missing_ok=True)
 
 
-def verify_files(mngr: ocp.CheckpointManager, step: int) -> None:
-    """Compares checkpoint `step`'s files with the checksums written after its save (if any).
+def verify_files(mngr: ocp.CheckpointManager, step: int) -> bool:
+    """Compares checkpoint `step`'s files with the checksums written after its save. Returns whether it could:
+    False without a checksum file, or with one that is not valid JSON (cut short by a crash: the restored values
+    are then checked against their SHA-256 alone, `restore`).
 
     Raises:
       CorruptCheckpointError: naming the first file that is missing or changed.
     """
     sums = _sums_path(mngr, step)
     if not sums.exists():
-        return
+        return False
     where = pathlib.Path(mngr.directory) / str(step)
     try:
         expected = json.loads(sums.read_text())
     except json.JSONDecodeError:
-        raise CorruptCheckpointError(f"checkpoint {where}: its checksum file {sums} is not valid JSON") from None
+        warnings.warn(f"checkpoint {where}: its checksum file {sums} is not valid JSON; its files are not checked, "
+                      "its values are (against their SHA-256)", CheckpointWarning)
+        return False
     for rel, digest in expected.items():
         f = where / rel
         if not f.is_file():
@@ -208,6 +210,7 @@ def verify_files(mngr: ocp.CheckpointManager, step: int) -> None:
         if hashlib.sha256(f.read_bytes()).hexdigest() != digest:
             raise CorruptCheckpointError(f"checkpoint {where}: file {rel} does not match its SHA-256 "
                                          "(changed after it was written)")
+    return True
 
 
 def _abstract(tree, shardings=None):
@@ -232,8 +235,9 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_op
     placed by `shardings = (params', opt_state's)` (default: the first local device), whatever mesh saved it.
 
     Raises:
-      CorruptCheckpointError: the checkpoint cannot be read, its checksums do not match, or it holds
-        non-finite parameters.
+      CorruptCheckpointError: its files do not match their checksums, the checkpoint cannot be read and has no
+        valid checksum record to show its files intact, its values do not match their SHA-256, or it holds
+        non-finite parameters. (A read error of files that match their checksums is raised as it is.)
       ParamsOnlyError: `abstract_opt_state` is given and the checkpoint holds parameters only.
     """
     if abstract_opt_state is not None and _meta(mngr, step).get("params_only"):
@@ -248,12 +252,14 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_op
     if abstract_opt_state is not None:
         items["opt_state"] = ocp.args.StandardRestore(_abstract(abstract_opt_state, opt_shardings))
     where = f"checkpoint {mngr.directory / str(step)}"
-    verify_files(mngr, step)
+    verified = verify_files(mngr, step)
     try:
         restored = mngr.restore(step, args=ocp.args.Composite(**items))
     except Exception as e:  # noqa: BLE001 — a failure to read the files is corruption to the caller …
-        if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e) or not (mngr.directory / str(step)).is_dir():
-            raise  # … but not a machine out of memory, or a directory that is not there (an unmounted disk)
+        if (verified or isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e)
+                or not (mngr.directory / str(step)).is_dir()):
+            raise  # … but not of files that match their checksums (an I/O error, a reader that cannot parse
+            # them), a machine out of memory, or a directory that is not there (an unmounted disk)
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
         raise CorruptCheckpointError(f"{where} cannot be read ({type(e).__name__}: {first})") from None
     sums = (restored["meta"] or {}).get("sha256", {})
@@ -309,10 +315,8 @@ def read_run_info(workdir: str | pathlib.Path) -> dict:
 
 
 def write_run_info(workdir: str | pathlib.Path, info: dict) -> None:
-    """Replaces `workdir/run.json` with `info`, atomically."""
-    tmp = pathlib.Path(workdir) / "run.json.tmp"
-    tmp.write_text(json.dumps(info, indent=1))
-    tmp.replace(pathlib.Path(workdir) / "run.json")
+    """Replaces `workdir/run.json` with `info`, atomically and on disk before the rename (`jobs.write_atomic`)."""
+    write_atomic(pathlib.Path(workdir) / "run.json", json.dumps(info, indent=1))
 
 
 def trained_activations(workdir: str | pathlib.Path) -> str:

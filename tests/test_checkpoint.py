@@ -98,6 +98,41 @@ def test_value_checksum_catches_what_the_file_checksums_do_not_cover(copy_run):
     assert step == 4
 
 
+def test_an_unreadable_checksum_file_leaves_the_values_to_their_sha256(copy_run):
+    """A checksum file cut short (a crash while it was written) does not condemn its checkpoint: the values are
+    restored and checked against their SHA-256, which still catch a changed value."""
+    workdir = copy_run()
+    (workdir / "checksums" / "8.json").write_text("")
+    with pytest.warns(checkpoint.CheckpointWarning, match="not valid JSON; its files are not checked"):
+        *_, step = checkpoint.restore_params(workdir)
+    assert step == 8
+    flip_bytes(largest_param_file(workdir, 8), offsets=(40, 41, 42))
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/8"):
+        *_, step = checkpoint.restore_params(workdir)
+    assert step == 4
+
+
+def test_a_read_error_of_files_that_match_their_checksums_is_raised_not_set_aside(copy_run, tiny_config,
+                                                                                  monkeypatch):
+    """An I/O error reading a checkpoint whose files match their checksums is the machine's, not the
+    checkpoint's: it is raised, and the checkpoint stays where it is."""
+    import orbax.checkpoint as ocp  # noqa: PLC0415
+
+    workdir = copy_run()
+    real = ocp.CheckpointManager.restore
+
+    def failing(self, step, *args, **kwargs):
+        if step == 8:
+            raise OSError(5, "Input/output error")
+        return real(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        train.train_and_evaluate(tiny_config("tiny"), str(workdir))
+    assert not (workdir / "corrupt_checkpoints").exists()
+    assert checkpoint.manager(workdir, read_only=True).all_steps() == [4, 8]
+
+
 def test_no_good_checkpoint_left_is_a_clear_error(copy_run, tiny_config):
     workdir = copy_run()
     for step in (4, 8):
