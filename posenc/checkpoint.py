@@ -470,9 +470,14 @@ class WorkdirLock:
             os.close(fd)
             raise WorkdirBusyError(f"workdir {self.path.parent} is in use by {holder}; wait for it to finish, "
                                    "or train in another --workdir") from None
-        os.ftruncate(fd, 0)
-        stamp = datetime.datetime.now().isoformat(timespec="seconds")
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode(), 0)
+        try:  # the holder's name; a failure to write it (a full disk) releases the lock it took
+            os.ftruncate(fd, 0)
+            stamp = datetime.datetime.now().isoformat(timespec="seconds")
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode(), 0)
+        except BaseException:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise
         self._fd = fd
         return self
 

@@ -165,6 +165,20 @@ def test_a_save_orbax_declines_is_an_error_not_a_checkpoint(trained_run, tmp_pat
     assert mngr.all_steps() == [4] and checkpoint._sums_path(mngr, 4).read_text() == sums  # its checksums kept
 
 
+def test_a_lock_that_cannot_name_its_holder_is_released(tmp_path, monkeypatch):
+    """A failure after the flock (the holder's name not written: a full disk) releases it: the same process can
+    take the lock again once the disk has room."""
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "pwrite", full)
+        with pytest.raises(OSError, match="No space left"):
+            checkpoint.WorkdirLock(tmp_path).__enter__()
+    with checkpoint.WorkdirLock(tmp_path):  # not WorkdirBusyError naming this process
+        assert f"pid {os.getpid()}" in (tmp_path / ".lock").read_text()
+
+
 def test_second_writer_is_refused_and_a_dead_holder_does_not_block(tiny_config, tmp_path, cache_dir):
     args = ["--config=configs/default.py:tiny", "--config.train_steps=100000", "--config.checkpoint_every=5",
             f"--config.data.cache_dir={cache_dir}", f"--workdir={tmp_path}"]
