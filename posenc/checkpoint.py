@@ -438,15 +438,17 @@ def import_params(path: str | pathlib.Path, workdir: str | pathlib.Path, config:
     params = jax.tree.map(lambda x: x, abstract)
     nnx.replace_by_pure_dict(params, jax.tree_util.tree_unflatten(treedef, [arrays[n] for n in names]))
     workdir.mkdir(parents=True, exist_ok=True)
-    mngr = manager(workdir)
-    try:
-        if mngr.all_steps():
-            raise ValueError(f"workdir={str(workdir)!r} already has checkpoints {mngr.all_steps()}: import into a new one")
-        save_config(workdir, config)
-        write_run_info(workdir, {"activations": activations})
-        save(mngr, step, params, None)
-    finally:
-        mngr.close()
+    with WorkdirLock(workdir):  # a run training here, not yet checkpointed, is not relabelled under it
+        mngr = manager(workdir)
+        try:
+            if mngr.all_steps():
+                raise ValueError(f"workdir={str(workdir)!r} already has checkpoints {mngr.all_steps()}: import into "
+                                 "a new one")
+            save_config(workdir, config)
+            write_run_info(workdir, {"activations": activations})
+            save(mngr, step, params, None)
+        finally:
+            mngr.close()
     return tree_sha256(params)
 
 

@@ -222,6 +222,12 @@ def test_exported_parameters_import_to_the_same_hash_evaluate_alike_and_refuse_t
         train.train_and_evaluate(tiny_config("tiny", train_steps=12, schedule_steps=8), str(imported))
     with pytest.raises(ValueError, match="already has checkpoints"):
         checkpoint.import_params(tmp_path / "rope.npz", imported, config, step=8)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    with checkpoint.WorkdirLock(busy):  # a run training there: no import relabels it
+        with pytest.raises(checkpoint.WorkdirBusyError, match="is in use by pid"):
+            checkpoint.import_params(tmp_path / "rope.npz", busy, config, step=8)
+    assert not (busy / "config.json").exists()
     finetune = train.train_and_evaluate(tiny_config("tiny", init_from=str(imported)), str(tmp_path / "ft"))
     assert np.isfinite(finetune["val_loss"])
 
