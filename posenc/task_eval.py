@@ -90,20 +90,26 @@ def _token_encoder(tokenizer, task: str) -> "TokenEncoder":
     return TokenEncoder(tokenizer)
 
 
+DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)  # passkey needle depths when none are given
+
+
 class TokenEncoder:
-    """A checkpoint's tokens of passkey text. A piece (the needle, the question, the answer: `__call__`) is
-    tokenized as it reads inside the prompt, after other text: the tokens of `CONTEXT` + piece without those of
-    `CONTEXT`. Tokenized alone, a SentencePiece tokenizer (Llama, Mistral) would start each piece with its
+    """A checkpoint's tokens of passkey text. A piece (the needle, the question, the answer: `__call__`; each
+    starts with a space or a newline) is tokenized as it reads inside the prompt, after other text: the tokens
+    of a context + piece without those of the context, the first of `CONTEXTS` whose tokens the piece leaves
+    intact. Tokenized alone, a SentencePiece tokenizer (Llama 2, Mistral) would start each piece with its
     word-start marker "▁" — a space the prompt does not have, and answer tokens ("▁▁12345") the model never
     writes after "is". A filler stream (`text`) is tokenized whole, as one text."""
 
-    CONTEXT = "."  # ends a token in every tokenizer family loaded here, before a space or newline
+    # a letter first: byte-level BPE (GPT-NeoX, Qwen, Llama 3) splits it from a following space or newline,
+    # where "." + newline is one token there (".\n")
+    CONTEXTS = ("a", ".", "\n\n")
 
     def __init__(self, tokenizer):
         from posenc import hf  # noqa: PLC0415
 
         self.tokenizer, self._tokenize = tokenizer, hf.tokenize
-        self._head = self.text(self.CONTEXT)
+        self._heads = [(c, self.text(c)) for c in self.CONTEXTS]
 
     def text(self, text: str | bytes) -> np.ndarray:
         """The tokens of `text` tokenized on its own (a filler stream)."""
@@ -112,11 +118,12 @@ class TokenEncoder:
 
     def __call__(self, piece: str | bytes) -> np.ndarray:
         piece = piece.decode("utf-8", "replace") if isinstance(piece, bytes) else piece
-        ids = self.text(self.CONTEXT + piece)
-        if not np.array_equal(ids[:len(self._head)], self._head):
-            raise ValueError(f"the checkpoint's tokenizer merges {self.CONTEXT!r} with the text after it "
-                             f"({piece[:20]!r}): a passkey piece cannot be tokenized as it reads in the prompt")
-        return ids[len(self._head):]
+        for context, head in self._heads:
+            ids = self.text(context + piece)
+            if np.array_equal(ids[:len(head)], head):
+                return ids[len(head):]
+        raise ValueError(f"the checkpoint's tokenizer merges each of {self.CONTEXTS} with the text after it "
+                         f"({piece[:20]!r}): a passkey piece cannot be tokenized as it reads in the prompt")
 
 
 class TaskEvaluator:
@@ -225,7 +232,7 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
       task, filler: override the runs' task (a text-trained run, a Hugging Face checkpoint: passkey) and filler.
 
     Raises:
-      ValueError: lengths a run's task cannot make (in a checkpoint's tokens: checked on one example a length),
+      ValueError: lengths a run's task cannot make (in a checkpoint's tokens: checked on every example drawn),
         depths outside [0, 1] or repeated, bad examples or seed, an empty or unknown scaling or one that applies
         to no run, depths or a filler where no run is tested on passkey, or a run that has no task.
     """
@@ -270,17 +277,17 @@ def evaluate_tasks(workdirs: Sequence[str], lengths: Sequence[int], *, depths: S
             m.check(runs[0].cfg.encoding, runs[0].cfg)  # raises, naming the method and the encoding
     evaluators = {t.run.workdir: TaskEvaluator(t, attn_chunk=attn_chunk, seed=seed, split=split) for t in truns}
     for t in truns:
-        if t.encode is not tasks.byte_encode:  # a prompt in a checkpoint's tokens: one example a length, up front
-            for length in lengths:
-                evaluators[t.run.workdir].examples(length, 1, depths[0] if depths else 0.0)
+        if t.encode is not tasks.byte_encode:  # prompts in a checkpoint's tokens (their length depends on the
+            for length in lengths:  # key's tokens): every example a cell scores is drawn up front
+                for d in depths if depths is not None else DEFAULT_DEPTHS:
+                    evaluators[t.run.workdir].examples(length, examples, d)
     jobs, skips = [], []
     for t in truns:
         skips += skipped(t.run, scalings or (), methods)
         wanted = list(scalings) if scalings else ["none"] + (["run"] if t.run.cfg.rope_scaling.kind != "none" else [])
         for m in dict.fromkeys(m for m in methods if method_applies(t.run, m)):
             for s in dict.fromkeys(s for s in wanted if applies(t.run, s)):
-                cell_depths = [None] if t.task != "passkey" else list(depths if depths is not None else
-                                                                       (0.0, 0.25, 0.5, 0.75, 1.0))
+                cell_depths = [None] if t.task != "passkey" else list(depths if depths is not None else DEFAULT_DEPTHS)
                 for d in cell_depths:
                     jobs += [(t, s, m, length, d) for length in lengths]
     rows = []

@@ -660,6 +660,25 @@ def _sentencepiece_like(scheme):
     return tok, vocab
 
 
+def test_a_byte_level_bpe_checkpoint_s_passkey_pieces_are_its_own_tokens_of_them():
+    """Byte-level BPE with Qwen 2's split pattern, whose vocabulary has ".\n" as one token (Qwen, Llama 3): a piece
+    (starting with a newline or a space) is tokenized as it is alone, which is how it reads after other text."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers  # noqa: PLC0415
+
+    from posenc.task_eval import TokenEncoder  # noqa: PLC0415
+
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab[".Ċ"] = len(vocab)  # "." and "\n" merged
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(".", "Ċ")]))
+    pattern = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    encode = TokenEncoder(tok)
+    assert len(tok.encode(".\n").ids) == 1  # the merge a "." context would swallow
+    for piece in (tasks.PASSKEY_NEEDLE.format(key="12345"), tasks.PASSKEY_QUESTION, tasks.PASSKEY_ANSWER.format(key="12345")):
+        assert encode(piece).tolist() == tok.encode(piece).ids
+
+
 @pytest.mark.parametrize("scheme", ["metaspace", "prepend"])
 def test_a_sentencepiece_checkpoint_s_passkey_pieces_are_tokenized_as_they_read_in_the_prompt(scheme):
     """Each piece of a passkey prompt in a checkpoint's tokens is the piece as it reads after other text: one "▁"
