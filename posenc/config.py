@@ -16,6 +16,7 @@ import ast
 import copy
 import dataclasses
 import hashlib
+import math
 import pathlib
 from typing import Any, Sequence
 
@@ -25,7 +26,7 @@ from posenc.encodings import ENCODINGS, get_encoding
 from posenc.longrope import read_factors
 from posenc.model import ModelConfig
 from posenc.rope_scaling import DYNAMIC_KINDS, KINDS, RopeScaling
-from posenc.tasks import TASKS, TaskSpec
+from posenc.tasks import TASKS, TaskSpec, check_input_lengths
 
 
 # Fields a rerun may change: how often things happen and how the same math is laid out, not what it computes.
@@ -410,8 +411,9 @@ def _validate_optimizer(config: ml_collections.ConfigDict) -> None:
 
 def _validate_eval(config: ml_collections.ConfigDict) -> None:
     """The `config.eval` fields the evaluation after training reads, checked before training (a run's
-    evaluation would fail only after it): scaling names, training-free method specs, bytes per length and, on a
-    tasks config, needle depths and examples per cell."""
+    evaluation would fail only after it): scaling names, training-free method specs, bytes per length (lengths
+    that tile them) and, on a tasks config, lengths the task fills without padding, needle depths and examples
+    per cell."""
     from posenc.evaluate import SCALINGS  # noqa: PLC0415  (posenc.evaluate imports this module)
     from posenc.training_free import Method  # noqa: PLC0415
 
@@ -439,6 +441,12 @@ def _validate_eval(config: ml_collections.ConfigDict) -> None:
         if isinstance(nb, bool) or not isinstance(nb, int) or nb <= 0 or nb % longest:
             raise ValueError(f"config.eval.num_bytes must be a positive multiple of the longest of config.eval.lengths "
                              f"({longest}), such as {longest * 8}; got {nb!r}")
+        uneven = [n for n in lengths if nb % n]
+        if uneven:  # each length tiles the same bytes (posenc.evaluate.check_num_bytes)
+            raise ValueError(f"config.eval.lengths: {uneven} do not divide config.eval.num_bytes={nb}: every length "
+                             f"tiles the same bytes; give num_bytes a multiple of {math.lcm(*lengths)}")
+    if task is not None and task.name != "lm":  # lengths the task fills without padding (posenc.task_eval)
+        check_input_lengths(task.name, lengths, "config.eval.lengths", exact=True)
     if "depths" in ev:
         try:
             depths = [float(d) for d in str(ev.depths).split(",")]

@@ -574,6 +574,17 @@ def test_positions_fields_without_randomize_are_refused_before_training(cache_di
     validate(randomized)  # read there
 
 
+def test_eval_lengths_the_task_fills_only_with_padding_are_refused_before_training(cache_dir, tmp_path):
+    """config.eval.lengths of a copy run are the lengths its evaluation after training scores: an odd one, which
+    eval_tasks.py refuses, is refused before training instead of after it."""
+    config = _tasks_config(cache_dir, "task=copy,tiny")
+    config.eval.lengths = "32,33"
+    with pytest.raises(ValueError, match=r"config.eval.lengths: task 'copy' fills an example without padding at input "
+                                         r"lengths that are multiples of 2, got \[33\]"):
+        train.train_and_evaluate(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
 def test_eval_num_bytes_is_not_checked_on_a_task_config_that_does_not_read_it(cache_dir):
     from posenc.config import validate  # noqa: PLC0415
 

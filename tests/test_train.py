@@ -159,6 +159,8 @@ def test_misspelt_config_field_fails(tmp_path):
         ({"eval.methods": "none;self_extend,group=2"}, None),
         ({"eval.num_bytes": 100}, r"config.eval.num_bytes must be a positive multiple of the longest of "
                                   r"config.eval.lengths \(128\)"),
+        ({"eval.lengths": "48,128", "eval.num_bytes": 256}, r"config.eval.lengths: \[48\] do not divide "
+                                                             r"config.eval.num_bytes=256: .* a multiple of 384"),
         # a field only other encodings read, at another value than its default: the run would be labelled with it
         ({"model.t5.num_buckets": 8}, r"posenc='rope' does not read model.t5.num_buckets=8 \(read by posenc=t5; "
                                       r"default 32\): leave it at the default"),
