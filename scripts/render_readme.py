@@ -46,7 +46,10 @@ def quickstart_time() -> str:
     for path in sorted((ROOT / "experiments/quickstart/by_cpu").glob("*.json")):
         other = json.loads(path.read_text())
         if other.get("cpu_id") != info.get("cpu_id"):
-            out.append(said(other) + f", `{path.relative_to(ROOT)}`")
+            extra = [s for s in other.get("eval_scalings", "").split(",")
+                     if s and s not in info.get("eval_scalings", "").split(",")]
+            out.append(said(other) + (f" (its evaluation also scored {', '.join(extra)})" if extra else "")
+                       + f", `{path.relative_to(ROOT)}`")
     return "; ".join(out)
 
 

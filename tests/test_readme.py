@@ -36,16 +36,18 @@ def test_quickstart_time_gives_each_cpu_kind_s_latest_run(tmp_path, monkeypatch)
     (folder / "by_cpu").mkdir(parents=True)
     amd = {"train_seconds": 130, "eval_seconds": 50, "cores": 2, "cpu": "AMD EPYC",
            "cpu_id": {"vendor": "AuthenticAMD", "family": 26, "model": 2, "stepping": 1}}
+    amd["eval_scalings"] = "none,linear,ntk,yarn"
     intel = {**amd, "train_seconds": 290, "eval_seconds": 70, "cpu": "Intel(R) Xeon(R) Processor",
-             "cpu_id": {"vendor": "GenuineIntel", "family": 6, "model": 207, "stepping": 2}}
+             "cpu_id": {"vendor": "GenuineIntel", "family": 6, "model": 207, "stepping": 2},
+             "eval_scalings": "none,linear,ntk,dynamic_ntk,yarn"}  # measured under another default
     for path, info in ((folder / "run_info.json", amd), (folder / "by_cpu/amd.json", amd),
                        (folder / "by_cpu/intel.json", intel)):
         path.write_text(json.dumps(info))
     assert render_readme.quickstart_time() == (
         "about 3 minutes on 2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1): 130 s of training, 50 s "
         "of evaluation, `experiments/quickstart/run_info.json`; about 6 minutes on 2 cores of an Intel(R) Xeon(R) "
-        "Processor of CPU family 6 (model 207, stepping 2): 290 s of training, 70 s of evaluation, "
-        "`experiments/quickstart/by_cpu/intel.json`")
+        "Processor of CPU family 6 (model 207, stepping 2): 290 s of training, 70 s of evaluation (its evaluation "
+        "also scored dynamic_ntk), `experiments/quickstart/by_cpu/intel.json`")
 
 
 def test_lm_study_summary_renders_the_summary_file(tmp_path, monkeypatch):

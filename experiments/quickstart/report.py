@@ -17,6 +17,9 @@ scalings = list(dict.fromkeys(r["scaling"] for r in result["rows"]))
 NAMES = {"linear": "Position Interpolation", "ntk": "NTK-aware", "dynamic_ntk": "dynamic NTK", "yarn": "YaRN",
          "dynamic_linear": "dynamic PI", "dynamic_yarn": "dynamic YaRN", "llama3": "Llama-3", "longrope": "LongRoPE"}
 near = [s for s in scalings if s not in ("none", "linear")]  # the scalings that keep the low frequencies
+if not near:
+    raise SystemExit(f"results.json scores only {scalings}: the reading below compares NTK-aware / YaRN-like scalings "
+                     "with the in-range loss; rerun with the default config.eval.scalings")
 near_names = ", ".join(NAMES.get(s, s) for s in near[:-1]) + (" and " if len(near) > 1 else "") + NAMES.get(near[-1], near[-1])
 text = f"""# Quickstart: the README's main job, as run here
 

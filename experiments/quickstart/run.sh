@@ -18,7 +18,8 @@ last = rows[-1]
 cpu = subprocess.run(["sh", "-c", "lscpu | grep 'Model name' | cut -d: -f2"], capture_output=True, text=True).stdout.strip()
 info = {"train_seconds": train_s, "eval_seconds": eval_s, "final_step": last["step"], "val_bpb": last.get("val_bpb"),
         "tokens_per_s": last.get("tokens_per_s"), "cpu": cpu, "cpu_id": cpu_id(), "cores": __import__("os").cpu_count(),
-        "jax": jax.__version__, "python": platform.python_version()}
+        "jax": jax.__version__, "python": platform.python_version(),
+        "eval_scalings": json.loads(pathlib.Path("runs/quickstart/config.json").read_text())["eval"]["scalings"]}
 pathlib.Path(out, "run_info.json").write_text(json.dumps(info, indent=1) + "\n")
 from posenc.timing import cpu_slug
 pathlib.Path(out, "by_cpu").mkdir(exist_ok=True)  # the latest run on each CPU kind, for the README's times
