@@ -724,9 +724,10 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         `result['baselines']` (rows of the same schema, run `n-gram`; tables, CSV and plot include them).
 
     Raises:
-      ValueError: a run without checkpoint, a length the split cannot supply, a scaling that applies to
-        no run, a non-positive factor, stride or num_bytes, a factor or longrope_file that none of the scalings
-        used reads.
+      ValueError: a run without checkpoint, a length the split cannot supply, lengths that do not all divide
+        num_bytes (with documents: the longest length), split 'train', an unknown scaling, one that applies to
+        no run, or 'longrope' for a run without factors, a non-positive factor, stride or num_bytes, a factor or
+        longrope_file that none of the scalings used reads.
       FloatingPointError: a run gives non-finite losses (no table of NaN is ever returned).
     """
     lengths = checked_lengths(lengths)

@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from posenc.jobs import write_atomic
 from posenc.rope_scaling import RopeScaling, rope_frequencies
 
 N_HAT_CHOICES = (0, 1, 2, 4, 8, 16, 32, 64, 128)
@@ -253,12 +254,10 @@ def _save(path, population, scores, history, rng, generation, meta, evaluated):
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"generation": generation, "population": [p.to_json() for p in population],
-                               "scores": [_finite(v) for v in scores], "history": history,
-                               "rng": rng.bit_generator.state, "meta": _versioned(meta),
-                               "evaluated": sorted(evaluated)}, allow_nan=False))
-    tmp.replace(path)
+    write_atomic(path, json.dumps({"generation": generation, "population": [p.to_json() for p in population],
+                                   "scores": [_finite(v) for v in scores], "history": history,
+                                   "rng": rng.bit_generator.state, "meta": _versioned(meta),
+                                   "evaluated": sorted(evaluated)}, allow_nan=False))
 
 
 def longrope_attention_factor(factor: float, original_max_len: int) -> float:
@@ -355,7 +354,7 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
     result.update(search_version=SEARCH_VERSION, short_factor=short_best.factors.tolist(),
                   long_factor=best.factors.tolist(),
                   unscaled_positions=int(best.n_hat), per_layer=best.factors.ndim == 2, search_split="validation")
-    (out_dir / "longrope.json").write_text(json.dumps(result, indent=1, allow_nan=False))
+    write_atomic(out_dir / "longrope.json", json.dumps(result, indent=1, allow_nan=False))
     return result
 
 

@@ -105,8 +105,8 @@ def test_test_keys_are_never_training_keys(task, corpus):
             pairs = dict(zip(e.key[0::2], e.key[1::2]))
             queries = e.tokens[np.flatnonzero(e.answer) - 1]
             assert bytes(pairs[q] for q in queries) == answer
-        else:
-            assert answer.strip() in e.key or answer[::-1] in e.key
+        else:  # passkey's answer is " " + the key, copy's the key, reverse's the key reversed
+            assert answer == {"passkey": b" " + e.key, "copy": e.key, "reverse": e.key[::-1]}[task]
 
 
 def test_loss_counts_only_answer_tokens(corpus):

