@@ -344,7 +344,8 @@ def check_rerun(workdir: pathlib.Path, config: ml_collections.ConfigDict, corpus
                     f"learning rate (learning_rate * min_lr_ratio), keep the schedule: --config.schedule_steps="
                     f"{schedule_steps(stored)}.")
         raise RunMismatchError(
-            f"workdir {workdir} holds another run (at step {latest_step}): {_fmt_changes(blocking)}. A rerun resumes "
+            f"workdir {workdir} holds another run (its newest checkpoint: step {latest_step}): "
+            f"{_fmt_changes(blocking)}. A rerun resumes "
             f"the same run: use another --workdir, or the run's own values (its config.json).{hint} A rerun may "
             f"change only {', '.join(RESUMABLE_FIELDS)} (eval_every not where task.stop_accuracy stops the run), "
             "eval.*, and train_steps (to stop earlier or go on) "
@@ -364,9 +365,6 @@ def check_rerun(workdir: pathlib.Path, config: ml_collections.ConfigDict, corpus
             f"workdir {workdir} was trained with {recorded} activations; model.act_dtype="
             f"{config.model.get('act_dtype', 'auto')!r} gives {activations} on this {jax.default_backend()}: pass "
             f"--config.model.act_dtype={recorded} to resume the same run")
-    if config.train_steps < latest_step:
-        raise RunMismatchError(f"workdir {workdir} is at step {latest_step} already; config.train_steps="
-                               f"{config.train_steps} is behind it (a run cannot be shortened after the fact)")
     return recovery
 
 
@@ -467,6 +465,9 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
     else:
         info = {}  # nothing trained yet: whatever ran here before left no state to resume
     start, params, opt_state, mngr, init = _restore_or_init(workdir_path, mngr, cfg, config, tx, abstract_params, mesh)
+    if config.train_steps < start:  # the step it resumes from: a corrupt newer checkpoint was set aside
+        raise RunMismatchError(f"workdir {workdir_path} is at step {start} already; config.train_steps="
+                               f"{config.train_steps} is behind it (a run cannot be shortened after the fact)")
     if init is not None:
         info["init_from"] = init  # the parameters the run started from (a resumed run keeps its record)
     if "diverged" in info:

@@ -87,6 +87,18 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(damage, copy_r
     assert step == 8
 
 
+def test_a_run_is_shortened_to_no_fewer_steps_than_it_resumes_from(copy_run, tiny_config):
+    """train_steps behind the run is refused, judged by the step it resumes from: with its newest checkpoint
+    corrupt, a run at [4, 8] resumes from 4, so train_steps 6 (the schedule pinned) trains steps 5 and 6."""
+    workdir = copy_run()
+    shorter = tiny_config("tiny", train_steps=6, schedule_steps=8)
+    with pytest.raises(train.RunMismatchError, match=r"is at step 8 already; config.train_steps=6 is behind it"):
+        train.train_and_evaluate(shorter, str(workdir))
+    flip_bytes(largest_param_file(workdir, 8))
+    with pytest.warns(checkpoint.CheckpointWarning, match="checkpoints/8"):
+        assert train.train_and_evaluate(shorter, str(workdir))["step"] == 6
+
+
 def test_value_checksum_catches_what_the_file_checksums_do_not_cover(copy_run):
     """Without its file checksums (a crash between the save and writing them), a changed value is still
     caught by the SHA-256 of the values saved inside the checkpoint."""

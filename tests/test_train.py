@@ -254,7 +254,7 @@ def test_init_from_copies_weights_and_extends_learned_table(tiny_config, tmp_pat
 def test_rerun_with_another_config_is_refused(copy_run, tiny_config, overrides, field):
     workdir = copy_run()
     config_before = (workdir / "config.json").read_text()
-    with pytest.raises(train.RunMismatchError, match=rf"holds another run \(at step 8\): .*{field}"):
+    with pytest.raises(train.RunMismatchError, match=rf"holds another run \(its newest checkpoint: step 8\): .*{field}"):
         train.train_and_evaluate(tiny_config("tiny", **overrides), str(workdir))
     assert (workdir / "config.json").read_text() == config_before  # the run is not relabelled
 
