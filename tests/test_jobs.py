@@ -75,6 +75,29 @@ def test_a_stale_claim_renewed_by_another_worker_is_not_dropped(tmp_path):
     assert not jobs.drop_stale_claim(path) and path.read_text() == jobs.claim_text()  # the second leaves it
 
 
+def test_a_stale_claim_is_read_again_under_the_folder_lock(tmp_path):
+    """drop_stale_claim waits for the folder's `.claims.lock`: a worker that reads a claim stale while another
+    holds the lock (taking the claim over and renewing it) reads it again after, and leaves the renewed claim."""
+    import fcntl  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path = tmp_path / "a.claim"
+    path.write_text(str(dead.pid))
+    result = []
+    with open(tmp_path / ".claims.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker taking the claim over
+        waiting = threading.Thread(target=lambda: result.append(jobs.drop_stale_claim(path)))
+        waiting.start()
+        waiting.join(0.5)
+        assert waiting.is_alive() and path.read_text() == str(dead.pid)  # it waits, and removes nothing yet
+        path.write_text(jobs.claim_text())  # the other worker's renewed claim
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    waiting.join(10)
+    assert result == [False] and path.read_text() == jobs.claim_text()
+
+
 def test_a_failing_job_stops_its_worker_and_releases_its_claim(tmp_path):
     def broken(job):
         raise RuntimeError(f"{job.name} broke")
