@@ -470,8 +470,9 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
                                f"{config.train_steps} is behind it (a run cannot be shortened after the fact)")
     if init is not None:
         info["init_from"] = init  # the parameters the run started from (a resumed run keeps its record)
+    recovered = None  # the history entry of a recovery, recorded with its first checkpoint
     if "diverged" in info:
-        diverged = info.pop("diverged")
+        diverged = info["diverged"]  # kept until the recovery's first checkpoint: a rerun before it may change again
         # against the values the run diverged with (recorded then), not config.json, which a rerun killed after
         # writing it and before run.json already holds the new ones; a record without them: check_rerun's
         was = diverged.get("config")
@@ -481,7 +482,7 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
         if changed:
             tqdm.write(f"recovering from the divergence at step {diverged['step']}: "
                        + "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()))
-        info.setdefault("history", []).append({"resumed_at": start, "after_divergence": diverged, "changed": changed})
+        recovered = {"resumed_at": start, "after_divergence": diverged, "changed": changed}
     info["corpus"] = {"path": config.data.path, "sha256": corpus.sha256}
     if rope_factors_sha256(config):
         info["rope_factors"] = {"path": config.model.rope.scaling.factors_file, "sha256": rope_factors_sha256(config)}
@@ -512,8 +513,11 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
     def diverged(reason: str, step: int):
         mngr.wait_until_finished()
         last = mngr.latest_step()
-        info["diverged"] = {"step": step, "last_good": last, "reason": reason,
-                            "config": {k: v for k, v in defining_fields(config).items() if k in RECOVERY_FIELDS}}
+        # the recovery fields the checkpoints were trained with: a recovery that diverged again before its first
+        # checkpoint keeps the record it recovered from
+        trained = (info.get("diverged") or {}).get("config") or {
+            k: v for k, v in defining_fields(config).items() if k in RECOVERY_FIELDS}
+        info["diverged"] = {"step": step, "last_good": last, "reason": reason, "config": trained}
         if is_main:
             checkpoint.write_run_info(workdir_path, info)
         where = (f"its last good checkpoint (step {last}) is kept in {workdir_path / 'checkpoints'}. Rerun the same "
@@ -587,6 +591,12 @@ def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main)
                             writer.add_scalar(key, value, done)
                 if "stopped" in info and is_main:  # recorded before its checkpoint: a kill between the two
                     checkpoint.write_run_info(workdir_path, info)  # resumes at the stop and finds the run complete
+                if save_now and recovered is not None:  # recorded before its checkpoint: a kill between the two
+                    info.pop("diverged")  # resumes from the older one, with the recovery's config.json
+                    info.setdefault("history", []).append(recovered)
+                    recovered = None
+                    if is_main:
+                        checkpoint.write_run_info(workdir_path, info)
                 if save_now:
                     checkpoint.save(mngr, done, params, opt_state)
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps or 0:.0f}")

@@ -469,6 +469,21 @@ def test_divergence_keeps_a_checkpoint_that_evaluates_and_a_lower_lr_recovers(ti
         train.train_and_evaluate(tiny_config("tiny", learning_rate=1e-3, checkpoint_every=1), str(tmp_path))
     monkeypatch.setattr(checkpoint, "write_run_info", real)
     assert json.loads((tmp_path / "config.json").read_text())["learning_rate"] == 1e-3
+    # a recovery attempt killed before its first checkpoint (here: 5e-3, in its first step) is still a recovery:
+    # run.json keeps the divergence record, and another rate may follow
+    real_step = train.make_train_step
+
+    def killed_in_training(*args, **kwargs):
+        def step(*a, **k):
+            raise KeyboardInterrupt("killed before the recovery's first checkpoint")
+        real_step(*args, **kwargs)
+        return step
+
+    monkeypatch.setattr(train, "make_train_step", killed_in_training)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_and_evaluate(tiny_config("tiny", learning_rate=5e-3, checkpoint_every=1), str(tmp_path))
+    monkeypatch.setattr(train, "make_train_step", real_step)
+    assert json.loads((tmp_path / "run.json").read_text())["diverged"] == record  # as the divergence left it
     # the rerun the message recommends: same command, lower learning rate
     recovered = train.train_and_evaluate(tiny_config("tiny", learning_rate=1e-3, checkpoint_every=1), str(tmp_path))
     assert recovered["step"] == 8 and np.isfinite(recovered["val_loss"])
