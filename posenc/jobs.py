@@ -30,6 +30,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, Sequence, TypeVar
 
@@ -209,9 +210,24 @@ def drop_stale_claim(path: pathlib.Path) -> bool:
         return True
 
 
-def exit_on_sigterm() -> None:
-    """Makes SIGTERM raise SystemExit, so that a terminated worker runs its `finally`s and removes its claim."""
+SIGTERM_GRACE_SECONDS = 2.0
+
+
+def exit_on_sigterm(grace: float = SIGTERM_GRACE_SECONDS) -> None:
+    """Makes SIGTERM raise SystemExit, so that a terminated worker runs its `finally`s and removes its claim.
+
+    Python runs the handler between two bytecodes of whatever runs then, and where that is a callback whose
+    exceptions are ignored (JAX's garbage-collection hook), the SystemExit is lost and the worker would go on. So
+    the handler also restores SIGTERM's default and sends it again after `grace` seconds: a worker still alive
+    then ends without its `finally`s (its claim, naming a dead process, is stale: `drop_stale_claim`)."""
     def _exit(signum, frame):
+        signal.signal(signum, signal.SIG_DFL)
+
+        def again():
+            time.sleep(grace)
+            os.kill(os.getpid(), signum)
+
+        threading.Thread(target=again, daemon=True).start()
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, _exit)

@@ -278,6 +278,26 @@ jobs.work([Job()], lambda job: time.sleep(60), pathlib.Path({str(tmp_path)!r}))
     assert not claim.exists()
 
 
+def test_a_terminated_worker_whose_exit_is_swallowed_still_ends(tmp_path):
+    """SIGTERM's SystemExit raised where it is swallowed (as in a callback whose exceptions are ignored): the
+    handler's second SIGTERM ends the worker after the grace period instead of letting it go on."""
+    script = """
+import sys, time
+from posenc import jobs
+jobs.exit_on_sigterm(grace=0.5)
+print("ready", flush=True)
+while True:
+    try:
+        time.sleep(0.01)
+    except SystemExit:  # swallowed, as an ignored callback exception is
+        pass
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.terminate()
+    assert proc.wait(timeout=20) == -15  # ended by the default SIGTERM, not running on
+
+
 def test_a_job_with_several_needs_starts_after_all_of_them(tmp_path):
     """`pick` needs `a` and `b`: it runs last however the plan orders it, and not at all while one is missing."""
     order = []
