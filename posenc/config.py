@@ -16,7 +16,6 @@ import ast
 import copy
 import dataclasses
 import hashlib
-import math
 import pathlib
 from typing import Any, Sequence
 
@@ -414,7 +413,7 @@ def _validate_eval(config: ml_collections.ConfigDict) -> None:
     evaluation would fail only after it): scaling names, training-free method specs, bytes per length (lengths
     that tile them) and, on a tasks config, lengths the task fills without padding, needle depths and examples
     per cell."""
-    from posenc.evaluate import SCALINGS  # noqa: PLC0415  (posenc.evaluate imports this module)
+    from posenc.evaluate import SCALINGS, check_lengths_tile  # noqa: PLC0415  (posenc.evaluate imports this module)
     from posenc.training_free import Method  # noqa: PLC0415
 
     ev = config.eval
@@ -441,10 +440,7 @@ def _validate_eval(config: ml_collections.ConfigDict) -> None:
         if isinstance(nb, bool) or not isinstance(nb, int) or nb <= 0 or nb % longest:
             raise ValueError(f"config.eval.num_bytes must be a positive multiple of the longest of config.eval.lengths "
                              f"({longest}), such as {longest * 8}; got {nb!r}")
-        uneven = [n for n in lengths if nb % n]
-        if uneven:  # each length tiles the same bytes (posenc.evaluate.check_num_bytes)
-            raise ValueError(f"config.eval.lengths: {uneven} do not divide config.eval.num_bytes={nb}: every length "
-                             f"tiles the same bytes; give num_bytes a multiple of {math.lcm(*lengths)}")
+        check_lengths_tile(lengths, nb, field="config.eval.lengths", nb_field="config.eval.num_bytes")
     if task is not None and task.name != "lm":  # lengths the task fills without padding (posenc.task_eval)
         check_input_lengths(task.name, lengths, "config.eval.lengths", exact=True)
     if "depths" in ev:

@@ -497,13 +497,20 @@ def check_num_bytes(stream, lengths: Sequence[int], num_bytes: int | None, *, de
     if nb % longest or nb > available or nb < longest:
         raise ValueError(f"num_bytes={nb} must be a positive multiple of the longest length {longest} and at most "
                          f"{available} ({what} has {len(stream)} bytes)")
-    uneven = [n for n in lengths if nb % n]
-    if uneven:  # every length tiles the same bytes with non-overlapping windows
-        lcm = math.lcm(*lengths)
-        raise ValueError(f"lengths: {uneven} do not divide num_bytes={nb}" + ("" if num_bytes is not None else
-                         " (the default)") + f": every length tiles the same bytes; give num_bytes a multiple of "
-                         f"{lcm} (at most {available}), or lengths that divide {nb}")
+    check_lengths_tile(lengths, nb, note="" if num_bytes is not None else " (the default)",
+                       limit=f" (at most {available})")
     return nb
+
+
+def check_lengths_tile(lengths: Sequence[int], num_bytes: int, *, field: str = "lengths",
+                       nb_field: str = "num_bytes", note: str = "", limit: str = "") -> None:
+    """Refuses lengths that do not all divide `num_bytes`: every length tiles the same bytes with non-overlapping
+    windows. The error names `field` and `nb_field` (`note` follows the value, `limit` the suggested multiple)."""
+    uneven = [n for n in lengths if num_bytes % n]
+    if uneven:
+        raise ValueError(f"{field}: {uneven} do not divide {nb_field}={num_bytes}{note}: every length tiles the same "
+                         f"bytes; give {nb_field} a multiple of {math.lcm(*lengths)}{limit}, or lengths that divide "
+                         f"{num_bytes}")
 
 
 @dataclasses.dataclass(frozen=True)
