@@ -12,9 +12,12 @@ An axis is `field=v1,v2,…`. Axes combine as a grid (every combination) or zipp
   are traced inputs, so every point reuses one compiled forward per length (and method). Results land in
   `ROOT/points/<point name>.json`.
 
-A finished point (its JSON has status `done`) is skipped only if it was computed from the same config (train)
-or the same run and step (eval), scaling, split and test bytes; if only lengths were added, it is extended
-with them; otherwise it is recomputed. A failing point is recorded with its error (status `failed`) and the
+Points are scored on the validation split by default, the split to choose settings on: a table on the
+validation split marks its best point, one on the test split does not (score the chosen point on test, as
+`posenc.tuning.tune` does). A finished point (its JSON has status `done`) is skipped if it was computed from
+the same config (train) or the same run and parameters (eval), scaling, split, corpus and bytes, and extended
+if only lengths were added; a rerun that would compute it from anything else is refused before any work,
+naming what differs (its numbers are never overwritten: give that sweep its own root). A failing point is recorded with its error (status `failed`) and the
 sweep goes on; a sweep whose every point failed exits non-zero. Each point is also an independent command (`--points=NAME` or
 `--shard=i/n`), so points can be spread over machines and gathered into one table with `--aggregate_only`.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import itertools
 import json
 import math
@@ -37,7 +41,7 @@ from tqdm.auto import tqdm
 from posenc import checkpoint, data, jobs
 from posenc.config import (SCALING_FIELDS, defining_fields, parse_value, scaling_fields_read, unread_fields, validate,
                            with_fields)
-from posenc.evaluate import LN2, Evaluator, check_num_bytes, hf_run, load_run, run_stream
+from posenc.evaluate import LN2, Evaluator, check_num_bytes, check_split, hf_run, load_run, run_stream
 from posenc.encodings import get_encoding
 from posenc.rope_scaling import KINDS, RopeScaling
 from posenc.training_free import FIELDS as METHOD_FIELDS
@@ -56,7 +60,10 @@ def parse_axes(specs: Sequence[str]) -> list[tuple[str, list[Any]]]:
         field, sep, values = spec.partition("=")
         if not sep or not field.strip() or not values.strip():
             raise ValueError(f"axis must look like field=v1,v2,…, got {spec!r}")
-        axes.append((field.strip(), [parse_value(v.strip()) for v in values.split(",") if v.strip()]))
+        if any(not v.strip() for v in values.split(",")):
+            raise ValueError(f"axis {field.strip()!r} has an empty value in {spec!r}: values are comma-separated "
+                             "(v1,v2,…), each non-empty")
+        axes.append((field.strip(), [parse_value(v.strip()) for v in values.split(",")]))
     fields = [f for f, _ in axes]
     if len(set(fields)) != len(fields):
         raise ValueError(f"axis fields must be distinct, got {fields}")
@@ -171,6 +178,38 @@ def missing_lengths(record: dict[str, Any] | None, key: dict[str, Any], lengths:
         and record.get(f"scaling_L{n}") != scaling_fields(scaling_at(n)))]
 
 
+def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """'field: old in the record, new now' for each field (nested dicts dotted) where two keys differ."""
+    out = []
+    for k in sorted(set(old) | set(new), key=str):
+        a, b = old.get(k, "(absent)"), new.get(k, "(absent)")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}: {a!r} in the record, {b!r} now")
+    return out
+
+
+def check_rerun(root: str, todo: Sequence[tuple[str, dict[str, Any] | None, dict[str, Any]]]) -> None:
+    """Refuses a rerun that would overwrite a finished point (`old`, status done) with one computed from another
+    key (another config or run, scaling, split, corpus, bytes or point values): run before any point is computed.
+
+    Args:
+      todo: (point name, its record under `root` or None, the key it would be computed from now).
+
+    Raises:
+      ValueError: naming each such point and the fields that differ.
+    """
+    clashes = [(name, _differences(old.get("key", {}), key)) for name, old, key in todo
+               if old and old.get("status") == "done" and old.get("key") != key]
+    if clashes:
+        raise ValueError(f"{root} holds finished sweep points computed from other settings; rerunning would overwrite "
+                         "them: " + "; ".join(f"{name} ({', '.join(d[:4])}{', …' if len(d) > 4 else ''})"
+                                               for name, d in clashes[:3])
+                         + (f"; and {len(clashes) - 3} more" if len(clashes) > 3 else "")
+                         + " — give this sweep its own --root (or the settings of the finished one)")
+
+
 def _record(old: dict[str, Any] | None, key: dict[str, Any], lengths: Sequence[int], base: dict[str, Any],
             scaling_at: Callable[[int], RopeScaling] | None = None):
     """The record to extend (the old one when only lengths are missing) or a fresh one."""
@@ -201,32 +240,58 @@ def check_train_points(base_config: ml_collections.ConfigDict, points: list[tupl
                              "scaling): use --scaling=none")
 
 
+def _train_key(config: ml_collections.ConfigDict, lengths: Sequence[int], scaling: str, split: str,
+               num_bytes: int | None) -> tuple[dict[str, Any], np.ndarray]:
+    """(the key a train-sweep point is computed from, the split's bytes it is scored on)."""
+    corpus = data.load_corpus(config.data.path, config.data.cache_dir)
+    stream = corpus.split(split)
+    nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what=f"the {split} split")
+    key = {"config": json.loads(json.dumps(defining_fields(config))), "train_steps": config.train_steps,
+           "scaling": scaling, "split": split, "num_bytes": nb, "corpus": corpus.sha256}
+    return key, stream
+
+
+def base_digest(config: ml_collections.ConfigDict) -> str:
+    """A train sweep's base config (what defines its runs, and train_steps) as 16 hex digits: the points of one
+    table share it."""
+    fields = {**json.loads(json.dumps(defining_fields(config))), "train_steps": config.train_steps}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: list[tuple[str, dict]], *,
                     lengths: Sequence[int], scaling: str = "none", num_bytes: int | None = None,
-                    train_fn: Callable | None = None, progress: bool = True) -> list[dict[str, Any]]:
-    """Trains (or resumes) and evaluates each point; returns the point records.
+                    split: str = "validation", train_fn: Callable | None = None,
+                    progress: bool = True) -> list[dict[str, Any]]:
+    """Trains (or resumes) and evaluates each point on `split`; returns the point records.
 
-    A point is reused only for the same config, scaling, corpus and test bytes, and extended with lengths it lacks.
-    A point whose run directory holds a run of another config fails with the training's error naming the
-    fields (a run directory is never retrained under another config).
+    A point is reused only for the same config, scaling, split, corpus and bytes, and extended with lengths it
+    lacks; a finished point of other settings is refused before any work (`check_rerun`). A point whose run
+    directory holds a run of another config fails with the training's error naming the fields (a run directory
+    is never retrained under another config).
     """
     from posenc.evaluate import scaling_for  # noqa: PLC0415
     from posenc.train import train_and_evaluate  # noqa: PLC0415
 
+    check_split(split)
     check_train_points(base_config, points, scaling)
     train_fn = train_fn or train_and_evaluate
+    base = base_digest(base_config)
+    path_of = lambda name: pathlib.Path(root) / name / "sweep_point.json"  # noqa: E731
+    keys = {}
+    for name, point in points:  # a point whose key cannot be made fails below, with its error recorded
+        try:
+            keys[name] = _train_key(with_fields(base_config, point, "sweep axis"), lengths, scaling, split, num_bytes)[0]
+        except Exception:  # noqa: BLE001
+            pass
+    check_rerun(root, [(name, _read(path_of(name)), key) for name, key in keys.items()])
     records = []
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
-        path = pathlib.Path(root) / name / "sweep_point.json"
+        path = path_of(name)
         old = _read(path)
-        record = {"name": name, "point": point, "mode": "train", "status": "running"}
+        record = {"name": name, "point": point, "mode": "train", "split": split, "base": base, "status": "running"}
         try:
             config = with_fields(base_config, point, "sweep axis")
-            corpus = data.load_corpus(config.data.path, config.data.cache_dir)
-            stream = corpus.test
-            nb = check_num_bytes(stream, lengths, num_bytes, default_windows=8, what="the test split")
-            key = {"config": json.loads(json.dumps(defining_fields(config))), "train_steps": config.train_steps,
-                   "scaling": scaling, "split": "test", "num_bytes": nb, "corpus": corpus.sha256}
+            key, stream = _train_key(config, lengths, scaling, split, num_bytes)
             record, todo = _record(old, key, lengths, record)
             workdir = str(pathlib.Path(root) / name)
             if not todo and pathlib.Path(workdir).exists():  # each length's scaling as it resolves now
@@ -238,8 +303,9 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
             train_fn(config, workdir)
             run = load_run(workdir, name)
             ev = Evaluator(run)
-            record.update(_bpb_rows(ev, stream, todo, nb, lambda n: scaling_for(run, scaling, n)),
-                          status="done", scaling=scaling, num_bytes=nb, train_len=run.train_len, step=run.step)
+            record.update(_bpb_rows(ev, stream, todo, key["num_bytes"], lambda n: scaling_for(run, scaling, n)),
+                          status="done", scaling=scaling, num_bytes=key["num_bytes"], train_len=run.train_len,
+                          step=run.step)
         except Exception as e:  # noqa: BLE001 — one failing point must not stop the sweep
             record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-2000:])
         _write(path, record)
@@ -297,13 +363,14 @@ def eval_scaling(run, point: dict[str, Any], base_kind: str, length: int) -> Rop
 
 
 def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, lengths: Sequence[int],
-                   scaling: str = "yarn", num_bytes: int | None = None, split: str = "test",
+                   scaling: str = "yarn", num_bytes: int | None = None, split: str = "validation",
                    progress: bool = True, method: str = "none", hf_model: bool = False,
                    text: str | None = None) -> list[dict[str, Any]]:
     """Re-evaluates one run at every point (one compiled forward per length and method for all points).
     `scaling` is the base RoPE scaling kind and `method` the base training-free method the points modify.
     With `hf_model`, `workdir` is a Hugging Face checkpoint directory scoring the corpus `text` in its own
     tokens (lengths and `num_bytes` in tokens; bits per UTF-8 byte)."""
+    check_split(split)
     if scaling not in KINDS:
         raise ValueError(f"scaling (the RoPE scaling kind the points modify) must be one of {KINDS}, got {scaling!r}")
     for name, point in points:  # before the run loads: a point labelled with fields its kind does not apply
@@ -325,10 +392,14 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
         key["method"] = method
     if hf_model:
         key["hf_model"] = True
+    point_keys = {name: json.loads(json.dumps({**key, "point": point}))  # the exact values, not the rounded name
+                  for name, point in points}
+    path_of = lambda name: pathlib.Path(root) / "points" / f"{name}.json"  # noqa: E731
+    check_rerun(root, [(name, _read(path_of(name)), point_keys[name]) for name, _ in points])
     records = []
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
-        path = pathlib.Path(root) / "points" / f"{name}.json"
-        point_key = json.loads(json.dumps({**key, "point": point}))  # the exact values, not the rounded name
+        path = path_of(name)
+        point_key = point_keys[name]
         record = {"name": name, "point": point, "mode": "eval", "run": workdir, "step": run.step, "scaling": scaling,
                   "split": split, "num_bytes": nb, "train_len": run.train_len, "status": "running"}
         try:  # one failing point must not stop the sweep
@@ -352,23 +423,26 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
 
 
 # what every record of one sweep table shares (its axes aside): records of another command would be one series
-SHARED = {"train": ("scaling",), "eval": ("run", "scaling", "method", "split", "num_bytes")}
+SHARED = {"train": ("scaling", "split", "num_bytes", "corpus", "base"),
+          "eval": ("run", "scaling", "method", "split", "num_bytes", "corpus", "hf_model")}
 
 
 def gather(root: str, mode: str) -> list[dict[str, Any]]:
     """Every point record written under `root` (from any machine).
 
     Raises:
-      ValueError: records made with other settings (SHARED: the scaling; in eval mode also the run — its
-        parameters' SHA-256 and step —, the method, the split and the bytes scored) — sweeps with other
-        settings belong under their own --root.
+      ValueError: records made with other settings (SHARED: the scaling, the split, the corpus and the bytes
+        scored; in train mode also the base config and train_steps, `base_digest`; in eval mode the run — its
+        parameters' SHA-256 and step —, the method and whether it is a Hugging Face checkpoint) — sweeps with
+        other settings belong under their own --root.
     """
     pattern = "*/sweep_point.json" if mode == "train" else "points/*.json"
     records = [json.loads(p.read_text()) for p in sorted(pathlib.Path(root).glob(pattern))]
     values: dict[str, dict[Any, list[str]]] = {}
     for r in records:
         key = r.get("key", {})  # the run by its weights (a path is typed differently on each machine)
-        setting = {**r, "method": key.get("method", "none"),
+        setting = {**r, "method": key.get("method", "none"), "corpus": key.get("corpus"),
+                   "split": r.get("split", key.get("split")), "hf_model": key.get("hf_model", False),
                    "run": [key["params_sha256"], r.get("step")] if "params_sha256" in key else r.get("run")}
         for field in SHARED[mode]:
             if setting.get(field) is not None:
@@ -383,6 +457,14 @@ def gather(root: str, mode: str) -> list[dict[str, Any]]:
     return records
 
 
+def records_split(records: Sequence[dict[str, Any]]) -> str | None:
+    """The split a gathered sweep's points were scored on (None for no records)."""
+    splits = {r.get("split", r.get("key", {}).get("split")) for r in records}
+    if len(splits) > 1:
+        raise ValueError(f"sweep points scored on different splits: {sorted(map(str, splits))}")
+    return next(iter(splits), None)
+
+
 def write_outputs(records: list[dict[str, Any]], root: str, axes: list[str], lengths: Sequence[int],
                   plot_length: int | None = None) -> dict[str, pathlib.Path]:
     """results.csv, results.md and a plot: a heatmap for two axes, lines over length for one."""
@@ -394,12 +476,13 @@ def write_outputs(records: list[dict[str, Any]], root: str, axes: list[str], len
     out = pathlib.Path(root)
     out.mkdir(parents=True, exist_ok=True)
     cols = [f"bpb_L{n}" for n in lengths]
+    split = records_split(records) or "validation"
     paths = {"csv": out / "results.csv", "md": out / "results.md", "png": out / "sweep.png"}
     with open(paths["csv"], "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["name", *axes, "status", *cols, "error"])
+        w.writerow(["name", *axes, "split", "status", *cols, "error"])
         for r in records:
-            w.writerow([r["name"], *(r["point"].get(a) for a in axes), r["status"], *(r.get(c) for c in cols),
+            w.writerow([r["name"], *(r["point"].get(a) for a in axes), split, r["status"], *(r.get(c) for c in cols),
                         r.get("error", "")])
     fmt = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
     lines = ["| " + " | ".join([*axes, "status", *cols]) + " |", "|" + "---|" * (len(axes) + 1 + len(cols))]
@@ -409,8 +492,10 @@ def write_outputs(records: list[dict[str, Any]], root: str, axes: list[str], len
     failed = [r for r in records if r["status"] == "failed"]
     if failed:
         lines += ["", "Failed points:"] + [f"- {r['name']}: {r['error']}" for r in failed]
-    paths["md"].write_text("bits per byte on the test split (non-overlapping windows, lower is better)\n\n"
-                           + "\n".join(lines) + "\n")
+    note = ("the lowest is the sweep's choice" if split == "validation" else
+            "no point is chosen here: choose on the validation split (--split=validation), then score the choice on test")
+    paths["md"].write_text(f"bits per byte on the {split} split (non-overlapping windows, lower is better; {note})"
+                           "\n\n" + "\n".join(lines) + "\n")
 
     if plot_length is not None and plot_length not in lengths:
         raise ValueError(f"plot_length={plot_length} is not one of the lengths {list(lengths)}: the heatmap shows bits "
@@ -435,7 +520,8 @@ def write_outputs(records: list[dict[str, Any]], root: str, axes: list[str], len
                 ax.text(xi, yi, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white")
         fig.colorbar(im, ax=ax, label=f"bits per byte at L={plot_length}")
         best = np.unravel_index(np.nanargmin(grid), grid.shape) if np.isfinite(grid).any() else None
-        title = f"best: {axes[0]}={_fmt(xs[best[1]])}, {axes[1]}={_fmt(ys[best[0]])}" if best else ""
+        title = (f"best on validation: {axes[0]}={_fmt(xs[best[1]])}, {axes[1]}={_fmt(ys[best[0]])}"
+                 if best and split == "validation" else f"{split} split")
         ax.set_title(title)
     else:
         for r in done:
@@ -446,7 +532,7 @@ def write_outputs(records: list[dict[str, Any]], root: str, axes: list[str], len
             ax.axvline(t, color="gray", linestyle="--", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("evaluation length (tokens)")
-        ax.set_ylabel("bits per byte")
+        ax.set_ylabel(f"bits per byte ({split} split)")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(paths["png"], dpi=100)

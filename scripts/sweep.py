@@ -17,8 +17,10 @@ fields are axes (the scaling stays --scaling, `none` for plain RoPE or for a non
     python scripts/sweep.py --mode=eval --workdir=runs/default --root=runs/self_extend_sweep --scaling=none \
         --method=self_extend --axis=window=32,64,128 --axis=group=2,4,8,16 --lengths=1024,4096
 
-Rerunning resumes: points finished with the same config (or run and parameters), scaling, corpus and bytes are skipped, and extended
-with lengths they lack. A sweep whose every point failed exits non-zero. To spread points over machines,
+Points are scored on --split=validation by default, where the table marks the lowest as the choice; score a
+chosen setting with --split=test (no point marked). Rerunning resumes: points finished with the same config
+(or run and parameters), scaling, split, corpus and bytes are skipped, and extended with lengths they lack; a
+rerun that would overwrite a finished point with other settings is refused. A sweep whose every point failed exits non-zero. To spread points over machines,
 give each machine its shard (--shard=0/3, 1/3, 2/3) or named points (--points=NAME,...), copy the point
 directories back under one --root, and rebuild the table with --aggregate_only. Writes results.csv, results.md, sweep.png in --root.
 """
@@ -49,7 +51,11 @@ _SCALING = flags.DEFINE_string("scaling", None, "Train mode: scaling name at eva
 _METHOD = flags.DEFINE_enum("method", "none", training_free.METHODS,
                             "Eval mode: the training-free method the points' method fields (window, group, leak, "
                             "n_global, num_sinks, logn) apply to.")
-_NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Test bytes scored per length (default 8 x longest).")
+_SPLIT = flags.DEFINE_enum("split", "validation", ("validation", "test"),
+                           "The split the points are scored on: validation to choose a setting (the table marks the "
+                           "lowest), test to report settings already chosen (no point is marked).")
+_NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Bytes (tokens with --hf_model) scored per length (default 8 x "
+                                  "longest).")
 _PLOT_LENGTH = flags.DEFINE_integer("plot_length", None, "Length whose bits per byte fill the heatmap.")
 _POINTS = flags.DEFINE_list("points", None, "Run only these point names.")
 _SHARD = flags.DEFINE_string("shard", None, "Run only shard i/n of the points.")
@@ -100,15 +106,19 @@ def main(argv):
                              "the heatmap shows bits per byte at one of them")
     prepare_out_dir(_ROOT.value, "--root")
     ran = []
-    if not _AGGREGATE.value:
-        if _MODE.value == "train":
+    try:  # the checks before any point is computed (a finished point of other settings, bytes the split lacks)
+        if not _AGGREGATE.value and _MODE.value == "train":
             ran = sweep.run_train_sweep(_CONFIG.value, _ROOT.value, points, lengths=lengths,
-                                        scaling=_SCALING.value or "none", num_bytes=_NUM_BYTES.value)
-        else:
+                                        scaling=_SCALING.value or "none", num_bytes=_NUM_BYTES.value,
+                                        split=_SPLIT.value)
+        elif not _AGGREGATE.value:
             ran = sweep.run_eval_sweep(_WORKDIR.value or _HF.value, _ROOT.value, points, lengths=lengths,
                                        scaling=_SCALING.value or "yarn", num_bytes=_NUM_BYTES.value,
-                                       method=_METHOD.value, hf_model=bool(_HF.value), text=_TEXT.value)
-    records = sweep.gather(_ROOT.value, _MODE.value)
+                                       split=_SPLIT.value, method=_METHOD.value, hf_model=bool(_HF.value),
+                                       text=_TEXT.value)
+        records = sweep.gather(_ROOT.value, _MODE.value)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
     paths = sweep.write_outputs(records, _ROOT.value, fields, lengths, _PLOT_LENGTH.value)
     print(paths["md"].read_text())
     print(f"wrote {', '.join(str(p) for p in paths.values())}")

@@ -138,7 +138,7 @@ def test_sweep_and_longrope_search_take_a_checkpoint(tmp_path):
 
     points = sweep.select(sweep.expand(sweep.parse_axes(["factor=1.0,2.0"])))
     records = sweep.run_eval_sweep(str(DATA / "qwen3"), str(tmp_path / "s"), points, lengths=[32], scaling="linear",
-                                   num_bytes=64, progress=False, hf_model=True)
+                                   num_bytes=64, split="test", progress=False, hf_model=True)
     assert all(r["status"] == "done" for r in records), [r.get("error") for r in records]
     # factor 2 with the checkpoint's own kind = its own scaling = the row `run` of the evaluation
     plain = ev.evaluate([], [32], ["run"], hf_models=[str(DATA / "qwen3")], num_bytes=64, progress=False)["rows"]

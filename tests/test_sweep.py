@@ -36,6 +36,9 @@ def test_grid_zip_and_names():
         sweep.parse_axes(["model.rope.base"])
     with pytest.raises(ValueError, match="distinct"):
         sweep.parse_axes(["a=1", "a=2"])
+    for spec in ("train_len=,", "train_len=32,,64", "train_len=32, "):  # a value lost would shrink the sweep
+        with pytest.raises(ValueError, match="has an empty value"):
+            sweep.parse_axes([spec])
 
 
 def test_select_shards_and_named_points():
@@ -55,13 +58,37 @@ def test_gather_refuses_records_of_other_settings_under_one_root(tmp_path):
     """`--scaling=yarn --axis=factor=2,4`, then `--scaling=ntk --axis=factor=8` into the same root: one table
     would show factors 2, 4 and 8 as one series."""
     (tmp_path / "points").mkdir()
-    record = {"point": {}, "status": "done", "run": "/r", "split": "test", "num_bytes": 128, "key": {}}
+    record = {"point": {}, "status": "done", "run": "/r", "split": "test", "num_bytes": 128, "key": {"corpus": "text-A"}}
     for name, scaling in (("factor=2", "yarn"), ("factor=4", "yarn")):
         (tmp_path / "points" / f"{name}.json").write_text(json.dumps({**record, "name": name, "scaling": scaling}))
     assert [r["name"] for r in sweep.gather(str(tmp_path), "eval")] == ["factor=2", "factor=4"]
     (tmp_path / "points" / "factor=8.json").write_text(json.dumps({**record, "name": "factor=8", "scaling": "ntk"}))
     with pytest.raises(ValueError, match=r"other settings: scaling: 'yarn' \(factor=2, factor=4\), 'ntk' \(factor=8\)"):
         sweep.gather(str(tmp_path), "eval")
+    # a Hugging Face sweep of another --text: another corpus
+    (tmp_path / "points" / "factor=8.json").write_text(json.dumps({**record, "name": "factor=8", "scaling": "yarn",
+                                                                   "key": {"corpus": "text-B"}}))
+    with pytest.raises(ValueError, match=r"corpus: 'text-A' \(factor=2, factor=4\), 'text-B' \(factor=8\)"):
+        sweep.gather(str(tmp_path), "eval")
+
+
+def test_train_gather_refuses_points_of_other_bytes_corpus_or_base_config(tmp_path):
+    """`--shard=0/2 --lengths=256,512` then `--shard=1/2 --lengths=256,512,1024` score 4,096 and 8,192 bytes
+    (8 × the longest length); another base config or corpus is another series too."""
+    def write(name, **fields):
+        record = {"name": name, "point": {"model.rope.base": name}, "status": "done", "scaling": "none",
+                  "split": "validation", "num_bytes": 4096, "base": "b0", "key": {"corpus": "c0"}, **fields}
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "sweep_point.json").write_text(json.dumps(record))
+
+    write("base=100")
+    write("base=1000")
+    assert len(sweep.gather(str(tmp_path), "train")) == 2
+    for fields, match in (({"num_bytes": 8192}, "num_bytes: 4096"), ({"base": "b1"}, "base: 'b0'"),
+                          ({"key": {"corpus": "c1"}}, "corpus: 'c0'"), ({"split": "test"}, "split: 'validation'")):
+        write("base=1000", **fields)
+        with pytest.raises(ValueError, match=match):
+            sweep.gather(str(tmp_path), "train")
 
 
 def test_with_fields_copies_and_names_unknown_fields(tiny_config):
@@ -137,6 +164,26 @@ def test_eval_sweep_refuses_an_unread_axis_before_loading_the_run(tmp_path):
                              progress=False)
 
 
+def test_tables_mark_a_choice_on_validation_only(tmp_path, monkeypatch):
+    """A test-split table marks no best point (choosing there would report the choice on the bytes it was chosen
+    on); a validation table does, in its header and its heatmap's title."""
+    import matplotlib.axes  # noqa: PLC0415
+
+    titles = []
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_title", lambda self, t, *a, **k: titles.append(t))
+    for split in ("validation", "test"):
+        records = [{"name": f"a={a},b={b}", "point": {"a": a, "b": b}, "status": "done", "split": split,
+                    "bpb_L64": a + b} for a in (1, 2) for b in (3, 4)]
+        paths = sweep.write_outputs(records, str(tmp_path / split), ["a", "b"], [64])
+        head = paths["md"].read_text().splitlines()[0]
+        assert f"on the {split} split" in head
+        assert ("the lowest is the sweep's choice" in head) == (split == "validation")
+        assert "split" in paths["csv"].read_text().splitlines()[0] and f",{split},done," in paths["csv"].read_text()
+    assert titles == ["best on validation: a=1, b=3", "test split"]
+    with pytest.raises(ValueError, match="different splits"):
+        sweep.records_split([{"split": "validation"}, {"key": {"split": "test"}}])
+
+
 def test_write_outputs_refuses_a_plot_length_not_among_the_lengths(tmp_path):
     with pytest.raises(ValueError, match=r"plot_length=999 is not one of the lengths \[32, 64\]"):
         sweep.write_outputs([], str(tmp_path), ["factor"], [32, 64], plot_length=999)
@@ -146,7 +193,7 @@ def test_eval_sweep_at_factor_one_matches_plain_evaluation(tiny_config, tmp_path
     train.train_and_evaluate(tiny_config(train_steps=4), str(tmp_path / "run"))
     points = sweep.select(sweep.expand(sweep.parse_axes(["factor=1.0,2.0", "attention_factor=1.0,1.2"])))
     records = sweep.run_eval_sweep(str(tmp_path / "run"), str(tmp_path / "sweep"), points, lengths=[32, 64],
-                                   scaling="linear", num_bytes=128, progress=False)
+                                   scaling="linear", num_bytes=128, split="test", progress=False)
     plain = ev.evaluate([str(tmp_path / "run")], [32, 64], ["none"], num_bytes=128, progress=False)["rows"]
     plain_bpb = {r["length"]: r["bpb"] for r in plain if r["protocol"] == "nonoverlap"}
     by = {r["name"]: r for r in records}
@@ -186,20 +233,40 @@ def test_train_sweep_reuses_a_point_only_for_its_config_and_extends_lengths(tiny
     again = sweep.run_train_sweep(base, str(tmp_path), points, lengths=[32, 64], num_bytes=128, progress=False,
                                   train_fn=lambda config, workdir: None)[0]
     assert (again["bpb_L32"], again["bpb_L64"]) == (first["bpb_L32"], extended["bpb_L64"])
-    # another base config: never the old numbers; the run directory refuses to become another run
-    longer = tiny_config(train_steps=6)
-    rerun = sweep.run_train_sweep(longer, str(tmp_path), points, lengths=[32, 64], num_bytes=128, progress=False)[0]
+    # another base config, split or bytes: refused before any work, the finished record kept
+    kept = path.read_text()
+    for config, kwargs, field in ((tiny_config(train_steps=6), {}, "config.schedule_steps: 4 in the record, 6 now"),
+                                  (base, {"split": "test"}, "split: 'validation' in the record, 'test' now"),
+                                  (base, {"num_bytes": 256}, "num_bytes: 128 in the record, 256 now")):
+        kwargs = {"num_bytes": 128, **kwargs}
+        with pytest.raises(ValueError, match=r"computed from other settings.*" + re.escape(field)):
+            sweep.run_train_sweep(config, str(tmp_path), points, lengths=[32, 64], progress=False,
+                                  train_fn=lambda config, workdir: pytest.fail("trained"), **kwargs)
+        assert path.read_text() == kept
+    # a run directory holding a run of another config (its record lost) refuses to become another run
+    path.unlink()
+    rerun = sweep.run_train_sweep(tiny_config(train_steps=6), str(tmp_path), points, lengths=[32, 64], num_bytes=128,
+                                  progress=False)[0]
     assert rerun["status"] == "failed" and "RunMismatchError" in rerun["error"] and "schedule_steps" in rerun["error"]
     assert "bpb_L32" not in rerun
 
 
-def test_eval_sweep_extends_lengths_and_recomputes_for_other_bytes(trained_run, tmp_path):
+def test_eval_sweep_extends_lengths_and_refuses_other_bytes(trained_run, tmp_path):
     points = sweep.select(sweep.expand(sweep.parse_axes(["factor=2.0"])))
     root = str(tmp_path / "sweep")
     first = sweep.run_eval_sweep(str(trained_run), root, points, lengths=[32], num_bytes=128, progress=False)[0]
     more = sweep.run_eval_sweep(str(trained_run), root, points, lengths=[32, 64], num_bytes=128, progress=False)[0]
-    assert more["bpb_L32"] == first["bpb_L32"] and more["bpb_L64"] > 0
-    other = sweep.run_eval_sweep(str(trained_run), root, points, lengths=[64], num_bytes=64 * 4, progress=False)[0]
+    assert more["bpb_L32"] == first["bpb_L32"] and more["bpb_L64"] > 0 and more["split"] == "validation"
+    kept = (pathlib.Path(root) / "points" / f"{points[0][0]}.json").read_text()
+    for kwargs, field in (({"num_bytes": 256}, "num_bytes: 128 in the record, 256 now"),
+                          ({"split": "test"}, "split: 'validation' in the record, 'test' now"),
+                          ({"scaling": "ntk"}, "scaling: 'yarn' in the record, 'ntk' now")):
+        with pytest.raises(ValueError, match=r"computed from other settings; .*: factor=2 \(" + re.escape(field)):
+            sweep.run_eval_sweep(str(trained_run), root, points, lengths=[64], **{"num_bytes": 128, **kwargs},
+                                 progress=False)
+        assert (pathlib.Path(root) / "points" / f"{points[0][0]}.json").read_text() == kept
+    other = sweep.run_eval_sweep(str(trained_run), str(tmp_path / "other"), points, lengths=[64], num_bytes=256,
+                                 progress=False)[0]
     assert other["num_bytes"] == 256 and "bpb_L32" not in other and other["bpb_L64"] != more["bpb_L64"]
     # a length scored under another scaling than it resolves to now (a named scaling whose meaning changed), or
     # with none recorded (an older record), is scored again
@@ -223,6 +290,9 @@ def test_eval_sweep_extends_lengths_and_recomputes_for_other_bytes(trained_run, 
     assert reused["bpb_L32"] == 99.0
     stale_key = {**json.loads(path.read_text())["key"], "params_sha256": "another run"}
     path.write_text(json.dumps({**json.loads(path.read_text()), "key": stale_key}))
+    with pytest.raises(ValueError, match="params_sha256: 'another run' in the record"):
+        sweep.run_eval_sweep(str(trained_run), root, points, lengths=[32], num_bytes=128, progress=False)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "status": "failed"}))  # a failed point is retried
     fresh = sweep.run_eval_sweep(str(trained_run), root, points, lengths=[32], num_bytes=128, progress=False)[0]
     assert fresh["bpb_L32"] == first["bpb_L32"]
 
@@ -279,7 +349,7 @@ def test_eval_sweep_over_training_free_method_fields_matches_evaluation_and_comp
                                                                                           tmp_path):
     points = sweep.select(sweep.expand(sweep.parse_axes(["window=8,16", "group=2,4"])))
     records = sweep.run_eval_sweep(str(trained_run), str(tmp_path / "s"), points, lengths=[64], scaling="none",
-                                   method="self_extend", num_bytes=128, progress=False)
+                                   method="self_extend", num_bytes=128, split="test", progress=False)
     by = {r["name"]: r for r in records}
     assert all(r["status"] == "done" for r in records), [r.get("error") for r in records]
     rows = ev.evaluate([str(trained_run)], [64], ["none"], methods=["self_extend,window=16,group=4"], num_bytes=128,

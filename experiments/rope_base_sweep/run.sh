@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # RoPE base sweep (issue 6, experiment 1): does a larger base extrapolate better without scaling?
 # Trains one run per base with the extrapolation study's budget (experiments/extrapolation/config.py),
-# evaluates each at 1x-16x its training length without scaling, and writes the report here. Resumable.
+# evaluates each on test at 1x-16x its training length without scaling (a description: no base is chosen), and
+# writes the report here. Resumable.
 set -euo pipefail
 root=${ROOT:-runs/rope_base_sweep}
 start=$(date +%s)
 .venv/bin/python scripts/sweep.py --mode=train --config=experiments/extrapolation/config.py --root="$root" \
-  --axis=model.rope.base=100,1000,10000,100000,1000000 --lengths=256,512,1024,2048,4096 --num_bytes=16384
+  --axis=model.rope.base=100,1000,10000,100000,1000000 --lengths=256,512,1024,2048,4096 --num_bytes=16384 --split=test
 end=$(date +%s)
 cp "$root"/results.csv "$root"/results.md "$root"/sweep.png experiments/rope_base_sweep/
 echo "{\"wall_seconds\": $((end - start))}" > experiments/rope_base_sweep/timing.json
