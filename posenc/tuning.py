@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from posenc import sweep
+from posenc import jobs, sweep
 
 RULES = ("linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn", "dynamic_linear")
 LENGTH_TRACKING = ("dynamic_yarn", "dynamic_linear")  # RopeScaling(dynamic=True): s = max(1, T / L)
@@ -137,7 +137,8 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
     """Tunes `rule` for run `workdir` at `target_len` on validation (`num_bytes` per evaluation), scores the
     default and the winner on test (`test_num_bytes`, default `num_bytes`, at `test_lengths` and the target),
     and writes `root/<rule>_<target_len>.json` (the trials, the choice and both test scores). The sweep's
-    point records go to `root/<rule>_<target_len>/` (a rerun resumes from them)."""
+    point records go to `root/<rule>_<target_len>/` (a rerun resumes from them; a rerun with another budget or
+    seed is refused before any work, as is one whose points would overwrite finished ones of other settings)."""
     from posenc.evaluate import load_run  # noqa: PLC0415
 
     from posenc.evaluate import check_num_bytes, run_stream  # noqa: PLC0415
@@ -147,6 +148,14 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
         raise ValueError(f"tuning a RoPE scaling needs a run whose encoding takes one; {workdir!r} has "
                          f"posenc={run.cfg.posenc!r}")
     s = target_len / run.base_len
+    out = pathlib.Path(root) / f"{rule}_{target_len}.json"
+    if out.exists():  # another budget or seed would replace the finished result with another search's
+        old = json.loads(out.read_text())
+        differ = [f"{f}: {old.get(f)!r} in {out}, {v!r} now" for f, v in (("budget", budget), ("seed", seed))
+                  if old.get(f) != v]
+        if differ:
+            raise ValueError(f"{out} holds a tuning of {rule} at {target_len} with other settings ({'; '.join(differ)}): "
+                             "give this one its own root")
     points = sample_points(rule, s, budget, seed)
     lengths = sorted(set(test_lengths or []) | {target_len})
     for split, n, ls in (("validation", num_bytes, [target_len]), ("test", test_num_bytes or num_bytes, lengths)):
@@ -182,9 +191,6 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
               "test_num_bytes": next(iter(test.values()))["num_bytes"],
               "test_scaling": "each point applied unchanged at every test length (tuned for the target)",
               "default": summary(default), "best": summary(best), "trials": trials}
-    out = pathlib.Path(root) / f"{rule}_{target_len}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(out)
+    jobs.write_atomic(out, json.dumps(result, indent=1))
     return result

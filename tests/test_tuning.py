@@ -84,6 +84,12 @@ def test_tune_selects_on_validation_and_scores_test(trained_run, tmp_path, monke
     monkeypatch.setattr(Evaluator, "nll", lambda *a, **k: pytest.fail("a rerun recomputed a finished point"))
     rerun = tuning.tune(str(trained_run), "yarn", 64, 4, str(tmp_path), num_bytes=128, progress=False)
     assert rerun["trials"] == result["trials"]  # resumed from the point records
+    kept = (tmp_path / "yarn_64.json").read_text()
+    for kwargs, field in (({"seed": 1}, "seed: 0 in"), ({"budget": 5}, "budget: 4 in")):
+        with pytest.raises(ValueError, match=f"with other settings \\({field}"):
+            tuning.tune(str(trained_run), "yarn", 64, kwargs.get("budget", 4), str(tmp_path), num_bytes=128,
+                        seed=kwargs.get("seed", 0), progress=False)
+        assert (tmp_path / "yarn_64.json").read_text() == kept
 
 
 def test_selection_skips_failed_points_keeps_the_earlier_of_ties_and_fails_when_all_fail(monkeypatch, tmp_path):
