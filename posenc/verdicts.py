@@ -28,6 +28,9 @@ def strength(margins, min_sd: float = 0.0) -> tuple[str, str]:
     """('weak' | 'moderate' | 'strong', a description) of margins that should be positive; `min_sd`: a floor
     under their standard deviation (one seed's measurement noise)."""
     m = np.asarray(margins, float)
+    if m.size == 0 or not np.isfinite(m).all():
+        raise ValueError(f"margins must be finite, one per run, got {m.tolist()}: a missing measurement is no "
+                         "evidence (leave the claim unmeasured)")
     if m.size < 2:
         return "weak", f"{m.mean():+.3f} (one run)"
     if m.mean() == 0:

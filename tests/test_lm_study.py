@@ -489,3 +489,16 @@ def test_status_names_the_exported_parameters_no_planned_job_needs(tmp_path):
            "needs it again): iambic-rope-s0." in report.status(report.Study(family, plan, run.FULL, tmp_path))
     run.params_file(tmp_path, "iambic-rope-s0").unlink()  # gone already
     assert line not in report.status(report.Study(family, plan, run.FULL, tmp_path))
+
+
+def test_a_three_way_verdict_is_as_firm_as_the_condition_that_decides_it():
+    """Sinusoidal jumps of 0.045, 0.030, 0.060: 'not reproduced' is decided by "jump ≥ 0.05" failing (barely:
+    weak), not by "jump > 0.25" failing by far, whose failure alone would only make it inconclusive."""
+    thresholds, verdict_of, deciding = report.SINUSOIDAL_JUMP
+    jumps = np.array([0.045, 0.030, 0.060])
+    conditions = {k: jumps - t for k, t in thresholds.items()}
+    verdict, firm = report.judge(conditions, verdict_of, deciding)
+    assert verdict == "not reproduced" and firm.startswith("**weak**") and "jump > 0.25" not in firm
+    assert report.judge(conditions, verdict_of)[1].startswith("**strong**")  # every condition judged: overstated
+    verdict, firm = report.judge({k: jumps + 0.3 - t for k, t in thresholds.items()}, verdict_of, deciding)
+    assert verdict == "reproduced" and "jump > 0.25 holds" in firm and "jump ≥ 0.05" not in firm

@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 
 from posenc import verdicts
 
@@ -70,3 +71,9 @@ def test_a_floor_under_the_spread_keeps_more_agreement_from_reading_weaker():
     text = verdicts.evidence({"a": (True, [1.0, 1.1, 0.9])}, "inconclusive (no power)")
     assert text.startswith("**weak** (inconclusive; a holds by +1.000")
     assert verdicts.firmness({"a": (True, [0.2, 0.2], 0.1)}) == "weak"  # t = 2.8 < t80 at df 1
+
+
+def test_no_measurement_is_refused_rather_than_called_weak():
+    for margins in ([], [float("nan"), 0.5, 0.6], [0.1, float("inf")]):
+        with pytest.raises(ValueError, match="margins must be finite"):
+            verdicts.strength(margins)

