@@ -1,0 +1,28 @@
+"""experiments/yarn_sweep: the committed README is rendered from the committed results, and its choices are the
+validation minima."""
+
+import importlib.util
+import json
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+HERE = ROOT / "experiments" / "yarn_sweep"
+_spec = importlib.util.spec_from_file_location("yarn_sweep_report", HERE / "report.py")
+report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(report)
+
+
+def test_committed_readme_is_rendered_from_the_results():
+    assert (HERE / "README.md").read_text() == report.render(report.load())
+
+
+def test_each_choice_is_the_validation_minimum_and_test_scores_the_choice():
+    for r in report.load():
+        for s, by_af in r["validation"]["temperature"].items():
+            best = min(by_af, key=lambda a: (by_af[a], float(a)))
+            assert r["chosen"]["temperature"][s] == float(best)
+        betas = r["validation"]["betas"]
+        best = min(betas, key=betas.get)
+        assert f"{r['chosen']['betas']['beta_fast']:g},{r['chosen']['betas']['beta_slow']:g}" == best
+        assert set(r["test"]["temperature"]) == set(r["validation"]["temperature"])
+        assert json.dumps(r["test"]["ngram_floor"]) == json.dumps(report.load()[0]["test"]["ngram_floor"])
