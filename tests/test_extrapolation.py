@@ -33,3 +33,23 @@ def test_committed_report_is_rendered_from_the_results_and_inconclusive_verdicts
     for claim in claims:
         if claim[3] == "inconclusive" and claim[5] != "none":
             assert claim[5].startswith("**weak** (inconclusive; "), claim
+
+
+def test_a_base_run_trained_again_must_score_as_its_result_did(trained_run):
+    """run.py trains a scored base run again only for its missing fine-tunes; another run under its name (trained
+    on another CPU kind, or with other code) is refused, so that no fine-tune starts from a run its table does not
+    describe."""
+    import pytest  # noqa: PLC0415
+
+    from posenc import evaluate as ev  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location("extrapolation_run", ROOT / "experiments/extrapolation/run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    n = run.LENGTHS[0]
+    result = ev.evaluate([str(trained_run)], [n], ["none"], num_bytes=2 * n, ngram_floor=False, progress=False)
+    run.check_same_run(str(trained_run), result)
+    for row in result["rows"]:
+        row["bpb"] += 2e-4
+    with pytest.raises(RuntimeError, match=f"scores .* bits per byte at {n} where its result scored"):
+        run.check_same_run(str(trained_run), result)

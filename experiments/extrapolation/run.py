@@ -12,7 +12,9 @@ r"""The extrapolation study, end to end and resumable. From the repository root:
    also with their table interpolated; results go to experiments/extrapolation/results/<run>.json;
 4. writes the report (experiments/extrapolation/report.py).
 
-Every stage skips what is done: rerun the same command after an interruption.
+Every stage skips what is done: rerun the same command after an interruption. A run whose result exists is not
+trained again unless a missing fine-tune starts from it; then it must score as its result did
+(`check_same_run`).
 """
 
 from __future__ import annotations
@@ -37,10 +39,32 @@ ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn")
 # alone help?) and at 1024 without scaling (does the longer data alone help?)
 FINETUNES = (("cont256", "rope", 256), ("noscale4x", "rope", 1024), ("pi4x", "linear", 1024), ("yarn4x", "yarn", 1024))
 
-_RUNS = flags.DEFINE_string("runs", "runs/extrapolation", "Where the runs (checkpoints) go.")
-_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the main comparison.")
-_FT_STEPS = flags.DEFINE_integer("finetune_steps", 150, "Fine-tuning steps at 4x the length.")
-_NUM_BYTES = flags.DEFINE_integer("num_bytes", 32768, "Test bytes scored at every length.")
+
+
+def define_flags() -> None:
+    """The command's flags, defined when it runs (importing this module, as the tests do, defines none)."""
+    flags.DEFINE_string("runs", "runs/extrapolation", "Where the runs (checkpoints) go.")
+    flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the main comparison.")
+    flags.DEFINE_integer("finetune_steps", 150, "Fine-tuning steps at 4x the length.")
+    flags.DEFINE_integer("num_bytes", 32768, "Test bytes scored at every length.")
+
+
+def check_same_run(workdir: str, result: dict, tolerance: float = 1e-4) -> None:
+    """Refuses a run trained again (on another machine, its checkpoint gone) that is not the run its committed
+    `result` scored: its bits per byte at the first length without scaling must agree within `tolerance`.
+
+    Raises:
+      RuntimeError: naming both numbers (fine-tunes from it would start from another run).
+    """
+    row = next(r for r in result["rows"] if r["scaling"] == "none" and r["protocol"] == "nonoverlap"
+               and r["length"] == LENGTHS[0] and r["posenc"] != "n-gram")
+    again = ev.evaluate([workdir], [LENGTHS[0]], ["none"], num_bytes=row["num_bytes"], ngram_floor=False,
+                        progress=False)["rows"]
+    bpb = next(r["bpb"] for r in again if r["protocol"] == "nonoverlap")
+    if abs(bpb - row["bpb"]) > tolerance:
+        raise RuntimeError(f"{workdir}, trained again, scores {bpb:.6f} bits per byte at {LENGTHS[0]} where its result "
+                           f"scored {row['bpb']:.6f}: it is another run, and fine-tunes from it would not match the "
+                           "others. Train the study again into a fresh --runs and results folder")
 
 
 def _timed(log: dict, key: str, fn):
@@ -51,37 +75,46 @@ def _timed(log: dict, key: str, fn):
 
 
 def main(argv):
+    FLAGS = flags.FLAGS
     malloc.keep_buffers()  # before JAX starts its threads: posenc/malloc.py
     del argv
     logging.set_verbosity(logging.ERROR)
-    runs = pathlib.Path(_RUNS.value)
+    runs = pathlib.Path(FLAGS.runs)
     results = HERE / "results"
     results.mkdir(exist_ok=True)
     timing_path = results / "timing.json"
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else {}
     config_path = str(HERE / "config.py")
 
+    done = lambda name: (results / f"{name}.json").exists()  # noqa: E731
     names = []
     for posenc in POSENCS:
-        for seed in map(int, _SEEDS.value):
+        for seed in map(int, FLAGS.seeds):
             name = f"{posenc}-s{seed}"
             names.append(name)
+            fine_tunes = [f"rope-s{seed}-ft-{label}" for label, _, _ in FINETUNES] if posenc == "rope" else []
+            if done(name) and all(map(done, fine_tunes)):
+                continue  # scored, and no fine-tune left to start from it
             config = load_config_file(config_path, f"posenc={posenc},seed={seed}")
             _timed(timing, f"train/{name}", lambda c=config, n=name: train_and_evaluate(c, str(runs / n)))
             jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
+            if done(name):  # trained again for its fine-tunes: it must be the run its result scored
+                check_same_run(str(runs / name), json.loads((results / f"{name}.json").read_text()))
 
-    for seed in map(int, _SEEDS.value):  # the fine-tunes of every seed's RoPE run and their two controls
+    for seed in map(int, FLAGS.seeds):  # the fine-tunes of every seed's RoPE run and their two controls
         for label, kind, train_len in FINETUNES:
             name = f"rope-s{seed}-ft-{label}"
             names.append(name)
+            if done(name):
+                continue
             config = load_config_file(config_path, f"posenc={kind},seed={seed}")
             config.init_from = str(runs / f"rope-s{seed}")
             config.train_len = train_len
             config.batch_size = 4 * 1024 // train_len  # the same 4096 tokens per step as the base runs
-            config.train_steps = _FT_STEPS.value
+            config.train_steps = FLAGS.finetune_steps
             config.warmup_steps = 15
             config.learning_rate = 1e-3
-            config.eval_every = config.checkpoint_every = _FT_STEPS.value
+            config.eval_every = config.checkpoint_every = FLAGS.finetune_steps
             config.eval_windows = 16
             if kind != "rope":
                 config.model.rope.scaling.factor = 4.0
@@ -102,9 +135,9 @@ def main(argv):
         else:
             scalings = ["none"]
         result = _timed(timing, f"eval/{name}", lambda: ev.evaluate([workdir], LENGTHS, scalings,
-                                                                     num_bytes=_NUM_BYTES.value, progress=True))
+                                                                     num_bytes=FLAGS.num_bytes, progress=True))
         if "learned_beyond" in run.cfg.encoding.model_fields:  # a table: the seeds' "interpolation", reported apart
-            interp = ev.evaluate([workdir], LENGTHS, ["none"], num_bytes=_NUM_BYTES.value,
+            interp = ev.evaluate([workdir], LENGTHS, ["none"], num_bytes=FLAGS.num_bytes,
                                  learned_beyond="interpolate", progress=True)
             for row in interp["rows"]:
                 row["scaling"] = "interpolate"
@@ -113,16 +146,17 @@ def main(argv):
         jobs.write_atomic(out, json.dumps(result))
         jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
 
-    timing["finetune_steps"] = _FT_STEPS.value
+    timing["finetune_steps"] = FLAGS.finetune_steps
     timing["hardware"] = f"{platform.processor() or platform.machine()}, {jax.device_count()} JAX CPU device(s)"
     jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
     from report import write_report  # noqa: PLC0415  (experiments/extrapolation/report.py)
 
-    print(write_report(HERE, seeds=[int(s) for s in _SEEDS.value]))
+    print(write_report(HERE, seeds=[int(s) for s in FLAGS.seeds]))
 
 
 if __name__ == "__main__":
     import sys
 
     sys.path.insert(0, str(HERE))
+    define_flags()
     app.run(main)
