@@ -11,22 +11,26 @@ transformers does:
 
   * the RoPE parameters: v5 `rope_parameters`, legacy `rope_scaling`, or per-layer-type dicts
     (`{"full_attention": {...}, "sliding_attention": {...}}`, chosen by `layer_type`);
-  * the base: `rope_theta` (in the parameters or at the top level), GPT-NeoX's `rotary_emb_base`, and
-    Gemma 3's `rope_local_base_freq` for its sliding layers (its legacy `rope_scaling` applies to the full
-    layers only);
+  * the base: `rope_theta` (in the parameters or at the top level), and Gemma 3's `rope_local_base_freq` for
+    its sliding layers (its legacy `rope_scaling` applies to the full layers only). GPT-NeoX (GPTNeoXConfig)
+    reads `rope_theta` in the parameters, else `rotary_emb_base`, and no top-level `rope_theta`;
   * the rotary dimension: `head_dim` (else hidden_size / num_attention_heads), DeepSeek's
-    `qk_rope_head_dim`, times `partial_rotary_factor` or GPT-NeoX's `rotary_pct`;
+    `qk_rope_head_dim`, times `partial_rotary_factor` (in the parameters, else at the top level, else 1).
+    GPT-NeoX reads it in the parameters, else `rotary_pct`, else transformers' default 0.25, and no top-level
+    `partial_rotary_factor`;
   * the original length: `original_max_position_embeddings` at the top level first (Phi-3), then in the
-    parameters, then `max_position_embeddings`; LongRoPE without `factor` uses max / original;
+    parameters, then `max_position_embeddings`; LongRoPE (and yarn) without `factor` uses max / original;
+  * Phi-3's legacy types "su" and "yarn" as "longrope" (Phi3Config; for model_type "phi3" only);
   * the `proportional` type (p-RoPE, posenc/p_rope.py).
 
-Keys transformers accepts and does not use (`posenc.rope_scaling.IGNORED_BY_TRANSFORMERS`) are ignored as it
-ignores them: LongRoPE's `short_mscale` / `long_mscale` (transformers 5 derives the attention factor from `factor`), the
-`attention_factor` of linear, dynamic NTK and llama3 (it returns 1 for them), and dynamic NTK's
-`original_max_position_embeddings` (it scales from `max_position_embeddings`). Any other unknown key or type is
-an error naming it, and so are a missing base, a missing key transformers requires (`factor`; llama3's
-`low_freq_factor` / `high_freq_factor`) and a missing norm epsilon: nothing is defaulted silently. A config with
-both `rope_scaling` and `rope_parameters` is read from `rope_scaling`, as transformers 5.23 reads it.
+Each type takes the keys transformers' validation accepts for it (`posenc.rope_scaling.HF_KEYS`); transformers
+warns about any other key and ignores it, posenc refuses it, naming it. The one key ignored is LongRoPE's
+`short_mscale` / `long_mscale` for Phi-3 (model_type "phi3", whose rotary embedding does not read them); for any
+other model_type (Phi-3.5-MoE's "phimoe" scales cos/sin by them) they are an error. Unknown types ("ntk", and "su"
+outside Phi-3, included), a missing base, a missing key transformers requires (`factor`; llama3's
+`low_freq_factor` / `high_freq_factor`), a top-level GPT-NeoX `rope_theta` / `partial_rotary_factor` that
+contradicts the value transformers uses, and a missing norm epsilon are errors: no other value is defaulted. A
+config with both `rope_scaling` and `rope_parameters` is read from `rope_scaling`, as transformers 5.23 reads it.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import numpy as np
 
 from posenc.model import ModelConfig
 from posenc.p_rope import p_rope_mask
-from posenc.rope_scaling import RopeScaling, default_inv_freq, rope_frequencies
+from posenc.rope_scaling import PHI3_ALIASES, RopeScaling, default_inv_freq, rope_frequencies
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
@@ -74,29 +78,53 @@ def rope_setup(config: Mapping[str, Any], *, layer_type: str | None = None) -> t
     transformers reads it (see the module docstring; not for the `proportional` type, see
     `rope_from_hf_config`)."""
     params = _rope_parameters(config, layer_type)
+    model_type = config.get("model_type")
     rope_type = params.pop("rope_type", params.pop("type", "default"))
-    base = params.pop("rope_theta", None)
-    if base is None:
-        base = config.get("rope_theta", config.get("rotary_emb_base"))
-    if base is None:
-        raise ValueError("rope_from_hf_config: the config gives no RoPE base (rope_theta in rope_parameters or "
-                         "at the top level, or rotary_emb_base)")
-    partial = params.pop("partial_rotary_factor", None)
-    if partial is None:
-        partial = config.get("partial_rotary_factor", config.get("rotary_pct", 1.0))
+    if model_type == "phi3" and rope_type in PHI3_ALIASES:  # Phi3Config: legacy "su" / "yarn" are LongRoPE
+        rope_type = "longrope"
+    if model_type == "gpt_neox":
+        # GPTNeoXConfig: rope_parameters' own values, else rotary_emb_base and rotary_pct (default 0.25); it reads no
+        # top-level rope_theta or partial_rotary_factor
+        base = params.pop("rope_theta", None)
+        if base is None:
+            base = config.get("rotary_emb_base")
+        partial = params.pop("partial_rotary_factor", None)
+        if partial is None:
+            partial = config.get("rotary_pct", 0.25)
+        if base is None:
+            raise ValueError("rope_from_hf_config: the gpt_neox config gives no RoPE base (rope_theta in "
+                             "rope_parameters, or rotary_emb_base; transformers' GPTNeoXConfig does not read a "
+                             "top-level rope_theta)")
+        for key, used in (("rope_theta", base), ("partial_rotary_factor", partial)):
+            if config.get(key) is not None and config[key] != used:
+                raise ValueError(f"rope_from_hf_config: the gpt_neox config has a top-level {key}={config[key]!r}, "
+                                 f"which transformers' GPTNeoXConfig does not read: it uses {used!r} (rope_parameters, "
+                                 "else rotary_emb_base / rotary_pct). Remove one of the two")
+    else:
+        base = params.pop("rope_theta", None)
+        if base is None:
+            base = config.get("rope_theta")
+        partial = params.pop("partial_rotary_factor", None)
+        if partial is None:
+            partial = config.get("partial_rotary_factor", 1.0)
+        if base is None:
+            raise ValueError("rope_from_hf_config: the config gives no RoPE base (rope_theta in rope_parameters or "
+                             "at the top level; rotary_emb_base is GPT-NeoX's only)")
+    if isinstance(partial, bool) or not isinstance(partial, (int, float)) or not 0 < partial <= 1:
+        raise ValueError(f"rope_from_hf_config: partial_rotary_factor (GPT-NeoX: rotary_pct) must be a number in "
+                         f"(0, 1], got {partial!r}")
     head_dim = config.get("qk_rope_head_dim") or config.get("head_dim") or \
         config["hidden_size"] // config["num_attention_heads"]
     if rope_type == "proportional":
         raise ValueError("rope_setup: the 'proportional' type is p-RoPE (posenc/p_rope.py), not a RopeScaling")
     rotary_dim = int(head_dim * partial)
     max_len = config.get("max_position_embeddings")
-    if rope_type in ("llama3", "yarn", "longrope", "su") and "original_max_position_embeddings" in config:
+    if rope_type in ("llama3", "yarn", "longrope") and "original_max_position_embeddings" in config:
         params["original_max_position_embeddings"] = config["original_max_position_embeddings"]  # Phi-3 first
-    if rope_type in ("longrope", "su") and params.get("factor") is None:  # Phi-3: the ratio of the lengths
-        params["factor"] = max_len / params.get("original_max_position_embeddings", max_len)
     if rope_type != "default":
         params["rope_type"] = rope_type
-    return float(base), rotary_dim, int(head_dim), RopeScaling.from_hf(params, max_position_embeddings=max_len)
+    scaling = RopeScaling.from_hf(params, max_position_embeddings=max_len, model_type=model_type)
+    return float(base), rotary_dim, int(head_dim), scaling
 
 
 def rope_from_hf_config(config: Mapping[str, Any], *, layer_type: str | None = None,
@@ -151,12 +179,65 @@ def read_config(path) -> dict[str, Any]:
         raise ValueError(f"{str(path)!r} is not a Hugging Face checkpoint directory: it has no config.json") from None
 
 
+def _attention_window(config: Mapping[str, Any], family: str) -> int:
+    """The sliding window every layer attends within (0: full attention), where transformers applies one.
+
+    * llama, gpt_neox: none. Their transformers configs have no sliding window, so a `sliding_window` key in
+      config.json is not read (ignored here as there).
+    * mistral: `sliding_window` on every layer, null meaning full attention. MistralConfig defaults a missing key
+      to 4096, so a config without it is an error here rather than a guess.
+    * phi3: `sliding_window` on every layer, missing or null meaning full attention (Phi3Config's default None).
+    * qwen2, qwen3: `sliding_window` only when `use_sliding_window` is true, on the layers `layer_types` marks
+      "sliding_attention" (when absent: layers i >= `max_window_layers`, as Qwen2Config / Qwen3Config derive
+      them). posenc has one window for every layer: windows on some layers only are an error.
+    """
+    if family in ("llama", "gpt_neox"):
+        return 0
+    if family == "mistral" and "sliding_window" not in config:
+        raise ValueError("load_pretrained: the mistral config has no sliding_window (transformers' MistralConfig "
+                         "defaults it to 4096; null means full attention)")
+    window = config.get("sliding_window")
+    if family in ("qwen2", "qwen3"):
+        n = config["num_hidden_layers"]
+        if not config.get("use_sliding_window", False):
+            window = None  # Qwen2Config / Qwen3Config: sliding_window if use_sliding_window else None
+        elif "sliding_window" not in config:
+            raise ValueError(f"load_pretrained: the {family} config has use_sliding_window=true and no sliding_window "
+                             "(transformers defaults it to 4096)")
+        types = config.get("layer_types")
+        if types is None:
+            if window is not None and "max_window_layers" not in config:
+                raise ValueError(f"load_pretrained: the {family} config has use_sliding_window=true and neither "
+                                 "layer_types nor max_window_layers (the layers i >= max_window_layers slide; "
+                                 "transformers defaults it to 28)")
+            types = ["sliding_attention" if window is not None and i >= config["max_window_layers"] else
+                     "full_attention" for i in range(n)]
+        if len(types) != n or not set(types) <= {"full_attention", "sliding_attention"}:
+            raise ValueError(f"load_pretrained: {family} layer_types must be {n} (num_hidden_layers) of "
+                             f"'full_attention' / 'sliding_attention', got {types!r}")
+        if "sliding_attention" in types and window is None:
+            raise ValueError(f"load_pretrained: the {family} config's layer_types has sliding_attention layers but its "
+                             "sliding window is null (use_sliding_window false or sliding_window null)")
+        if len(set(types)) > 1:
+            raise ValueError(f"load_pretrained: {family} with sliding windows on some layers only (layer_types "
+                             f"{types}) is not supported: posenc has one attention window for every layer")
+        if types and types[0] == "full_attention":
+            window = None
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+        raise ValueError(f"load_pretrained: sliding_window must be a positive integer or null, got {window!r}")
+    return int(window or 0)
+
+
 def model_config_from_hf(config: Mapping[str, Any], *, dtype: str | None = None) -> ModelConfig:
     """The posenc `ModelConfig` of a Hugging Face config of one of `FAMILIES`.
 
+    The attention window is `sliding_window` where transformers applies it (`_attention_window`: Mistral, Phi-3,
+    Qwen2 / Qwen3 with `use_sliding_window`), and full attention for Llama and GPT-NeoX, whose transformers
+    models ignore a `sliding_window` key.
+
     Raises:
       ValueError: another family, an activation or attention layout the family does not have in posenc
-        (named), per-layer sliding windows.
+        (named), sliding windows on some layers only.
     """
     family = config.get("model_type")
     if family not in FAMILIES:
@@ -172,12 +253,7 @@ def model_config_from_hf(config: Mapping[str, Any], *, dtype: str | None = None)
             raise ValueError(f"load_pretrained: gpt_neox with hidden_act={act!r} is not supported; "
                              f"supported: {sorted(_NEOX_ACTS)}")
         mlp_act = _NEOX_ACTS[act]
-    window = config.get("sliding_window")
-    if family in ("qwen2", "qwen3"):
-        if config.get("use_sliding_window"):
-            raise ValueError(f"load_pretrained: {family} with use_sliding_window=True (sliding windows on some "
-                             "layers only) is not supported")
-        window = None
+    window = _attention_window(config, family)
     base, rotary_dim, head_dim, scaling = rope_setup(config)
     eps_key = "layer_norm_eps" if family == "gpt_neox" else "rms_norm_eps"
     if eps_key not in config:

@@ -41,29 +41,39 @@ KINDS = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "longrope", "llama3")
 DYNAMIC_KINDS = ("linear", "ntk", "yarn")  # kinds that accept `dynamic=True`
 _NEEDS_ORIGINAL_LEN = ("dynamic_ntk", "yarn", "longrope", "llama3")
 
-# Hugging Face `rope_type` names -> posenc kinds.
+# Hugging Face `rope_type` names -> posenc kinds: the types of transformers' `ROPE_INIT_FUNCTIONS` ("default" is the
+# unscaled RoPE). transformers has no "ntk" type: posenc's `kind="ntk"` has no Hugging Face form.
 _HF_TYPES = {
     "default": "none",
     "linear": "linear",
-    "ntk": "ntk",
     "dynamic": "dynamic_ntk",
     "yarn": "yarn",
     "longrope": "longrope",
-    "su": "longrope",  # early Phi-3 configs
     "llama3": "llama3",
 }
-# keys transformers 5 accepts for a type and does not read: linear, dynamic NTK and llama3 return an attention
-# factor of 1 ("unused in this type of RoPE"), dynamic NTK scales from max_position_embeddings, and LongRoPE
-# derives its attention factor from `factor`
-IGNORED_BY_TRANSFORMERS = {
-    "longrope": ("short_mscale", "long_mscale"), "su": ("short_mscale", "long_mscale"),
-    "linear": ("attention_factor",),
-    "dynamic": ("attention_factor", "original_max_position_embeddings"),
-    "llama3": ("attention_factor",),
+# Phi3Config (model_type "phi3" only) renames the legacy types "su" and "yarn" of early Phi-3 configs to "longrope",
+# and accepts no other scaled type
+PHI3_ALIASES = ("su", "yarn")
+# The keys each type accepts besides `rope_type` / `type`, `rope_theta` and `partial_rotary_factor`: the required
+# and optional keys of transformers' `_validate_<type>_rope_parameters`. transformers only warns about any other
+# key and ignores it; `from_hf` refuses it, naming it.
+HF_KEYS = {
+    "default": (),
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "yarn": ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+             "mscale_all_dim", "truncate"),
+    "longrope": ("short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor"),
+    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
 }
-# the keys transformers 5 requires of each type (a KeyError there): missing ones are an error, never defaulted
+_HF_COMMON_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+# LongRoPE's cos/sin scales of Phi-3.5-MoE: its `PhimoeRotaryEmbedding` multiplies cos and sin by `long_mscale` past
+# original_max_position_embeddings, else by `short_mscale`; Phi-3's LongRoPE (model_type "phi3") ignores them
+LONGROPE_MSCALES = ("short_mscale", "long_mscale")
+# the keys transformers requires of each type (a KeyError there): missing ones are an error, never defaulted
 _HF_REQUIRED = {
-    "linear": ("factor",), "ntk": ("factor",), "dynamic": ("factor",), "yarn": ("factor",),
+    "linear": ("factor",), "dynamic": ("factor",), "yarn": ("factor",),
+    "longrope": ("short_factor", "long_factor"),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
 }
 
@@ -174,28 +184,69 @@ class RopeScaling:
                 )
 
     @classmethod
-    def from_hf(cls, d: Mapping[str, Any], *, max_position_embeddings: int | None = None) -> "RopeScaling":
+    def from_hf(cls, d: Mapping[str, Any], *, max_position_embeddings: int | None = None,
+                model_type: str | None = None) -> "RopeScaling":
         """Builds a `RopeScaling` from a Hugging Face `rope_scaling` / `rope_parameters` dict.
 
-        Accepts `rope_type` (or the older `type`), `factor`, `original_max_position_embeddings`,
-        `beta_fast`, `beta_slow`, `truncate`, `attention_factor`, `mscale`, `mscale_all_dim`,
-        `short_factor`, `long_factor`, `low_freq_factor`, `high_freq_factor`. `rope_theta` (a
-        `rope_parameters` key) is the base, not a scaling: pass it to `rope_frequencies` separately.
-        HF falls back to the model's `max_position_embeddings` when `original_max_position_embeddings`
-        is absent; pass it as `max_position_embeddings` to reproduce that.
+        Accepts `rope_type` (or the older `type`) and, per type, the keys transformers' validation accepts for
+        it (`HF_KEYS`): `factor`, `original_max_position_embeddings`, `attention_factor`, `beta_fast`,
+        `beta_slow`, `truncate`, `mscale`, `mscale_all_dim` (yarn), `short_factor`, `long_factor` (longrope),
+        `low_freq_factor`, `high_freq_factor` (llama3). `rope_theta` (a `rope_parameters` key) is the base, not
+        a scaling: it is accepted and not read (pass it to `rope_frequencies` as `base`). `partial_rotary_factor`
+        sets the rotary dimension, which a `RopeScaling` does not hold: 1 is accepted, any other value is an
+        error (read the whole config with `posenc.hf.rope_setup`).
+
+        HF falls back to the model's `max_position_embeddings` when `original_max_position_embeddings` is absent;
+        pass it as `max_position_embeddings` to reproduce that. yarn and longrope without `factor` take the
+        ratio max_position_embeddings / original_max_position_embeddings (DeepSeek-V3, Phi-3), which needs
+        `max_position_embeddings`.
+
+        `model_type` (the config's) matters for Phi-3 only: with `model_type="phi3"` the legacy types "su" and
+        "yarn" are "longrope", other scaled types are refused (as Phi3Config does), and LongRoPE's
+        `short_mscale` / `long_mscale` are ignored, as Phi-3's rotary embedding ignores them. Any other
+        model_type (Phi-3.5-MoE's "phimoe" scales cos/sin by them) or none gets an error for them.
+
+        Raises:
+          ValueError: a type transformers does not have ("ntk", and "su" outside Phi-3, included), a key the
+            type does not accept (named, with the accepted ones), a missing required key, or a factor that is
+            None with no lengths to derive it from.
         """
-        known = {
-            "rope_type", "type", "factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
-            "truncate", "attention_factor", "mscale", "mscale_all_dim", "short_factor", "long_factor",
-            "low_freq_factor", "high_freq_factor", "rope_theta", "partial_rotary_factor",
-        }
         hf_type = d.get("rope_type", d.get("type", "default"))
-        d = {k: v for k, v in d.items() if k not in IGNORED_BY_TRANSFORMERS.get(hf_type, ())}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"RopeScaling.from_hf: unknown keys {unknown}; valid keys are {sorted(known)}")
+        if model_type == "phi3" and hf_type in PHI3_ALIASES:
+            hf_type = "longrope"
         if hf_type not in _HF_TYPES:
-            raise ValueError(f"RopeScaling.from_hf: rope_type must be one of {sorted(_HF_TYPES)}, got {hf_type!r}")
+            hint = ""
+            if hf_type == "su":
+                hint = (" ('su' is early Phi-3's name of 'longrope', which transformers accepts for model_type='phi3' "
+                        "only: pass model_type='phi3' if this dict is a Phi-3 config's)")
+            elif hf_type == "ntk":
+                hint = (" (transformers has no 'ntk' type; its NTK scaling is 'dynamic'. posenc's own "
+                        "RopeScaling(kind='ntk') has no Hugging Face form)")
+            raise ValueError(f"RopeScaling.from_hf: rope_type must be one of {sorted(_HF_TYPES)}, got {hf_type!r}{hint}")
+        if model_type == "phi3" and hf_type not in ("default", "longrope"):
+            raise ValueError(f"RopeScaling.from_hf: a Phi-3 config (model_type='phi3') takes rope_type 'default' or "
+                             f"'longrope' ('su' and 'yarn' being read as 'longrope'), as transformers' Phi3Config "
+                             f"does; got {hf_type!r}")
+        mscales = [k for k in LONGROPE_MSCALES if k in d]
+        if mscales and hf_type == "longrope":
+            if model_type != "phi3":
+                raise ValueError(
+                    f"RopeScaling.from_hf: LongRoPE's {mscales} are not supported for model_type={model_type!r}: "
+                    "transformers' Phi-3.5-MoE (model_type 'phimoe') multiplies cos and sin by long_mscale past "
+                    "original_max_position_embeddings and by short_mscale within it, which a RopeScaling does not "
+                    "reproduce; only Phi-3 (model_type='phi3') ignores them")
+            d = {k: v for k, v in d.items() if k not in LONGROPE_MSCALES}
+        allowed = HF_KEYS[hf_type]
+        unknown = sorted(set(d) - set(allowed) - set(_HF_COMMON_KEYS))
+        if unknown:
+            raise ValueError(f"RopeScaling.from_hf: unknown keys {unknown} for rope_type {hf_type!r}; valid keys for it "
+                             f"are {sorted(allowed + _HF_COMMON_KEYS)}")
+        partial = d.get("partial_rotary_factor")
+        if partial is not None and partial != 1:
+            raise ValueError(f"RopeScaling.from_hf: partial_rotary_factor={partial!r} sets the rotary dimension, which "
+                             "a RopeScaling does not hold: pass rotary_dim = int(head_dim * partial_rotary_factor) to "
+                             "rope_frequencies, or read the whole config with posenc.hf.rope_setup / "
+                             "rope_from_hf_config")
         kind = _HF_TYPES[hf_type]
         missing = [k for k in _HF_REQUIRED.get(hf_type, ()) if k not in d]
         if missing:
@@ -205,12 +256,14 @@ class RopeScaling:
         kwargs: dict[str, Any] = {"kind": kind}
         if kind != "none":
             factor = d.get("factor")
-            if factor is None and kind in ("yarn", "longrope") and original and max_position_embeddings:
+            if factor is None:
+                if kind not in ("yarn", "longrope") or original is None or max_position_embeddings is None:
+                    raise ValueError(
+                        f"RopeScaling.from_hf: factor is None for rope_type {hf_type!r}, and there is no "
+                        "max_position_embeddings / original_max_position_embeddings to take it from (yarn and "
+                        "longrope only; pass max_position_embeddings=)")
                 factor = max_position_embeddings / original  # DeepSeek-V3, Phi-3: the ratio of the lengths
-            elif factor is None and kind != "longrope":
-                raise ValueError(f"RopeScaling.from_hf: factor is None for rope_type {hf_type!r}, and there is no "
-                                 "max_position_embeddings / original_max_position_embeddings to take it from")
-            kwargs["factor"] = float(1.0 if factor is None else factor)
+            kwargs["factor"] = float(factor)
         if original is not None and kind != "none":
             kwargs["original_max_len"] = int(original)
         for key in ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim",
@@ -226,21 +279,40 @@ class RopeScaling:
         return cls(**kwargs)
 
     def to_hf(self) -> dict[str, Any]:
-        """The inverse of `from_hf` (a dict with `rope_type` and the fields transformers reads for the kind: dynamic
-        NTK's original length is the model's `max_position_embeddings`, outside this dict, and linear, dynamic
-        NTK and llama3 take no attention factor)."""
-        hf_type = {v: k for k, v in _HF_TYPES.items() if k != "su"}[self.kind]
+        """The inverse of `from_hf`: a dict with `rope_type` and the keys transformers reads for the kind.
+
+        Dynamic NTK's original length is the model's `max_position_embeddings`, outside this dict, and a static
+        linear scaling's `original_max_len` (which it does not use) is not written.
+
+        Raises:
+          ValueError: a field that changes the frequencies and has no Hugging Face form (named): kind 'ntk',
+            `dynamic=True`, `unscaled_positions` (LongRoPE's n̂), per-layer LongRoPE factors, and an
+            `attention_factor` for a kind whose transformers type has none (none, linear, dynamic_ntk, llama3).
+        """
+        if self.kind == "ntk":
+            raise ValueError("RopeScaling.to_hf: kind='ntk' has no Hugging Face form (transformers has no 'ntk' "
+                             "rope type; its 'dynamic' type is posenc's kind='dynamic_ntk')")
+        if self.dynamic:
+            raise ValueError(f"RopeScaling.to_hf: dynamic=True (kind={self.kind!r}) has no Hugging Face form (its "
+                             "length-dependent types are 'dynamic', posenc's kind='dynamic_ntk', and LongRoPE's "
+                             "switch of factors)")
+        if self.unscaled_positions:
+            raise ValueError(f"RopeScaling.to_hf: unscaled_positions={self.unscaled_positions} (LongRoPE's n̂) has no "
+                             "Hugging Face form (transformers' LongRoPE scales every position)")
+        if self.kind == "longrope" and np.ndim(self.short_factor) != 1:
+            raise ValueError(f"RopeScaling.to_hf: per-layer short_factor / long_factor (shape "
+                             f"{np.shape(self.short_factor)}) have no Hugging Face form (one vector for every layer)")
+        hf_type = {v: k for k, v in _HF_TYPES.items()}[self.kind]
         out: dict[str, Any] = {"rope_type": hf_type}
+        if self.attention_factor is not None and "attention_factor" not in HF_KEYS[hf_type]:
+            raise ValueError(f"RopeScaling.to_hf: transformers reads no attention_factor for rope_type "
+                             f"{hf_type!r}, so attention_factor={self.attention_factor} has no Hugging Face form")
         if self.kind == "none":
             return out
         out["factor"] = self.factor
-        ignored = IGNORED_BY_TRANSFORMERS.get(hf_type, ())
-        if self.original_max_len is not None and "original_max_position_embeddings" not in ignored:
+        if self.original_max_len is not None and "original_max_position_embeddings" in HF_KEYS[hf_type]:
             out["original_max_position_embeddings"] = self.original_max_len
         if self.attention_factor is not None:
-            if "attention_factor" in ignored:
-                raise ValueError(f"RopeScaling.to_hf: transformers reads no attention_factor for rope_type "
-                                 f"{hf_type!r}, so attention_factor={self.attention_factor} has no Hugging Face form")
             out["attention_factor"] = self.attention_factor
         if self.kind == "yarn":
             out.update(beta_fast=self.beta_fast, beta_slow=self.beta_slow, truncate=self.truncate)

@@ -72,11 +72,13 @@ CASES = [
                              "original_max_position_embeddings": 4096,
                              "rope_scaling": {"type": "longrope", "short_factor": PHI3_SHORT,
                                               "long_factor": PHI3_LONG}}, None, 8192),
-    ("phi3.5-moe-mscale", {"model_type": "phi3", "hidden_size": 384, "num_attention_heads": 4,
-                           "rope_theta": 10000.0, "max_position_embeddings": 131072,
-                           "original_max_position_embeddings": 4096,
-                           "rope_scaling": {"type": "longrope", "short_factor": PHI3_SHORT, "long_factor": PHI3_LONG,
-                                            "short_mscale": 1.243, "long_mscale": 1.243}}, None, 8192),
+    # Phi-3 (model_type phi3) ignores LongRoPE's short_mscale / long_mscale; Phi-3.5-MoE (phimoe) applies them
+    ("phi3-longrope-mscale-ignored", {"model_type": "phi3", "hidden_size": 384, "num_attention_heads": 4,
+                                      "rope_theta": 10000.0, "max_position_embeddings": 131072,
+                                      "original_max_position_embeddings": 4096,
+                                      "rope_scaling": {"type": "longrope", "short_factor": PHI3_SHORT,
+                                                       "long_factor": PHI3_LONG, "short_mscale": 1.243,
+                                                       "long_mscale": 1.243}}, None, 8192),
     ("phi4-mini-partial", {"model_type": "phi3", "hidden_size": 512, "num_attention_heads": 4,
                            "partial_rotary_factor": 0.75, "rope_theta": 10000.0, "max_position_embeddings": 131072,
                            "original_max_position_embeddings": 4096,
@@ -100,7 +102,8 @@ CASES = [
                                  "max_position_embeddings": 163840,
                                  "rope_scaling": {"type": "yarn", "factor": 40.0, "mscale": 0.0, "mscale_all_dim": 1.0,
                                                   "original_max_position_embeddings": 4096}}, None, None),
-    # keys a type does not read: linear / dynamic / llama3 ignore attention_factor, dynamic its original length
+    # keys a type does not take: transformers warns and ignores them (linear / dynamic / llama3 their
+    # attention_factor, dynamic its original length); posenc refuses them (tests/test_hf.py)
     ("llama2-linear-attention-factor", {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4,
                                         "rope_theta": 10000.0, "max_position_embeddings": 4096,
                                         "rope_scaling": {"rope_type": "linear", "factor": 2.0,

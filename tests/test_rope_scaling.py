@@ -10,7 +10,6 @@ import pytest
 
 import posenc
 from posenc import RopeScaling, rope_frequencies
-from posenc.rope_scaling import IGNORED_BY_TRANSFORMERS
 
 D, BASE, L = 64, 10000.0, 2048
 
@@ -216,10 +215,10 @@ def test_dynamic_kinds_are_none_up_to_original_len_and_scale_past_it(scaling):
     "hf",
     [
         {"rope_type": "default"},
+        {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 1.0},
         {"rope_type": "linear", "factor": 4.0},
         {"type": "linear", "factor": 2.0},
-        {"rope_type": "ntk", "factor": 2.0},
-        {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 4096},
+        {"rope_type": "dynamic", "factor": 2.0},
         {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "beta_fast": 32.0,
          "beta_slow": 1.0, "truncate": False, "attention_factor": 1.1},
         {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "mscale": 1.0,
@@ -231,17 +230,120 @@ def test_dynamic_kinds_are_none_up_to_original_len_and_scale_past_it(scaling):
     ],
 )
 def test_from_hf_round_trips(hf):
-    """Dynamic NTK's length is the model's max_position_embeddings (transformers ignores the dict's)."""
+    """Dynamic NTK's length is the model's max_position_embeddings (outside the dict, as in transformers)."""
     sc = RopeScaling.from_hf(hf, max_position_embeddings=4096)
     assert RopeScaling.from_hf(sc.to_hf(), max_position_embeddings=sc.original_max_len) == sc
     back = sc.to_hf()
     for key, value in hf.items():
-        key = "rope_type" if key == "type" else key
-        if key in IGNORED_BY_TRANSFORMERS.get(back["rope_type"], ()):
-            assert key not in back
-        elif key != "rope_type":
+        if key not in ("rope_type", "type", "rope_theta", "partial_rotary_factor"):
             np.testing.assert_allclose(back[key], value)
+    assert set(back) - {"rope_type"} == set(hf) - {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
     assert back["rope_type"] == hf.get("rope_type", hf.get("type"))
+
+
+@pytest.mark.parametrize(
+    "hf,key",
+    [
+        ({"rope_type": "linear", "factor": 2.0, "beta_fast": 8.0}, "beta_fast"),
+        ({"rope_type": "default", "factor": 8.0}, "factor"),
+        ({"rope_type": "longrope", "factor": 4.0, "short_factor": [1.0], "long_factor": [2.0], "mscale": 1.0}, "mscale"),
+        ({"rope_type": "longrope", "factor": 4.0, "short_factor": [1.0], "long_factor": [2.0], "truncate": False},
+         "truncate"),
+        ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "beta_slow": 1.0},
+         "beta_slow"),
+        ({"rope_type": "yarn", "factor": 4.0, "low_freq_factor": 1.0}, "low_freq_factor"),
+        # keys transformers only warns about ("Unrecognized keys") and ignores: refused as well
+        ({"rope_type": "linear", "factor": 2.0, "attention_factor": 1.5}, "attention_factor"),
+        ({"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 1024},
+         "original_max_position_embeddings"),
+        ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "attention_factor": 2.0}, "attention_factor"),
+    ],
+    ids=lambda x: x if isinstance(x, str) else x["rope_type"],
+)
+def test_from_hf_refuses_a_key_its_type_does_not_take(hf, key):
+    """Each type takes the keys of transformers' `_validate_<type>_rope_parameters`; the error names the key, the
+    type and the keys it takes."""
+    with pytest.raises(ValueError, match=rf"unknown keys \['{key}'\] for rope_type '{hf['rope_type']}'; valid keys"):
+        RopeScaling.from_hf(hf, max_position_embeddings=8192)
+
+
+def test_from_hf_types_transformers_does_not_have():
+    with pytest.raises(ValueError, match="transformers has no 'ntk' type"):
+        RopeScaling.from_hf({"rope_type": "ntk", "factor": 2.0})
+    longrope = {"short_factor": [1.0, 1.0], "long_factor": [2.0, 3.0], "original_max_position_embeddings": 64}
+    with pytest.raises(ValueError, match="for model_type='phi3' only"):
+        RopeScaling.from_hf({"type": "su", **longrope}, max_position_embeddings=256)
+    with pytest.raises(ValueError, match="rope_type must be one of"):
+        RopeScaling.from_hf({"type": "su", **longrope}, max_position_embeddings=256, model_type="llama")
+    # Phi3Config: "su" and "yarn" are LongRoPE, and no other scaled type is taken
+    want = RopeScaling.from_hf({"rope_type": "longrope", **longrope}, max_position_embeddings=256)
+    assert want.kind == "longrope" and want.factor == 4.0
+    for legacy in ("su", "yarn"):
+        assert RopeScaling.from_hf({"type": legacy, **longrope}, max_position_embeddings=256, model_type="phi3") == want
+    with pytest.raises(ValueError, match="model_type='phi3'.*got 'linear'"):
+        RopeScaling.from_hf({"rope_type": "linear", "factor": 2.0}, model_type="phi3")
+
+
+def test_from_hf_longrope_mscales_ignored_for_phi3_only():
+    """Phi-3's LongRoPE does not read short_mscale / long_mscale; Phi-3.5-MoE's (phimoe) scales cos/sin by them,
+    which posenc does not reproduce: an error there and wherever the model_type is not phi3."""
+    d = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 64,
+         "short_factor": [1.0, 1.0], "long_factor": [2.0, 3.0]}
+    plain = RopeScaling.from_hf(d)
+    assert RopeScaling.from_hf({**d, "short_mscale": 1.2, "long_mscale": 1.3}, model_type="phi3") == plain
+    for model_type in ("phimoe", None):
+        with pytest.raises(ValueError, match=r"\['short_mscale', 'long_mscale'\] are not supported.*phimoe"):
+            RopeScaling.from_hf({**d, "short_mscale": 1.2, "long_mscale": 1.3}, model_type=model_type)
+    with pytest.raises(ValueError, match=r"\['long_mscale'\] are not supported"):
+        RopeScaling.from_hf({**d, "long_mscale": 1.3}, model_type="phimoe")
+
+
+def test_from_hf_refuses_partial_rotary_factor_it_cannot_hold():
+    d = {"rope_type": "linear", "factor": 2.0}
+    assert RopeScaling.from_hf({**d, "partial_rotary_factor": 1.0}) == RopeScaling.from_hf(d)
+    with pytest.raises(ValueError, match="partial_rotary_factor=0.5 sets the rotary dimension.*rope_setup"):
+        RopeScaling.from_hf({**d, "partial_rotary_factor": 0.5})
+
+
+def test_from_hf_longrope_without_factor_needs_the_lengths():
+    """A factor-less LongRoPE takes max / original (Phi-3); with no max_position_embeddings it is an error, never 1."""
+    d = {"rope_type": "longrope", "original_max_position_embeddings": 4096, "short_factor": [1.0, 1.0],
+         "long_factor": [2.0, 3.0]}
+    assert RopeScaling.from_hf(d, max_position_embeddings=131072).factor == 32.0
+    with pytest.raises(ValueError, match="factor is None for rope_type 'longrope'"):
+        RopeScaling.from_hf(d)
+    with pytest.raises(ValueError, match="factor is None for rope_type 'longrope'"):
+        RopeScaling.from_hf({**d, "factor": None})
+
+
+@pytest.mark.parametrize(
+    "scaling,match",
+    [
+        (RopeScaling("ntk", 2.0), "kind='ntk' has no Hugging Face form"),
+        (RopeScaling("linear", original_max_len=64, dynamic=True), r"dynamic=True \(kind='linear'\)"),
+        (RopeScaling("yarn", 2.0, original_max_len=64, dynamic=True), r"dynamic=True \(kind='yarn'\)"),
+        (RopeScaling("longrope", 2.0, original_max_len=8, short_factor=[1.0], long_factor=[2.0], unscaled_positions=4),
+         "unscaled_positions=4"),
+        (RopeScaling("longrope", 2.0, original_max_len=8, short_factor=[[1.0], [1.0]], long_factor=[[2.0], [3.0]]),
+         "per-layer short_factor"),
+        (RopeScaling("none", attention_factor=1.5), "attention_factor=1.5"),
+        (RopeScaling("linear", 2.0, attention_factor=1.5), "attention_factor=1.5"),
+        (RopeScaling("dynamic_ntk", 2.0, original_max_len=64, attention_factor=1.5), "attention_factor=1.5"),
+    ],
+    ids=lambda x: x.kind if isinstance(x, RopeScaling) else None,
+)
+def test_to_hf_refuses_what_transformers_cannot_load(scaling, match):
+    """Fields that change the frequencies and have no Hugging Face form raise, naming the field."""
+    with pytest.raises(ValueError, match=match):
+        scaling.to_hf()
+
+
+def test_to_hf_writes_only_keys_from_hf_takes():
+    """A static linear scaling's original length (unused by it) is not written: transformers' linear takes none."""
+    back = RopeScaling("linear", 2.0, original_max_len=4096).to_hf()
+    assert back == {"rope_type": "linear", "factor": 2.0}
+    assert RopeScaling("dynamic_ntk", 2.0, original_max_len=4096).to_hf() == {"rope_type": "dynamic", "factor": 2.0}
 
 
 def test_from_hf_uses_max_position_embeddings_fallback():
@@ -287,6 +389,8 @@ def test_frequencies_work_under_jit():
                                                          long_factor=[1.0] * 3), seq_len=9), "long_factor must have"),
         (lambda: RopeScaling.from_hf({"rope_type": "sinusoidal"}), "rope_type must be one of"),
         (lambda: RopeScaling.from_hf({"rope_type": "linear", "factr": 2.0}), "unknown keys"),
+        (lambda: RopeScaling.from_hf({"rope_type": "longrope", "factor": 2.0, "short_factor": [1.0]}),
+         r"requires \['long_factor'\]"),
     ],
 )
 def test_bad_values_raise_naming_the_field(make, match):
