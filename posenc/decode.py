@@ -14,13 +14,15 @@ the cached keys per layer and step, O(S·d) — the same order as attending to t
 each key once, before caching.
 
 The frequencies of every possible length are tabulated once (`rope_schedule`, `[S, r]`, float64 NumPy →
-float32 with their float64 residual) and indexed by the traced step, so the decode loop (`lax.scan`) compiles once.
+float32 with their float64 residual; under `lm_infinite` / `sinks` only up to the method's span, past which
+they no longer change) and indexed by the traced step, so the decode loop (`lax.scan`) compiles once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 from typing import NamedTuple
 
@@ -36,14 +38,16 @@ from posenc.rope_scaling import RopeScaling, is_length_dependent, rope_inputs
 
 class RopeSchedule(NamedTuple):
     """Row t = what the forward pass at seq_len t + 1 rotates with (`rope_inputs`): a jit argument, indexed
-    by the traced step."""
+    by the traced step. A step at or past the last row takes the last row (`at`): a bounded method's schedule
+    stops at its span, past which every row would be the same."""
 
     inv_freq: jax.Array  # [S, r] or [S, num_layers, r]
     attention_factor: jax.Array  # [S]
     inv_freq_lo: jax.Array  # [S, ...] like inv_freq
 
     def at(self, t, n_hat):
-        """The `rope` override of the model at step t."""
+        """The `rope` override of the model at step t (the last row for t ≥ S)."""
+        t = jnp.minimum(t, self.attention_factor.shape[0] - 1)
         return self.inv_freq[t], self.attention_factor[t], n_hat, self.inv_freq_lo[t]
 
 
@@ -52,20 +56,23 @@ def rope_schedule(cfg: ModelConfig, scaling: RopeScaling, max_len: int, span: in
     scaling at length t + 1, or at min(t + 1, span) under a bounded method (`Method.span()`: sinks' S + R + 1,
     LM-Infinite's L), whose attention sees no longer distance — as StreamingLLM computes its rotary table at
     the cache's length. The evaluation's forward passes (posenc.evaluate, `Method.scaling_length`) take
-    min(L, span) for every token of a length-L sequence: the same once t + 1 ≥ span."""
+    min(L, span) for every token of a length-L sequence: the same once t + 1 ≥ span. With a span, the schedule
+    holds min(max_len, span) rows (the later steps take the last: `RopeSchedule.at`), so its size and the
+    `rope_inputs` calls are bounded by the span, not by the length decoded."""
+    rows_needed = max_len if span is None else min(max_len, span)
     if not cfg.encoding.takes_rope_scaling:
-        zeros = jnp.zeros((max_len, 1), jnp.float32)
-        return RopeSchedule(zeros, jnp.ones((max_len,), jnp.float32), zeros)
-    rows = [rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, min(t + 1, span or t + 1))
-            for t in (range(max_len) if is_length_dependent(scaling) else [max_len - 1])]
+        zeros = jnp.zeros((rows_needed, 1), jnp.float32)
+        return RopeSchedule(zeros, jnp.ones((rows_needed,), jnp.float32), zeros)
+    rows = [rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, t + 1)
+            for t in (range(rows_needed) if is_length_dependent(scaling) else [rows_needed - 1])]
     inv, af, lo = (np.stack([r[i] for r in rows]).astype(np.float32) for i in (0, 1, 3))
     if len(rows) == 1:
-        inv, af, lo = (np.repeat(a, max_len, axis=0) for a in (inv, af, lo))
+        inv, af, lo = (np.repeat(a, rows_needed, axis=0) for a in (inv, af, lo))
     return RopeSchedule(jnp.asarray(inv), jnp.asarray(af), jnp.asarray(lo))
 
 
 def _span(method: Method | None) -> int | None:
-    """The longest distance + 1 a bounded method's attention sees (None: unbounded)."""
+    """The length a bounded method's attention spans (`Method.span`; None: unbounded)."""
     return None if method is None else method.span()
 
 
@@ -115,6 +122,25 @@ def _check_request(cfg: ModelConfig, prompt_len: int, total: int, cache_size: in
                          f"for ({limit} positions: {cfg.encoding.undefined_past(cfg)}); ask for fewer")
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _check_tokens(cfg: ModelConfig, tokens, name: str) -> None:
+    """Raises a ValueError naming `name` unless `tokens` are integer ids in [0, vocab_size) (traced tokens:
+    their dtype only)."""
+    dtype = tokens.dtype if hasattr(tokens, "dtype") else np.asarray(tokens).dtype
+    if not np.issubdtype(dtype, np.integer):
+        raise ValueError(f"{name} must be integer token ids in [0, vocab_size={cfg.vocab_size}), got dtype {dtype}")
+    if isinstance(tokens, jax.core.Tracer):
+        return
+    ids = np.asarray(tokens)
+    if ids.size and (ids.min() < 0 or ids.max() >= cfg.vocab_size):
+        bad = ids[(ids < 0) | (ids >= cfg.vocab_size)]
+        raise ValueError(f"{name} must be token ids in [0, vocab_size={cfg.vocab_size}), got {bad.size} outside, "
+                         f"such as {int(bad.flat[0])}")
+
+
 def _rope(cfg, schedule: RopeSchedule, t, n_hat):
     return schedule.at(t, n_hat) if cfg.encoding.takes_rope_scaling else None
 
@@ -144,7 +170,13 @@ def teacher_forced_logits(graphdef, params, tokens, *, prefill_len: int, scaling
     the rest one at a time through the cache (what generation computes, with known tokens). `method`: a
     resolved training-free method (`lm_infinite` / `sinks` keep their bounded cache of S + R slots)."""
     cfg = _cfg(graphdef, params)
+    if jnp.ndim(tokens) != 2:
+        raise ValueError(f"tokens must be [batch, length] token ids, got shape {jnp.shape(tokens)}")
+    _check_tokens(cfg, tokens, "tokens")
     b, t = tokens.shape
+    if not _is_int(prefill_len) or not 1 <= prefill_len <= t:
+        raise ValueError(f"prefill_len must be an integer in [1, T={t}] (the tokens prefilled at once), got "
+                         f"{prefill_len!r}")
     scaling = cfg.rope_scaling if scaling is None else scaling
     args = _method_args(cfg, method, scaling)
     cache_size = _cache_size(method, cache_size, t)
@@ -229,19 +261,23 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     under `lm_infinite` and `sinks` the cache has exactly S + R slots whatever the length generated.
     """
     cfg = _cfg(graphdef, params)
+    if np.ndim(prompt) != 2:
+        raise ValueError(f"prompt must be [batch, length] token ids, got shape {np.shape(prompt)}")
+    _check_tokens(cfg, prompt, "prompt")
     prompt = jnp.asarray(prompt, jnp.int32)
-    if prompt.ndim != 2:
-        raise ValueError(f"prompt must be [batch, length] token ids, got shape {prompt.shape}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-    if not 0 <= top_k <= cfg.vocab_size:
-        raise ValueError(f"top_k must be in [0, vocab_size={cfg.vocab_size}] (0 = all), got {top_k}")
+    if not _is_int(max_new_tokens) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if (isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, (int, float, np.integer, np.floating))
+            or not (math.isfinite(temperature) and temperature >= 0)):
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+    if not _is_int(top_k) or not 0 <= top_k <= cfg.vocab_size:
+        raise ValueError(f"top_k must be an integer in [0, vocab_size={cfg.vocab_size}] (0 = all), got {top_k!r}")
+    max_new_tokens = int(max_new_tokens)
     total = prompt.shape[1] + max_new_tokens
-    if cache_size is not None and cache_size <= 0:
+    if cache_size is not None and (not _is_int(cache_size) or cache_size <= 0):
         raise ValueError(f"cache_size must be a positive number of slots (or unset for prompt + max_new_tokens = "
-                         f"{total}), got {cache_size}")
+                         f"{total}), got {cache_size!r}")
+    cache_size = None if cache_size is None else int(cache_size)
     if scaling is not None and scaling.kind != "none" and not cfg.encoding.takes_rope_scaling:
         raise ValueError(f"a RoPE scaling does not apply to posenc={cfg.posenc!r}")
     scaling = cfg.rope_scaling if scaling is None else scaling
@@ -340,6 +376,9 @@ def greedy_answers(graphdef, params, tokens, answer, *, positions=None, scaling:
       the given tokens fed (at answer positions; elsewhere the tokens and 0).
     """
     cfg = _cfg(graphdef, params)
+    if np.ndim(tokens) != 2:
+        raise ValueError(f"tokens must be [batch, length] token ids, got shape {np.shape(tokens)}")
+    _check_tokens(cfg, tokens, "tokens")
     tokens = np.asarray(tokens, np.int32)
     answer = np.asarray(answer, bool)
     b, t = tokens.shape

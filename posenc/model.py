@@ -250,8 +250,11 @@ class Attention(nnx.Module):
         have position −1), the queries attend to the cached keys and the new ones, the new keys and values
         are written into the cache, and `(y, (k, v, k_pos))` is returned. A layer without a window keeps
         every position (slot = the number of earlier tokens: the position itself for positions 0, 1, …, and any
-        increasing positions, such as randomized ones, fit a cache of their count); a windowed layer keeps a ring of `window` slots (slot = position
-        mod window), and under `lm_infinite` / `sinks` the first `fixed` positions keep slots of their own
+        increasing positions, such as randomized ones, fit a cache of their count; more tokens than its S slots
+        is a ValueError where the count is known — more new tokens than slots, or a cache outside `jax.jit` —
+        and, with a traced cache, a NaN output from the step that overflows it on (its write clamps onto the
+        last slots, so no later step is exact either)); a windowed layer keeps a ring of `window` slots (slot =
+        position mod window), and under `lm_infinite` / `sinks` the first `fixed` positions keep slots of their own
         and the others share a ring of S − fixed: the new queries attend to the cache as it was plus the new
         keys, then the fixed and the newest ring-many of those enter it, so memory stays bounded and the
         result exact. `rotate_at_use` (static): the cache holds *unrotated* keys, rotated with the current
@@ -311,8 +314,19 @@ class Attention(nnx.Module):
         k_new = (k if rotate_at_use else rotate(k, positions, role="k")).astype(k_cache.dtype).swapaxes(1, 2)
         v_new, pos_new = v.astype(v_cache.dtype).swapaxes(1, 2), jnp.broadcast_to(positions, (pos_cache.shape[0], t))
         bounded = method is not None and method.method in training_free.BOUNDED
+        overflow = None
         if window is None and not bounded:
+            size = k_cache.shape[2]
+            if t > size:
+                raise ValueError(f"KV cache: {t} new tokens do not fit its {size} slots per layer (init_cache's "
+                                 f"max_len must cover every position decoded)")
             offset = jnp.sum(pos_cache[0] >= 0)  # the next free slot: slots fill in order (slot = position for 0, 1, …)
+            if not isinstance(offset, jax.core.Tracer) and int(offset) + t > size:
+                raise ValueError(f"KV cache: {int(offset)} cached + {t} new tokens do not fit its {size} slots per "
+                                 f"layer (init_cache's max_len must cover every position decoded)")
+            # traced (under jit): dynamic_update_slice clamps an overflowing write onto the last slots, so the
+            # output of a step that overflows the cache is NaN (and so is every later step's: the cache is full)
+            overflow = offset + t > size
             k_cache = jax.lax.dynamic_update_slice(k_cache, k_new, (0, 0, offset, 0))
             v_cache = jax.lax.dynamic_update_slice(v_cache, v_new, (0, 0, offset, 0))
             pos_cache = jax.lax.dynamic_update_slice(pos_cache, pos_new, (0, offset))
@@ -346,6 +360,8 @@ class Attention(nnx.Module):
             q_rot = rotate(q, positions, role="q").astype(dtype)
         y = attention(q_rot, keys, values, q_pos, k_pos, bias_fn=bias_fn, chunk_size=cfg.attn_chunk, window=window,
                       near_fn=near_fn, far=far, key_block=key_block, kv_head_major=True)
+        if overflow is not None:
+            y = jnp.where(overflow, jnp.asarray(jnp.nan, y.dtype), y)
         return self.out(y.reshape(b, t, n * cfg.head_dim)), (k_cache, v_cache, pos_cache)
 
 
@@ -410,7 +426,9 @@ class Transformer(nnx.Module):
             overriding the configured RoPE frequencies of an encoding that takes a RoPE scaling (sweeps and
             searches over scalings without recompiling; `posenc.rope_scaling.rope_inputs` computes them).
           cache: a `KVCache` (see `init_cache`): decode `tokens` at `positions` after the cached ones, and
-            return `(logits, new_cache)`.
+            return `(logits, new_cache)`. A layer without a window (and no bounded method) needs a slot for
+            every token decoded: past its `max_len` slots a ValueError where the count is known (the new
+            tokens' shape, a cache outside `jax.jit`), NaN logits under jit (see `Attention`).
           method: a training-free method (`training_free.Method(...).resolve(...).args(encoding)`), or None.
 
         Returns:
@@ -433,10 +451,14 @@ class Transformer(nnx.Module):
         if method is not None and method.max_position is not None:  # sinks: embedded positions stay ≤ S + R
             seq_len = min(seq_len, method.max_position + 1)
         ctx = enc.context(positions, seq_len, rope)
-        if cache is not None and cache.rotate_at_use:  # every layer rotates its cache: one table per step
-            # positions rotated: 0 … seq_len−1, shifted down by up to seq_len−1 when sinks re-index the cache
-            reindex = method is not None and method.reindex
-            ctx = enc.tabulate(ctx, 1 - seq_len if reindex else 0, seq_len)
+        bounded = method is not None and method.method in training_free.BOUNDED
+        if cache is not None and cache.rotate_at_use and not bounded:
+            # every layer rotates its cache at positions 0 … seq_len−1: one table per step, no larger than a
+            # cache that holds every position. A bounded cache (lm_infinite, sinks: S + R slots, whatever the
+            # length) is rotated without a table: each layer computes the rotations of the positions it holds
+            # (its own S + R slots, the new tokens and the far branch's), so a step's cost and memory stay
+            # bounded by the cache, not by the length decoded so far.
+            ctx = enc.tabulate(ctx, 0, seq_len)
         act = activation_dtype(cfg)
         x = self.embed(tokens).astype(act)
         absolute = enc.absolute(training_free.embed_positions(method, positions), ctx)

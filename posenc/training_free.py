@@ -71,6 +71,16 @@ POSITION_KINDS = ("rotary", "bias", "absolute", "contextual", "none")
 _LOWEST = {"n_global": 0, "num_sinks": 0, "logn": 2}  # the smallest valid value of each integer field (else 1)
 
 
+def _number(value) -> str:
+    """A label's number: an integer in full, a float as `:g` writes it where that reads back as the same
+    float (leak=3.0 → '3', as the labels have always read), else its shortest exact form (`repr`: leak=2.0000004
+    → '2.0000004', not '2')."""
+    if isinstance(value, int):
+        return str(value)
+    short = f"{value:g}"
+    return short if float(short) == value else repr(float(value))
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
     """A training-free method and its parameters (None: the default of `resolve`)."""
@@ -127,9 +137,10 @@ class Method:
 
     @property
     def label(self) -> str:
-        """The row name: 'none', 'rerope', 'self_extend(window=64,group=4)', 'none+logn(256)', …"""
+        """The row name: 'none', 'rerope', 'self_extend(window=64,group=4)', 'none+logn(256)', …; exact, so
+        that two methods have the same label only if they are equal (`_number`)."""
         fields = {k: v for k, v in self.set_fields().items() if k != "logn"}
-        text = self.method + (f"({','.join(f'{k}={v:g}' for k, v in fields.items())})" if fields else "")
+        text = self.method + (f"({','.join(f'{k}={_number(v)}' for k, v in fields.items())})" if fields else "")
         return text + (f"+logn({self.logn})" if self.logn else "")
 
     def resolve(self, base_len: int, length: int) -> "Method":
@@ -204,7 +215,11 @@ class Method:
         return length if bound is None else min(length, bound + 1)
 
     def span(self) -> int | None:
-        """The largest distance + 1 attention sees under `sinks` (S + R + 1) or `lm_infinite` (L), else None."""
+        """The length a bounded method's attention spans, at which a RoPE scaling is resolved
+        (`scaling_length`), else None: `sinks` S + R + 1, positions 0 … S + R (its largest distance S + R, + 1);
+        `lm_infinite` L, its largest distance itself (the far branch scores the global keys at distance L),
+        as LM-Infinite's distance limit is the pretraining length: with the default L = L0 a scaling is
+        resolved at L0, as sinks' default window resolves it at S + R + 1 = L0."""
         if self.method == "sinks":
             return self.num_sinks + self.window + 1
         if self.method == "lm_infinite":

@@ -10,6 +10,7 @@ from flax import nnx
 import posenc
 from posenc import decode
 from posenc.model import ModelConfig, Transformer
+from posenc.training_free import Method
 
 TINY = dict(d_model=32, num_layers=2, num_heads=2, mlp_dim=64, max_len=16)
 SHORT, LONG = np.ones(8), np.linspace(1.0, 6.0, 8)
@@ -146,7 +147,7 @@ def test_cache_flag_is_static():
 def test_bad_sampling_and_cache_requests_are_clear_errors():
     graphdef, params = model_parts()
     prompt = tokens(4, b=1)
-    with pytest.raises(ValueError, match=r"top_k must be in \[0, vocab_size=256\]"):
+    with pytest.raises(ValueError, match=r"top_k must be an integer in \[0, vocab_size=256\]"):
         decode.generate(graphdef, params, prompt, 2, top_k=300)
     with pytest.raises(ValueError, match="cache_size must be a positive number of slots"):
         decode.generate(graphdef, params, prompt, 2, cache_size=0)
@@ -217,3 +218,103 @@ def test_a_decoding_step_never_transposes_the_cache(rotate_at_use):
     transposed = [tuple(e.invars[0].aval.shape) for e in eqns if e.primitive.name == "transpose"]
     assert transposed and all(64 not in shape for shape in transposed), transposed
     assert any(e.primitive.name == "dynamic_update_slice" for e in eqns)  # written in place, head-major
+
+
+def _shapes_of(closed_jaxpr) -> set:
+    """The shape of every input, constant and intermediate of a jaxpr, sub-jaxprs included."""
+    shapes = set()
+
+    def walk(jaxpr):
+        for v in list(jaxpr.invars) + list(jaxpr.constvars):
+            shapes.add(tuple(v.aval.shape))
+        for e in jaxpr.eqns:
+            shapes.update(tuple(getattr(v.aval, "shape", ())) for v in e.outvars)
+            for sub in jax.extend.core.jaxprs_in_params(e.params):
+                walk(sub)
+
+    walk(closed_jaxpr.jaxpr)
+    return shapes
+
+
+@pytest.mark.parametrize("method", [Method("sinks", window=6, num_sinks=2),
+                                    Method("lm_infinite", window=6, n_global=2)], ids=lambda m: m.method)
+@pytest.mark.parametrize("scaling", [posenc.RopeScaling(), posenc.RopeScaling("dynamic_ntk", 2.0, original_max_len=16)],
+                         ids=["static", "dynamic_ntk"])
+def test_a_bounded_method_s_decoding_step_does_not_grow_with_the_length(method, scaling):
+    """Under sinks / lm_infinite (keys rotated at use in S + R slots) a decoding step's arrays — its inputs, the
+    RoPE schedule among them, and every intermediate — have the same shapes whether 100 or 50,000 tokens are
+    decoded: the rotations are computed for the positions the cache holds, not gathered from a table of every
+    position, and the schedule stops at the method's span (`rope_schedule`)."""
+    graphdef, params = model_parts(rope_scaling=scaling)
+    cfg = nnx.merge(graphdef, params).cfg
+    args = decode._method_args(cfg, method, scaling)
+    rotate = decode._rotate_at_use(cfg, scaling, method)
+    assert rotate
+
+    def shapes(total):
+        cache = nnx.merge(graphdef, params).init_cache(1, decode._cache_size(method, None, total), rotate)
+        schedule = decode.rope_schedule(cfg, scaling, total, decode._span(method))
+        step = jax.make_jaxpr(lambda p, c, s, a: decode._step.__wrapped__(
+            graphdef, p, c, jnp.zeros((1, 1), jnp.int32), jnp.int32(total - 1), s, jnp.int32(0), a, seq_len=total))
+        return _shapes_of(step(params, cache, schedule, args))
+
+    short, long = shapes(100), shapes(50_000)
+    assert short == long, (long - short, short - long)
+    assert max(max(s, default=1) for s in long) <= cfg.vocab_size  # nothing longer than the logits' vocabulary
+
+
+def test_a_bounded_method_s_schedule_stops_at_its_span():
+    """`rope_schedule` with a span holds min(length, span) rows; the steps past them take the last row, equal
+    to the row the full-length schedule has there (the scaling at min(t + 1, span))."""
+    scaling = posenc.RopeScaling("dynamic_ntk", 2.0, original_max_len=8)
+    cfg = nnx.merge(*model_parts(rope_scaling=scaling)).cfg
+    span = 12
+    short = decode.rope_schedule(cfg, scaling, 1000, span)
+    assert all(a.shape[0] == span for a in short)
+    assert decode.rope_schedule(cfg, scaling, 5, span).inv_freq.shape[0] == 5
+    want = posenc.rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, span)
+    for t in (span - 1, span, 999):
+        inv, af, _, lo = short.at(jnp.int32(t), 0)
+        np.testing.assert_array_equal(inv, np.float32(want[0]))
+        np.testing.assert_array_equal(af, np.float32(want[1]))
+        np.testing.assert_array_equal(lo, np.float32(want[3]))
+    inv3 = short.at(jnp.int32(3), 0)[0]
+    np.testing.assert_array_equal(inv3, np.float32(posenc.rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, 4)[0]))
+    assert not np.array_equal(inv3, short.at(jnp.int32(span), 0)[0])  # the rows do change below the span
+
+
+def test_decoding_inputs_are_checked_naming_the_field():
+    """Bad sampling and decoding arguments are ValueErrors naming the field, never truncated, clamped or
+    turned into NaN logits."""
+    graphdef, params = model_parts()
+    prompt = tokens(4, b=1)
+    for temperature in (float("nan"), float("inf"), -1.0, True, "1"):
+        with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
+            decode.generate(graphdef, params, prompt, 2, temperature=temperature)
+    for top_k in (2.5, True, -1):
+        with pytest.raises(ValueError, match=r"top_k must be an integer in \[0, vocab_size=256\]"):
+            decode.generate(graphdef, params, prompt, 2, top_k=top_k)
+    for n in (2.5, True, 0):
+        with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
+            decode.generate(graphdef, params, prompt, n)
+    with pytest.raises(ValueError, match="cache_size must be a positive number of slots"):
+        decode.generate(graphdef, params, prompt, 2, cache_size=10.5)
+    for bad in (300, -1):
+        with pytest.raises(ValueError, match=rf"prompt must be token ids in \[0, vocab_size=256\).*such as {bad}"):
+            decode.generate(graphdef, params, prompt.at[0, 2].set(bad), 2)
+    with pytest.raises(ValueError, match="prompt must be integer token ids"):
+        decode.generate(graphdef, params, np.full((1, 3), 1.5), 2)
+    x = tokens(6)
+    for prefill_len in (0, 7, 2.5, True):
+        with pytest.raises(ValueError, match=r"prefill_len must be an integer in \[1, T=6\]"):
+            decode.teacher_forced_logits(graphdef, params, x, prefill_len=prefill_len)
+    with pytest.raises(ValueError, match=r"tokens must be token ids in \[0, vocab_size=256\)"):
+        decode.teacher_forced_logits(graphdef, params, x.at[1, 4].set(256), prefill_len=2)
+    answer = np.zeros((2, 6), bool)
+    answer[:, 4:] = True
+    with pytest.raises(ValueError, match=r"tokens must be token ids in \[0, vocab_size=256\)"):
+        decode.greedy_answers(graphdef, params, np.asarray(x.at[0, 1].set(999)), answer)
+    # the boundaries are accepted
+    decode.generate(graphdef, params, prompt.at[0, 0].set(255), 1, temperature=0, top_k=256)
+    decode.teacher_forced_logits(graphdef, params, x, prefill_len=6)
+    decode.generate(graphdef, params, prompt, np.int64(1), temperature=np.float32(0.5), top_k=np.int32(3))

@@ -313,3 +313,38 @@ def test_bfloat16_is_mixed_precision_float32_parameters_bf16_products():
     assert all(g.dtype == jnp.float32 and jnp.isfinite(g).all() for g in jax.tree.leaves(nnx.state(grads, nnx.Param)))
     l16, l32 = float(loss(m16)), float(loss(m32))
     assert jnp.asarray(loss(m16)).dtype == jnp.float32 and abs(l16 - l32) < 0.02 * l32
+
+
+def test_decoding_past_the_end_of_the_cache_is_an_error_or_nan_never_an_overwritten_slot():
+    """A layer without a window needs a slot per token: more new tokens than slots is a ValueError from the
+    shapes; a cache outside jit tells its fill, so overflowing it is a ValueError; under jit (a traced
+    cache) the step that overflows it, and every later one, gives NaN logits instead of silently
+    overwriting the last slot."""
+    model = make("rope")
+    x = tokens(b=1, t=6)
+    with pytest.raises(ValueError, match="KV cache: 5 new tokens do not fit its 4 slots"):
+        model(x[:, :5], jnp.arange(5)[None], cache=model.init_cache(1, 4))
+    _, cache = model(x[:, :3], jnp.arange(3)[None], cache=model.init_cache(1, 4))  # eager: a concrete cache
+    with pytest.raises(ValueError, match="KV cache: 3 cached \\+ 2 new tokens do not fit its 4 slots"):
+        model(x[:, 3:5], jnp.arange(3, 5)[None], cache=cache)
+    graphdef, params = nnx.split(model)
+    step = jax.jit(lambda tok, pos, cache: nnx.merge(graphdef, params)(tok, pos, seq_len=6, cache=cache))
+    logits, cache = step(x[:, :3], jnp.arange(3)[None], model.init_cache(1, 4))
+    outs = [logits]
+    for p in range(3, 6):
+        logits, cache = step(x[:, p:p + 1], jnp.array([[p]]), cache)
+        outs.append(logits)
+    outs = jnp.concatenate(outs, axis=1)
+    np.testing.assert_allclose(outs[:, :4], model(x[:, :4]), atol=2e-5, rtol=1e-5)  # within the cache: exact
+    assert np.isnan(outs[:, 4:]).all()  # positions 4 and 5 have no slot
+
+
+def test_a_windowed_or_bounded_cache_decodes_past_its_slots():
+    """Ring caches (a windowed layer; lm_infinite / sinks) are meant to wrap: no error and no NaN past their
+    slots."""
+    model = make("rope", attn_window=3)
+    x = tokens(b=1, t=8)
+    _, cache = model(x[:, :3], jnp.arange(3)[None], cache=model.init_cache(1, 3))
+    for p in range(3, 8):
+        logits, cache = model(x[:, p:p + 1], jnp.array([[p]]), cache=cache)
+    np.testing.assert_allclose(logits[:, -1], model(x)[:, -1], atol=2e-5, rtol=1e-5)

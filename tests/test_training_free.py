@@ -330,3 +330,18 @@ def test_generate_and_eval_scripts_take_methods(trained_run, tmp_path):
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert "| rope | yarn | rerope |" in ev.stdout  # the run's directory is named rope
     assert "streaming 128" in ev.stdout
+
+
+def test_labels_are_exact_and_keep_their_usual_form():
+    """Labels name rows and key results (`run|scaling|label`), so two different methods never share one:
+    integers in full and floats exactly where `:g` would round; common values read as they always have."""
+    assert Method("lm_infinite", window=1234567, n_global=10).label != Method("lm_infinite", window=1234568,
+                                                                            n_global=10).label
+    assert Method("lm_infinite", window=1234567, n_global=10).label == "lm_infinite(window=1234567,n_global=10)"
+    assert Method("leaky_rerope", window=8, leak=2.0000004).label == "leaky_rerope(window=8,leak=2.0000004)"
+    assert Method("leaky_rerope", window=8, leak=2.0000004).label != Method("leaky_rerope", window=8, leak=2.0).label
+    assert Method("leaky_rerope", window=64, leak=2.0).label == "leaky_rerope(window=64,leak=2)"
+    assert Method("leaky_rerope", window=7, leak=2.5, logn=256).label == "leaky_rerope(window=7,leak=2.5)+logn(256)"
+    leak = (1024 - 64) / (200 - 64)  # a resolved default: every digit kept, and parsed back to the same method
+    m = Method("leaky_rerope", window=64, leak=leak)
+    assert Method.parse(m.label.replace("(", ",").rstrip(")")) == m
