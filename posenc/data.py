@@ -270,7 +270,8 @@ def eval_windows(data: np.ndarray, *, length: int, max_windows: int | None = Non
     """Consecutive non-overlapping windows of `length` targets from the start of `data`.
 
     With `num_bytes`, exactly the first `num_bytes` targets are covered (`num_bytes` must be a multiple of
-    `length`), so that several lengths score the very same bytes.
+    `length`), so that several lengths score the very same bytes; with `max_windows`, at most that many windows
+    (not both).
 
     Returns:
       `(inputs, targets)`, int32 `[num_windows, length]`.
@@ -278,6 +279,9 @@ def eval_windows(data: np.ndarray, *, length: int, max_windows: int | None = Non
     n = (len(data) - 1) // length if num_bytes is None else num_bytes // length
     if num_bytes is not None and num_bytes % length:
         raise ValueError(f"num_bytes={num_bytes} must be a multiple of the window length {length}")
+    if num_bytes is not None and max_windows is not None:
+        raise ValueError("eval_windows takes num_bytes (exactly those targets) or max_windows (at most that many "
+                         "windows), not both: the cap would score fewer bytes than asked")
     if max_windows is not None:
         n = min(n, max_windows)
     if n < 1 or n * length + 1 > len(data):

@@ -637,8 +637,9 @@ def ngram_baseline(path: str, cache_dir: str | None = None) -> tuple[ngram.NGram
     per byte of every context)."""
     corpus = data.load_corpus(path, cache_dir)
     cached = None
-    if cache_dir:  # the counts, next to the corpus's cached splits, keyed by the corpus's fingerprint
-        cached = pathlib.Path(cache_dir).expanduser() / f"ngram-wb{ngram.MAX_CONTEXT}-{corpus.sha256[:16]}.npz"
+    if cache_dir:  # the counts, next to the corpus's cached splits, keyed by the corpus and the code that counts
+        cached = (pathlib.Path(cache_dir).expanduser()
+                  / f"ngram-wb{ngram.MAX_CONTEXT}-{corpus.sha256[:16]}-{ngram.fit_version()}.npz")
     if cached is not None and cached.exists():
         model = ngram.load(cached)
     else:

@@ -124,6 +124,16 @@ class NGram:
         return -np.log2(self.probs(seq, context))
 
 
+def fit_version() -> str:
+    """16 hex digits of the source of what builds the counts a saved model holds (`NGram.fit` and the context
+    codes): a cache of counts is keyed by it, so counts made by other code are never read."""
+    import hashlib  # noqa: PLC0415
+    import inspect  # noqa: PLC0415
+
+    code = inspect.getsource(NGram.fit) + inspect.getsource(_context_codes) + repr((VOCAB, MAX_CONTEXT))
+    return hashlib.sha256(code.encode()).hexdigest()[:16]
+
+
 def save(model: NGram, path) -> None:
     """Writes the counts to `path` (.npz), atomically (a temporary file, then a rename)."""
     import os  # noqa: PLC0415

@@ -153,6 +153,8 @@ def test_eval_windows_cover_the_same_bytes_at_every_length():
         data.eval_windows(stream, length=300, num_bytes=1024)
     with pytest.raises(ValueError, match="5000 bytes cannot supply"):
         data.eval_windows(stream, length=4096, num_bytes=8192)
+    with pytest.raises(ValueError, match="not both"):  # a cap of 4 windows of 64 would score 256 of the 1024 bytes
+        data.eval_windows(stream, length=64, num_bytes=1024, max_windows=4)
 
 
 def test_errors_name_data_path_and_sizes(tmp_path):

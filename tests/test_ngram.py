@@ -59,7 +59,7 @@ def test_windows_are_scored_on_their_own():
     assert not np.allclose(bits[1, :4], stream[16:20])
 
 
-def test_longer_contexts_fit_the_training_bytes_better_and_selection_uses_validation():
+def test_longer_contexts_fit_the_training_bytes_better_and_selection_takes_the_best_on_the_bytes_given():
     model = NGram.fit(TEXT, context=4)
     seq = TEXT[None]
     train_bits = [-np.log2(model.probs(seq, k)).mean() for k in range(5)]
