@@ -502,3 +502,9 @@ def test_a_three_way_verdict_is_as_firm_as_the_condition_that_decides_it():
     assert report.judge(conditions, verdict_of)[1].startswith("**strong**")  # every condition judged: overstated
     verdict, firm = report.judge({k: jumps + 0.3 - t for k, t in thresholds.items()}, verdict_of, deciding)
     assert verdict == "reproduced" and "jump > 0.25 holds" in firm and "jump ≥ 0.05" not in firm
+
+
+def test_a_search_without_its_time_is_not_costed_as_a_whole_job():
+    assert report.job_seconds({"search": {}, "timing": {"eval_s": 411.5}}) is None
+    assert report.job_seconds({"search": {}, "timing": {"search_s": 100.0, "eval_s": 411.5}}) == 511.5
+    assert report.job_seconds({"timing": {"train_s": 10.0, "eval_s": 5.0}}) == 15.0

