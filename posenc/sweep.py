@@ -13,10 +13,11 @@ An axis is `field=v1,v2,…`. Axes combine as a grid (every combination) or zipp
   `ROOT/points/<point name>.json`.
 
 Points are scored on the validation split by default, the split to choose settings on: a table on the
-validation split marks its best point, one on the test split does not (score the chosen point on test, as
+validation split marks its lowest point at each length (in bold; the heatmap's title names it), one on the test
+split does not (score the chosen point on test, as
 `posenc.tuning.tune` does). A finished point (its JSON has status `done`) is skipped if it was computed from
 the same config (train) or the same run and parameters (eval), scaling, split, corpus and bytes, and extended
-if only lengths were added; a rerun that would compute it from anything else is refused before any work,
+if only lengths were added (at the same bytes: a default --num_bytes, 8 × the longest length, changes with them); a rerun that would compute it from anything else is refused before any work,
 naming what differs (its numbers are never overwritten: give that sweep its own root). A failing point is recorded with its error (status `failed`) and the
 sweep goes on; a sweep whose every point failed exits non-zero. Each point is also an independent command (`--points=NAME` or
 `--shard=i/n`), so points can be spread over machines and gathered into one table with `--aggregate_only`.
@@ -41,7 +42,8 @@ from tqdm.auto import tqdm
 from posenc import checkpoint, data, jobs
 from posenc.config import (SCALING_FIELDS, defining_fields, parse_value, scaling_fields_read, unread_fields, validate,
                            with_fields)
-from posenc.evaluate import LN2, Evaluator, check_num_bytes, check_split, hf_run, load_run, run_stream
+from posenc.evaluate import (LN2, Evaluator, bootstrap_interval, check_num_bytes, check_split, hf_run, load_run,
+                             ngram_baseline, run_stream)
 from posenc.encodings import get_encoding
 from posenc.rope_scaling import KINDS, RopeScaling
 from posenc.training_free import FIELDS as METHOD_FIELDS
@@ -142,8 +144,16 @@ def select(points: list[dict[str, Any]], names: Sequence[str] | None = None, sha
 def _bpb_rows(evaluator: Evaluator, stream: np.ndarray, lengths: Sequence[int], num_bytes: int,
               make_scaling: Callable[[int], RopeScaling], method: Method | None = None,
               counts: np.ndarray | None = None) -> dict[str, float | None]:
-    """Bits per byte at each length (`counts`: UTF-8 bytes per token of a Hugging Face run's stream), and the
-    RoPE scaling each length was scored with (`scaling_L<n>`, `scaling_fields`)."""
+    """Bits per byte at each length (`counts`: UTF-8 bytes per token of a Hugging Face run's stream), its 95%
+    bootstrap interval over windows (`ci_L<n>`: `posenc.evaluate.bootstrap_interval`), the n-gram floor on the
+    same windows for a byte run (`floor_L<n>`: `posenc.evaluate.ngram_baseline`; None for a tokenizer's run),
+    and the RoPE scaling each length was scored with (`scaling_L<n>`, `scaling_fields`)."""
+    run = evaluator.run
+
+    def floor(x, y):  # fit (or read from the cache) only once a length is scored
+        model, context, _ = ngram_baseline(run.config.data.path, run.config.data.cache_dir)
+        return float(model.bits(x, y, context).mean())
+
     out: dict[str, Any] = {}
     for length in lengths:
         if evaluator.undefined_reason(length, evaluator.resolve(method, length)):
@@ -152,9 +162,12 @@ def _bpb_rows(evaluator: Evaluator, stream: np.ndarray, lengths: Sequence[int], 
         scaling = make_scaling(length)
         out[f"scaling_L{length}"] = scaling_fields(scaling)
         x, y = data.eval_windows(stream, length=length, num_bytes=num_bytes)
-        nll = evaluator.nll(x, y, scaling, method)
-        per_unit = nll.mean() if counts is None else nll.sum() / counts[1:num_bytes + 1].sum()
-        out[f"bpb_L{length}"] = float(per_unit) / LN2
+        nll = np.asarray(evaluator.nll(x, y, scaling, method), np.float64)
+        window_bytes = (np.full(len(nll), length) if counts is None
+                        else counts[1:num_bytes + 1].reshape(len(nll), length).sum(axis=1))
+        out[f"bpb_L{length}"] = float(nll.sum() / window_bytes.sum()) / LN2
+        out[f"ci_L{length}"] = bootstrap_interval(nll.sum(axis=1) / LN2, window_bytes)
+        out[f"floor_L{length}"] = floor(x, y) if run.tokenizer is None else None
     return out
 
 
@@ -171,7 +184,7 @@ def missing_lengths(record: dict[str, Any] | None, key: dict[str, Any], lengths:
     length whose recorded scaling (`scaling_L<n>`) is not the one it resolves to now (a named scaling whose
     meaning changed, or a record that kept none) is missing too (a train sweep checks it once the point's run
     exists)."""
-    if not record or record.get("status") != "done" or record.get("key") != key:
+    if not record or record.get("status") != "done" or same_key(record.get("key", {})) != same_key(key):
         return list(lengths)
     return [n for n in lengths if f"bpb_L{n}" not in record or (
         scaling_at is not None and record[f"bpb_L{n}"] is not None
@@ -190,6 +203,12 @@ def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
     return out
 
 
+def same_key(key: dict[str, Any]) -> dict[str, Any]:
+    """What decides whether a record can be reused: its key, less the run's path where its parameters' SHA-256
+    names the run (a path is typed differently on each machine, and a checkout moves)."""
+    return {k: v for k, v in key.items() if not (k == "run" and "params_sha256" in key)}
+
+
 def check_rerun(root: str, todo: Sequence[tuple[str, dict[str, Any] | None, dict[str, Any]]]) -> None:
     """Refuses a rerun that would overwrite a finished point (`old`, status done) with one computed from another
     key (another config or run, scaling, split, corpus, bytes or point values): run before any point is computed.
@@ -200,22 +219,24 @@ def check_rerun(root: str, todo: Sequence[tuple[str, dict[str, Any] | None, dict
     Raises:
       ValueError: naming each such point and the fields that differ.
     """
-    clashes = [(name, _differences(old.get("key", {}), key)) for name, old, key in todo
-               if old and old.get("status") == "done" and old.get("key") != key]
+    clashes = [(name, _differences(same_key(old.get("key", {})), same_key(key))) for name, old, key in todo
+               if old and old.get("status") == "done" and same_key(old.get("key", {})) != same_key(key)]
     if clashes:
         raise ValueError(f"{root} holds finished sweep points computed from other settings; rerunning would overwrite "
                          "them: " + "; ".join(f"{name} ({', '.join(d[:4])}{', …' if len(d) > 4 else ''})"
                                                for name, d in clashes[:3])
                          + (f"; and {len(clashes) - 3} more" if len(clashes) > 3 else "")
-                         + " — give this sweep its own --root (or the settings of the finished one)")
+                         + " — give this sweep its own --root, or the settings of the finished one (lengths added "
+                           "to a sweep whose --num_bytes was left out change its default, 8 × the longest length: "
+                           "pass the recorded num_bytes to extend it)")
 
 
 def _record(old: dict[str, Any] | None, key: dict[str, Any], lengths: Sequence[int], base: dict[str, Any],
             scaling_at: Callable[[int], RopeScaling] | None = None):
     """The record to extend (the old one when only lengths are missing) or a fresh one."""
     todo = missing_lengths(old, key, lengths, scaling_at)
-    if old and old.get("status") == "done" and old.get("key") == key:
-        return dict(old), todo
+    if old and old.get("status") == "done" and same_key(old.get("key", {})) == same_key(key):
+        return {**old, "key": key}, todo
     return {**base, "key": key, "status": "running"}, todo
 
 
@@ -478,24 +499,47 @@ def write_outputs(records: list[dict[str, Any]], root: str, axes: list[str], len
     cols = [f"bpb_L{n}" for n in lengths]
     split = records_split(records) or "validation"
     paths = {"csv": out / "results.csv", "md": out / "results.md", "png": out / "sweep.png"}
+    ci = lambda r, n: r.get(f"ci_L{n}") or (None, None)  # noqa: E731
+    floors = {n: next((r[f"floor_L{n}"] for r in records if r.get(f"floor_L{n}") is not None), None) for n in lengths}
     with open(paths["csv"], "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["name", *axes, "split", "status", *cols, "error"])
+        w.writerow(["name", *axes, "split", "status", *cols, *(f"{b}_L{n}" for n in lengths for b in ("bpb_lo", "bpb_hi")),
+                    "error"])
         for r in records:
             w.writerow([r["name"], *(r["point"].get(a) for a in axes), split, r["status"], *(r.get(c) for c in cols),
-                        r.get("error", "")])
-    fmt = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+                        *(v for n in lengths for v in ci(r, n)), r.get("error", "")])
+        if any(v is not None for v in floors.values()):
+            w.writerow(["n-gram floor", *([""] * len(axes)), split, "baseline", *(floors[n] for n in lengths),
+                        *([""] * 2 * len(lengths)), ""])
+
+    lowest = {n: min((r[f"bpb_L{n}"] for r in records if r["status"] == "done" and r.get(f"bpb_L{n}") is not None),
+                     default=None) for n in lengths}
+
+    def cell(r, n):  # on validation the lowest of each length in bold: the sweep's choice there
+        v, (lo, hi) = r.get(f"bpb_L{n}"), ci(r, n)
+        if v is None:
+            return "–"
+        text = f"**{v:.3f}**" if split == "validation" and r["status"] == "done" and v == lowest[n] else f"{v:.3f}"
+        return text + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None else "")
+
     lines = ["| " + " | ".join([*axes, "status", *cols]) + " |", "|" + "---|" * (len(axes) + 1 + len(cols))]
     for r in records:
         lines.append("| " + " | ".join([*(_fmt(r["point"].get(a)) for a in axes), r["status"],
-                                        *(fmt(r.get(c)) for c in cols)]) + " |")
+                                        *(cell(r, n) for n in lengths)]) + " |")
+    if any(v is not None for v in floors.values()):
+        lines.append("| " + " | ".join(["n-gram floor", *(["—"] * (len(axes) - 1)), "baseline",
+                                        *("–" if floors[n] is None else f"{floors[n]:.3f}" for n in lengths)]) + " |")
     failed = [r for r in records if r["status"] == "failed"]
     if failed:
         lines += ["", "Failed points:"] + [f"- {r['name']}: {r['error']}" for r in failed]
-    note = ("the lowest is the sweep's choice" if split == "validation" else
+    note = ("the lowest at each length, in bold, is the sweep's choice" if split == "validation" else
             "no point is chosen here: choose on the validation split (--split=validation), then score the choice on test")
-    paths["md"].write_text(f"bits per byte on the {split} split (non-overlapping windows, lower is better; {note})"
-                           "\n\n" + "\n".join(lines) + "\n")
+    baseline = ("; the n-gram floor is the corpus's interpolated Witten–Bell byte n-gram, fit on its train split, "
+                "on the same windows" if any(v is not None for v in floors.values()) else
+                "; no n-gram floor (a tokenizer's run, or points scored before the floor was kept)")
+    paths["md"].write_text(f"bits per byte on the {split} split (non-overlapping windows, lower is better; {note}), "
+                           f"with its 95% bootstrap interval over windows (adjacent windows are correlated: a lower "
+                           f"bound on the uncertainty){baseline}\n\n" + "\n".join(lines) + "\n")
 
     if plot_length is not None and plot_length not in lengths:
         raise ValueError(f"plot_length={plot_length} is not one of the lengths {list(lengths)}: the heatmap shows bits "

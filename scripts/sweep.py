@@ -17,9 +17,10 @@ fields are axes (the scaling stays --scaling, `none` for plain RoPE or for a non
     python scripts/sweep.py --mode=eval --workdir=runs/default --root=runs/self_extend_sweep --scaling=none \
         --method=self_extend --axis=window=32,64,128 --axis=group=2,4,8,16 --lengths=1024,4096
 
-Points are scored on --split=validation by default, where the table marks the lowest as the choice; score a
-chosen setting with --split=test (no point marked). Rerunning resumes: points finished with the same config
-(or run and parameters), scaling, split, corpus and bytes are skipped, and extended with lengths they lack; a
+Points are scored on --split=validation by default, where the table marks the lowest at each length (in bold)
+as the choice; score a chosen setting with --split=test (no point marked). Rerunning resumes: points finished
+with the same config (or run and parameters), scaling, split, corpus and bytes are skipped, and extended with
+lengths they lack (give the recorded --num_bytes: its default, 8 x the longest length, changes with them); a
 rerun that would overwrite a finished point with other settings is refused. A sweep whose every point failed exits non-zero. To spread points over machines,
 give each machine its shard (--shard=0/3, 1/3, 2/3) or named points (--points=NAME,...), copy the point
 directories back under one --root, and rebuild the table with --aggregate_only. Writes results.csv, results.md, sweep.png in --root.

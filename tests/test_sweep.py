@@ -177,11 +177,27 @@ def test_tables_mark_a_choice_on_validation_only(tmp_path, monkeypatch):
         paths = sweep.write_outputs(records, str(tmp_path / split), ["a", "b"], [64])
         head = paths["md"].read_text().splitlines()[0]
         assert f"on the {split} split" in head
-        assert ("the lowest is the sweep's choice" in head) == (split == "validation")
+        assert ("in bold, is the sweep's choice" in head) == (split == "validation")
+        assert ("| **4.000** |" in paths["md"].read_text()) == (split == "validation")  # a=1, b=3: the lowest
         assert "split" in paths["csv"].read_text().splitlines()[0] and f",{split},done," in paths["csv"].read_text()
     assert titles == ["best on validation: a=1, b=3", "test split"]
     with pytest.raises(ValueError, match="different splits"):
         sweep.records_split([{"split": "validation"}, {"key": {"split": "test"}}])
+
+
+def test_a_rerun_names_the_run_by_its_parameters_not_its_path(tmp_path):
+    """Points copied back from another machine (or a moved checkout) have the run at another path: the same
+    parameters are the same run; other parameters are refused."""
+    key = {"run": "/machineB/runs/x", "params_sha256": "abc", "split": "validation", "point": {"factor": 2.0}}
+    old = {"status": "done", "key": key, "bpb_L32": 1.0}
+    here = {**key, "run": "/machineA/runs/x"}
+    sweep.check_rerun("root", [("factor=2", old, here)])
+    assert sweep.missing_lengths(old, here, [32, 64]) == [64]
+    with pytest.raises(ValueError, match="params_sha256: 'abc' in the record, 'other' now"):
+        sweep.check_rerun("root", [("factor=2", old, {**here, "params_sha256": "other"})])
+    unnamed = {k: v for k, v in key.items() if k != "params_sha256"}  # no parameters recorded: the path is the run
+    with pytest.raises(ValueError, match="run: '/machineB/runs/x' in the record"):
+        sweep.check_rerun("root", [("factor=2", {**old, "key": unnamed}, {**unnamed, "run": "/machineA/runs/x"})])
 
 
 def test_write_outputs_refuses_a_plot_length_not_among_the_lengths(tmp_path):
@@ -194,11 +210,18 @@ def test_eval_sweep_at_factor_one_matches_plain_evaluation(tiny_config, tmp_path
     points = sweep.select(sweep.expand(sweep.parse_axes(["factor=1.0,2.0", "attention_factor=1.0,1.2"])))
     records = sweep.run_eval_sweep(str(tmp_path / "run"), str(tmp_path / "sweep"), points, lengths=[32, 64],
                                    scaling="linear", num_bytes=128, split="test", progress=False)
-    plain = ev.evaluate([str(tmp_path / "run")], [32, 64], ["none"], num_bytes=128, progress=False)["rows"]
-    plain_bpb = {r["length"]: r["bpb"] for r in plain if r["protocol"] == "nonoverlap"}
+    plain = ev.evaluate([str(tmp_path / "run")], [32, 64], ["none"], num_bytes=128, progress=False)
+    rows = {r["length"]: r for r in plain["rows"] if r["protocol"] == "nonoverlap"}
+    floors = {r["length"]: r["bpb"] for r in plain["baselines"]}
     by = {r["name"]: r for r in records}
-    assert by["factor=1,attention_factor=1"]["bpb_L64"] == pytest.approx(plain_bpb[64], rel=1e-12)
-    assert by["factor=1,attention_factor=1"]["bpb_L32"] == pytest.approx(plain_bpb[32], rel=1e-12)
+    for n in (32, 64):  # the number, its interval over windows and the n-gram floor on the same windows
+        one = by["factor=1,attention_factor=1"]
+        assert one["bpb_L{}".format(n)] == pytest.approx(rows[n]["bpb"], rel=1e-12)
+        assert one[f"ci_L{n}"] == pytest.approx([rows[n]["bpb_lo"], rows[n]["bpb_hi"]], rel=1e-12)
+        assert one[f"floor_L{n}"] == pytest.approx(floors[n], rel=1e-12)
+    text = sweep.write_outputs(records, str(tmp_path / "sweep"), ["factor", "attention_factor"], [32, 64])["md"].read_text()
+    lo, hi = by["factor=1,attention_factor=1"]["ci_L64"]
+    assert f" [{lo:.3f}, {hi:.3f}] |" in text and f"| n-gram floor | — | baseline | {floors[32]:.3f} | {floors[64]:.3f} |" in text
     assert by["factor=2,attention_factor=1"]["bpb_L64"] != by["factor=1,attention_factor=1"]["bpb_L64"]
     assert by["factor=1,attention_factor=1.2"]["bpb_L64"] != by["factor=1,attention_factor=1"]["bpb_L64"]
     with pytest.raises(ValueError, match="RopeScaling fields"):
