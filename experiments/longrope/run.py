@@ -93,12 +93,13 @@ def main(argv):
             out = results_dir / f"tuned_{rule}_{target}.json"
             if not out.exists() or json.loads(out.read_text())["budget"] != budget:  # (the searches changed)
                 t0 = time.time()
-                tuning.tune(_WORKDIR.value, rule, target, budget, str(pathlib.Path(_ROOT.value) / "tuned"),
+                root = pathlib.Path(_ROOT.value) / "tuned" / f"budget{budget}"  # tune refuses another budget's root
+                tuning.tune(_WORKDIR.value, rule, target, budget, str(root),
                             num_bytes=4 * target, test_lengths=[256], test_num_bytes=_NUM_BYTES.value,
                             budget_source=f"the per-layer LongRoPE search at {target}")
                 timing[f"tune/{rule}_{target}"] = time.time() - t0
                 jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
-                jobs.write_atomic(out, (pathlib.Path(_ROOT.value) / "tuned" / f"{rule}_{target}.json").read_text())
+                jobs.write_atomic(out, (root / f"{rule}_{target}.json").read_text())
     write_report(rows, timing)
 
 

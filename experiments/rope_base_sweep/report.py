@@ -29,14 +29,14 @@ if study.exists():
     noise = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
 spread = max(v[4096] for v in bpb.values()) - min(v[4096] for v in bpb.values())
 if monotone:
-    answer = (f"Yes at this scale: the loss at 16× falls monotonically as the base grows (best {far_best:g}). "
+    answer = (f"Yes at this scale: the loss at 16× falls monotonically as the base grows (lowest on test at base {far_best:g}; a description, no base is chosen). "
               f"The cost in range (1×): {bpb[min(bpb)][256]:.3f} at base {min(bpb):g} against {bpb[max(bpb)][256]:.3f} "
               f"at base {max(bpb):g}.")
 else:
     answer = (f"Not reproduced: a larger base does not extrapolate better here. Past the training length the loss "
-              f"is not monotone in the base; the best base at 16× is {far_best:g} and the worst "
+              f"is not monotone in the base; on test the lowest at 16× is base {far_best:g} and the highest "
               f"{max(bpb, key=lambda b: bpb[b][4096]):g}, a spread of {spread:.2f} bits per byte. In range (1×) the "
-              f"best base is {in_range_best:g}, and the largest bases cost {bpb[max(bpb)][256] - bpb[in_range_best][256]:+.3f} "
+              f"lowest is base {in_range_best:g}, and the largest bases cost {bpb[max(bpb)][256] - bpb[in_range_best][256]:+.3f} "
               "bits per byte there: with 400 steps at 256 tokens their slowest pairs barely rotate and carry little "
               "information. Without scaling every base still sees unseen angles past 256 in some pairs, so none "
               "extrapolates.")

@@ -1,9 +1,9 @@
 r"""YaRN's attention factor and betas on the extrapolation study's RoPE runs: chosen on validation, scored on test.
 
-    python experiments/yarn_sweep/run.py [--runs=runs/extrapolation] [--root=runs/yarn_sweep] [--seeds=0,1,2]
+    python experiments/yarn_sweep/run.py [--runs=runs/yarn_sweep/runs] [--root=runs/yarn_sweep] [--seeds=0,1,2]
 
-For each seed's RoPE run of the extrapolation study (`experiments/extrapolation/config.py`, train_len 256;
-trained here if its checkpoint is missing, into the same folder the study uses):
+For each seed's RoPE run of the extrapolation study's config (`experiments/extrapolation/config.py`, train_len
+256; trained into --runs if its checkpoint is missing):
 
 1. **temperature**: YaRN at scale s ∈ {2, 4, 8, 16}, evaluated at L = 256·s, with the attention factor
    (`RopeScaling.attention_factor`, which multiplies cos and sin, so the logits by its square) on a grid
@@ -126,7 +126,8 @@ def main(argv):
 
 
 if __name__ == "__main__":  # flags defined here: report.py imports this module's constants
-    flags.DEFINE_string("runs", "runs/extrapolation", "Where the extrapolation study's runs are (or go).")
+    flags.DEFINE_string("runs", "runs/yarn_sweep/runs", "Where the RoPE runs are (or go): not the extrapolation "
+                        "study's folder, whose scored runs its fine-tunes start from.")
     flags.DEFINE_string("root", "runs/yarn_sweep", "Where the sweeps' point records go.")
     flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the RoPE runs.")
     app.run(main)
