@@ -24,7 +24,8 @@ transformers does:
   * the `proportional` type (p-RoPE, posenc/p_rope.py).
 
 Each type takes the keys transformers' validation accepts for it (`posenc.rope_scaling.HF_KEYS`); transformers
-warns about any other key and ignores it, posenc refuses it, naming it. The one key ignored is LongRoPE's
+warns about any other key and ignores it, posenc refuses it, naming it, as it refuses dynamic NTK's
+`original_max_position_embeddings` where it differs from the `max_position_embeddings` transformers scales from. The one key ignored is LongRoPE's
 `short_mscale` / `long_mscale` for Phi-3 (model_type "phi3", whose rotary embedding does not read them); for any
 other model_type (Phi-3.5-MoE's "phimoe" scales cos/sin by them) they are an error. Unknown types ("ntk", and "su"
 outside Phi-3, included), a missing base, a missing key transformers requires (`factor`; llama3's

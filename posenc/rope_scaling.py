@@ -55,8 +55,10 @@ _HF_TYPES = {
 # and accepts no other scaled type
 PHI3_ALIASES = ("su", "yarn")
 # The keys each type accepts besides `rope_type` / `type`, `rope_theta` and `partial_rotary_factor`: the required
-# and optional keys of transformers' `_validate_<type>_rope_parameters`. transformers only warns about any other
-# key and ignores it; `from_hf` refuses it, naming it.
+# and optional keys of transformers' `_validate_<type>_rope_parameters`, less those its rotary embedding then
+# ignores (dynamic's `original_max_position_embeddings`: taken only where it equals max_position_embeddings, in
+# `from_hf`; linear's and llama3's `attention_factor`). transformers only warns about any other key and ignores
+# it; `from_hf` refuses it, naming it.
 HF_KEYS = {
     "default": (),
     "linear": ("factor",),
@@ -74,7 +76,7 @@ LONGROPE_MSCALES = ("short_mscale", "long_mscale")
 _HF_REQUIRED = {
     "linear": ("factor",), "dynamic": ("factor",), "yarn": ("factor",),
     "longrope": ("short_factor", "long_factor"),
-    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
 }
 
 
@@ -236,6 +238,15 @@ class RopeScaling:
                     "original_max_position_embeddings and by short_mscale within it, which a RopeScaling does not "
                     "reproduce; only Phi-3 (model_type='phi3') ignores them")
             d = {k: v for k, v in d.items() if k not in LONGROPE_MSCALES}
+        if hf_type == "dynamic" and "original_max_position_embeddings" in d:
+            # transformers' validation takes the key, and its dynamic NTK scales from max_position_embeddings
+            if d["original_max_position_embeddings"] != max_position_embeddings:
+                raise ValueError(
+                    f"RopeScaling.from_hf: rope_type 'dynamic' with original_max_position_embeddings="
+                    f"{d['original_max_position_embeddings']!r}: transformers scales dynamic NTK from "
+                    f"max_position_embeddings ({max_position_embeddings!r}) and does not read it, so the config "
+                    "means another length than it says; make the two agree or drop the key")
+            d = {k: v for k, v in d.items() if k != "original_max_position_embeddings"}
         allowed = HF_KEYS[hf_type]
         unknown = sorted(set(d) - set(allowed) - set(_HF_COMMON_KEYS))
         if unknown:

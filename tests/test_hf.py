@@ -13,16 +13,18 @@ from posenc.hf import rope_from_hf_config
 REF = json.loads((pathlib.Path(__file__).parent / "data" / "hf_config_rope_reference.json").read_text())
 
 
-# Cases whose RoPE dict carries a key its type does not take: transformers warns ("Unrecognized keys") and ignores
-# it (the recorded values), posenc refuses it, naming it.
-REFUSED = {"llama2-linear-attention-factor": "attention_factor", "llama2-dynamic-original": "attention_factor",
-           "llama3.1-attention-factor": "attention_factor"}
+# Cases whose RoPE dict carries a key transformers ignores (the recorded values): posenc refuses it, naming it — a
+# key its type does not take (transformers warns "Unrecognized keys"), or dynamic's original length where it is
+# not the max_position_embeddings transformers scales from.
+REFUSED = {"llama2-linear-attention-factor": r"unknown keys \[.*'attention_factor'.*\] for rope_type",
+           "llama2-dynamic-original": r"original_max_position_embeddings=2048: transformers scales dynamic NTK",
+           "llama3.1-attention-factor": r"unknown keys \[.*'attention_factor'.*\] for rope_type"}
 
 
 @pytest.mark.parametrize("case", REF["cases"], ids=lambda c: c["name"])
 def test_frequencies_and_attention_factor_equal_transformers(case):
     if case["name"] in REFUSED:
-        with pytest.raises(ValueError, match=rf"unknown keys \[.*'{REFUSED[case['name']]}'.*\] for rope_type"):
+        with pytest.raises(ValueError, match=REFUSED[case["name"]]):
             rope_from_hf_config(case["config"], layer_type=case["layer_type"], seq_len=case["seq_len"])
         return
     inv_freq, attention_factor = rope_from_hf_config(case["config"], layer_type=case["layer_type"],
@@ -58,7 +60,8 @@ def test_errors_name_the_key_or_field():
     with pytest.raises(ValueError, match="leave layer_type None"):
         rope_from_hf_config(llama, layer_type="full_attention")
     for params, missing in (({"rope_type": "yarn"}, "'factor'"), ({"type": "dynamic"}, "'factor'"),
-                            ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}, "'high_freq_factor'")):
+                            ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192},
+                             "'high_freq_factor'")):
         with pytest.raises(ValueError, match=f"requires \\[{missing}\\]"):  # transformers: a KeyError, never 1.0
             rope_from_hf_config({**llama, "rope_scaling": params})
     # a key of another type is refused, naming the key, the type and the keys it takes

@@ -254,8 +254,6 @@ def test_from_hf_round_trips(hf):
         ({"rope_type": "yarn", "factor": 4.0, "low_freq_factor": 1.0}, "low_freq_factor"),
         # keys transformers only warns about ("Unrecognized keys") and ignores: refused as well
         ({"rope_type": "linear", "factor": 2.0, "attention_factor": 1.5}, "attention_factor"),
-        ({"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 1024},
-         "original_max_position_embeddings"),
         ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "attention_factor": 2.0}, "attention_factor"),
     ],
@@ -266,6 +264,23 @@ def test_from_hf_refuses_a_key_its_type_does_not_take(hf, key):
     type and the keys it takes."""
     with pytest.raises(ValueError, match=rf"unknown keys \['{key}'\] for rope_type '{hf['rope_type']}'; valid keys"):
         RopeScaling.from_hf(hf, max_position_embeddings=8192)
+
+
+def test_from_hf_dynamic_original_length_must_be_the_one_transformers_uses_and_llama3_needs_its_own():
+    """transformers' validation takes dynamic's original_max_position_embeddings, and its dynamic NTK scales from
+    max_position_embeddings: a config where the two differ says another length than it means. llama3 reads its
+    original length (a KeyError in transformers without it): never defaulted to max_position_embeddings."""
+    plain = RopeScaling.from_hf({"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=4096)
+    same = RopeScaling.from_hf({"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 4096},
+                               max_position_embeddings=4096)
+    assert same == plain
+    with pytest.raises(ValueError, match=r"original_max_position_embeddings=2048: transformers scales dynamic NTK "
+                                         r"from max_position_embeddings \(4096\)"):
+        RopeScaling.from_hf({"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 2048},
+                            max_position_embeddings=4096)
+    with pytest.raises(ValueError, match=r"rope_type 'llama3' requires \['original_max_position_embeddings'\]"):
+        RopeScaling.from_hf({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+                            max_position_embeddings=131072)
 
 
 def test_from_hf_types_transformers_does_not_have():
