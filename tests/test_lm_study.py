@@ -508,3 +508,11 @@ def test_a_search_without_its_time_is_not_costed_as_a_whole_job():
     assert report.job_seconds({"search": {}, "timing": {"eval_s": 411.5}}) is None
     assert report.job_seconds({"search": {}, "timing": {"search_s": 100.0, "eval_s": 411.5}}) == 511.5
     assert report.job_seconds({"timing": {"train_s": 10.0, "eval_s": 5.0}}) == 15.0
+
+
+def test_committed_readme_and_summary_are_rendered_from_the_committed_results(tmp_path):
+    """A result added (or a report changed) without the README rendered again would leave stale numbers."""
+    here = ROOT / "experiments" / "lm_study"
+    report.write_report(here / "results", run.plan(list(run.SEEDS)), run.FULL, out=tmp_path)
+    assert (tmp_path / "README.md").read_text() == (here / "README.md").read_text()
+    assert (tmp_path / "results" / "summary.json").read_text() == (here / "results" / "summary.json").read_text()
