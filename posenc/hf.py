@@ -83,34 +83,28 @@ def rope_setup(config: Mapping[str, Any], *, layer_type: str | None = None) -> t
     rope_type = params.pop("rope_type", params.pop("type", "default"))
     if model_type == "phi3" and rope_type in PHI3_ALIASES:  # Phi3Config: legacy "su" / "yarn" are LongRoPE
         rope_type = "longrope"
-    if model_type == "gpt_neox":
-        # GPTNeoXConfig: rope_parameters' own values, else rotary_emb_base and rotary_pct (default 0.25); it reads no
-        # top-level rope_theta or partial_rotary_factor
-        base = params.pop("rope_theta", None)
-        if base is None:
-            base = config.get("rotary_emb_base")
-        partial = params.pop("partial_rotary_factor", None)
-        if partial is None:
-            partial = config.get("rotary_pct", 0.25)
-        if base is None:
-            raise ValueError("rope_from_hf_config: the gpt_neox config gives no RoPE base (rope_theta in "
-                             "rope_parameters, or rotary_emb_base; transformers' GPTNeoXConfig does not read a "
-                             "top-level rope_theta)")
-        for key, used in (("rope_theta", base), ("partial_rotary_factor", partial)):
-            if config.get(key) is not None and config[key] != used:
-                raise ValueError(f"rope_from_hf_config: the gpt_neox config has a top-level {key}={config[key]!r}, "
-                                 f"which transformers' GPTNeoXConfig does not read: it uses {used!r} (rope_parameters, "
-                                 "else rotary_emb_base / rotary_pct). Remove one of the two")
-    else:
-        base = params.pop("rope_theta", None)
-        if base is None:
-            base = config.get("rope_theta")
-        partial = params.pop("partial_rotary_factor", None)
-        if partial is None:
-            partial = config.get("partial_rotary_factor", 1.0)
-        if base is None:
-            raise ValueError("rope_from_hf_config: the config gives no RoPE base (rope_theta in rope_parameters or "
-                             "at the top level; rotary_emb_base is GPT-NeoX's only)")
+    # GPTNeoXConfig: rope_parameters' own values, else rotary_emb_base and rotary_pct (default 0.25), and no
+    # top-level rope_theta or partial_rotary_factor; the other families: the top-level rope_theta and
+    # partial_rotary_factor (default 1)
+    neox = model_type == "gpt_neox"
+    base_key, partial_key, partial_default = (("rotary_emb_base", "rotary_pct", 0.25) if neox else
+                                              ("rope_theta", "partial_rotary_factor", 1.0))
+    base = params.pop("rope_theta", None)
+    if base is None:
+        base = config.get(base_key)
+    partial = params.pop("partial_rotary_factor", None)
+    if partial is None:
+        partial = config.get(partial_key, partial_default)
+    if base is None:
+        raise ValueError("rope_from_hf_config: the gpt_neox config gives no RoPE base (rope_theta in rope_parameters, "
+                         "or rotary_emb_base; transformers' GPTNeoXConfig does not read a top-level rope_theta)" if neox
+                         else "rope_from_hf_config: the config gives no RoPE base (rope_theta in rope_parameters or "
+                         "at the top level; rotary_emb_base is GPT-NeoX's only)")
+    for key, used in (("rope_theta", base), ("partial_rotary_factor", partial)) if neox else ():
+        if config.get(key) is not None and config[key] != used:
+            raise ValueError(f"rope_from_hf_config: the gpt_neox config has a top-level {key}={config[key]!r}, "
+                             f"which transformers' GPTNeoXConfig does not read: it uses {used!r} (rope_parameters, "
+                             "else rotary_emb_base / rotary_pct). Remove one of the two")
     if isinstance(partial, bool) or not isinstance(partial, (int, float)) or not 0 < partial <= 1:
         raise ValueError(f"rope_from_hf_config: partial_rotary_factor (GPT-NeoX: rotary_pct) must be a number in "
                          f"(0, 1], got {partial!r}")
