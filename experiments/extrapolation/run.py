@@ -87,12 +87,14 @@ def main(argv):
     config_path = str(HERE / "config.py")
 
     done = lambda name: (results / f"{name}.json").exists()  # noqa: E731
+    starts_from = {f"rope-s{seed}": [f"rope-s{seed}-ft-{label}" for label, _, _ in FINETUNES]  # base: its fine-tunes
+                   for seed in map(int, FLAGS.seeds)}
     names = []
     for posenc in POSENCS:
         for seed in map(int, FLAGS.seeds):
             name = f"{posenc}-s{seed}"
             names.append(name)
-            fine_tunes = [f"rope-s{seed}-ft-{label}" for label, _, _ in FINETUNES] if posenc == "rope" else []
+            fine_tunes = starts_from.get(name, [])
             if done(name) and all(map(done, fine_tunes)):
                 continue  # scored, and no fine-tune left to start from it
             config = load_config_file(config_path, f"posenc={posenc},seed={seed}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pathlib
 import sys
@@ -13,11 +14,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
-from run import ATTENTION_FACTORS, BASE_LEN, BETA_FAST, BETA_SCALE, BETA_SLOW, SCALES, yarn_default_af  # noqa: E402
-
 from posenc import timing, verdicts  # noqa: E402
+
+# run.py under its own name: other experiments' run.py may already be imported as `run` (the tests)
+_spec = importlib.util.spec_from_file_location("yarn_sweep_run", HERE / "run.py")
+run = sys.modules.setdefault("yarn_sweep_run", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(run)
+ATTENTION_FACTORS, BASE_LEN, BETA_FAST, BETA_SLOW = run.ATTENTION_FACTORS, run.BASE_LEN, run.BETA_FAST, run.BETA_SLOW
+BETA_SCALE, SCALES, yarn_default_af = run.BETA_SCALE, run.SCALES, run.yarn_default_af
 
 GRID_STEP = 0.1  # of ATTENTION_FACTORS: a choice within one step of YaRN's value is as close as the grid can say
 
