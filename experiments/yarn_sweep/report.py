@@ -131,7 +131,7 @@ fit on train — are the baselines on the same windows):
 seeds' choices are within {GRID_STEP:g} (the grid's step: as close as this grid can tell) of 0.1·ln s + 1 on
 the mean of 0.1 − |choice − (0.1·ln s + 1)| over seeds.
 On test, YaRN's temperature against none (factor 1 minus 0.1·ln s + 1, positive where the temperature
-helps): {"; ".join(f"s = {s}: {verdicts.strength(helps[s])[1]} ({verdicts.strength(helps[s])[0]})" for s in SCALES)}.
+helps): {"; ".join(f"s = {s}: {_direction(helps[s], 'helps', 'hurts')}" for s in SCALES)}.
 The validation choice against YaRN's value (positive where the choice is better on test):
 {"; ".join(f"s = {s}: {verdicts.strength(gap[s])[1]}" for s in SCALES)}.
 
@@ -153,6 +153,13 @@ intact.
 
 ![betas](betas.png)
 """
+
+
+def _direction(diffs, up: str, down: str) -> str:
+    """'+0.060 (t = 6.1, 3 seeds): helps, strong' — the firmness of the side the mean falls on."""
+    mean = float(np.mean(diffs))
+    label, text = verdicts.strength(diffs if mean >= 0 else -np.asarray(diffs))  # text: "<mean> (<t, seeds>)"
+    return f"{mean:+.3f}{text[text.index(' '):]}: {up if mean >= 0 else down}, {label}"
 
 
 def _figures(results: list[dict]) -> None:
