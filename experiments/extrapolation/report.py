@@ -32,7 +32,7 @@ def load(here: pathlib.Path) -> dict[str, dict]:
             if p.stem not in ("timing", "summary")}
 
 
-def write_summary(here: pathlib.Path, results: dict, runs_of: dict) -> dict:
+def write_summary(here: pathlib.Path, results: dict, runs_of: dict, floor_at: dict[int, float]) -> dict:
     """results/summary.json: {"corpus", "train_len", "test_bytes", "ngram_bpb", "ngram_bpb_by_length",
     "ngram_context", "bpb": {encoding: {L: mean over seeds, no scaling}}}; the n-gram floor (`ngram_floor`) at the
     training length and at every length."""
@@ -42,7 +42,6 @@ def write_summary(here: pathlib.Path, results: dict, runs_of: dict) -> dict:
     first = next(iter(results.values()))
     train_len, num_bytes = first["rows"][0]["train_len"], first["num_bytes"]
     context = ngram_baseline(data.DEFAULT_CORPUS)[1]
-    floor_at = ngram_floor(results)
     floor = floor_at[train_len]
     bpb = {}
     for enc, runs in runs_of.items():
@@ -512,7 +511,7 @@ Quickstart's model trained 10× longer on this corpus, against the n-gram floor)
 learning-rate check, the controls and the fair tuning, is [`experiments/lm_study`](../lm_study/README.md) (in progress).
 """
     (here / "README.md").write_text(text)
-    write_summary(here, results, runs_of)
+    write_summary(here, results, runs_of, floor)
     return text
 
 
