@@ -115,8 +115,15 @@ def device_record() -> dict:
 
 
 def machine(result: dict) -> str:
-    """The machine kind a job's result was made on: its accelerator (`device_record`), else its CPU."""
-    return result.get("device") or result.get("cpu") or "unrecorded"
+    """The machine kind a job's result was made on: its accelerator (`device_record`), else its CPU's model name
+    with its family where the result recorded `cpu_id` ("AMD EPYC (family 26)"; the model name alone can name
+    CPUs of different generations alike)."""
+    if result.get("device"):
+        return result["device"]
+    if not result.get("cpu"):
+        return "unrecorded"
+    family = (result.get("cpu_id") or {}).get("family")
+    return result["cpu"] + (f" (family {family})" if family is not None else "")
 
 
 def cpu_slug(lscpu: str | None = None) -> str:

@@ -11,7 +11,7 @@ import sys
 import pytest
 from absl import flags
 
-from posenc import jobs, tasks
+from posenc import jobs, tasks, timing
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HERE = ROOT / "experiments" / "length_generalization"
@@ -119,6 +119,7 @@ def test_a_passkey_job_resumes_its_evaluation_by_part_and_times_every_part(tmp_p
     assert "curve" not in out and jobs.result_curve(out) == [json.loads(x) for x in CURVE.splitlines()]  # packed
     assert out["final_metrics"] == {"step": 1, "val_loss": 0.5, "val_accuracy": 1.0}  # the curve's, not the sitting's
     assert out["params_sha256"] == "sha of passkey-rope-s0" and "init_sha256" not in out  # not a fine-tune
+    assert out["cpu_id"] == timing.cpu_id()  # the CPU's family with its model name (which can name several)
     # the plain grid's examples differ from the coarse parts': kept per part, never the first part's for all
     assert out["lengths"] == list(run.PASSKEY_LENGTHS) and "examples" not in out
     assert out["parts"]["own"]["examples"] != out["parts"]["scaling:yarn"]["examples"]

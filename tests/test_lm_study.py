@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from posenc import data, evaluate as ev, jobs
+from posenc import data, evaluate as ev, jobs, timing
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -222,7 +222,9 @@ def test_study_jobs_end_to_end(tmp_path):
     rendered = report.pilot_section(tmp_path / "pilot", report.Study(report.load(results), list(plan.values()), s))
     assert "validation 2.500 bits per byte in float32 and 2.510 in bf16 (+0.010; within the 0.02 bound" in rendered
     check = read["lr-rope-0.003"]  # the study's own float32 check of the same config, on another CPU kind ("X")
-    assert (f"bf16 is 1.50× float32 on this CPU. The study's own check (`lr-rope-0.003`, float32, {check['cpu']}) "
+    assert check["cpu_id"] == timing.cpu_id()  # a result records its CPU's family, and the report names it
+    assert (f"bf16 is 1.50× float32 on this CPU. The study's own check (`lr-rope-0.003`, float32, "
+            f"{timing.machine(check)}) "
             f"ended at {check['val_bpb']:.3f} ({check['val_bpb'] - 2.5:+.3f} from this pilot's float32)") in rendered
     assert "The study's runs so far: float32 (`model.dtype`)." in rendered
     assert "at 1,000 and 1,500 tokens/s (the median of the logged rates, each the run's mean so far" in rendered

@@ -79,6 +79,9 @@ def test_device_record_names_the_accelerator_and_its_numerics_and_machine_reads_
     monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
     assert timing.device_record() == {}  # on a CPU: the result's "cpu" says it all
     assert timing.machine({"cpu": "AMD EPYC 9R14"}) == "AMD EPYC 9R14" and timing.machine({}) == "unrecorded"
+    amd = timing.cpu_identity("Model name: AMD EPYC\nCPU family: 26\nModel: 2\n")
+    assert timing.machine({"cpu": "AMD EPYC", "cpu_id": amd}) == "AMD EPYC (family 26)"
+    assert timing.machine({"cpu": "AMD EPYC", "cpu_id": timing.cpu_identity("")}) == "AMD EPYC"
 
     class H200:
         device_kind = "NVIDIA H200"

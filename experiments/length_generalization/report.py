@@ -255,7 +255,12 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
         else:
             lines += algo_table(kept)
 
-    lines += ["## Verdicts", ""] + verdicts(results) + [""]
+    lines += ["## Verdicts", "",
+              f"The in-range bar ({100 * IN_RANGE:.0f}% at the training length) reads each run's test cell at that "
+              "length: its examples are not those scored past it, but they are of the test split. The validation "
+              "exact match logged in training is another quantity (its examples mix lengths up to the training "
+              "length: posenc.tasks.validation_batch), and scoring validation at the training length needs the "
+              "trained parameters, which only the machine that trained a run keeps.", ""] + verdicts(results) + [""]
     if results:
         every = {**results, **archived}
         spent = {n: r for n, r in every.items() if "device" not in r}  # on CPUs; an accelerator's below

@@ -56,7 +56,7 @@ from posenc.config import with_fields  # noqa: E402
 from posenc.encodings import POSENCS, get_encoding  # noqa: E402
 from posenc.task_eval import evaluate_tasks  # noqa: E402
 from posenc.tasks import ALGORITHMIC  # noqa: E402
-from posenc.timing import cpu_model, device_record  # noqa: E402
+from posenc.timing import cpu_record, device_record  # noqa: E402
 from posenc.train import load_config_file, train_and_evaluate  # noqa: E402
 
 CORE = ("rope", "alibi", "none", "learned", "sinusoidal")
@@ -239,7 +239,7 @@ def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path) -> None:
     curve = jobs.result_curve(result)
     # the last validation row of the whole run (one that finished in an earlier sitting trains no step in this one)
     result["final_metrics"] = next(row for row in reversed(curve) if "val_loss" in row)
-    result["cpu"] = cpu_model()
+    result.update(cpu_record())
     result["threads"] = jobs.threads()
     result.update(device_record())
     # train_s: this sitting's training call (about 0 for a run trained in an earlier sitting; the curve's timed_s

@@ -333,7 +333,7 @@ def pilot_section(folder: pathlib.Path, st: Study) -> str:
                       f"({x['val_bpb'] - f32['val_bpb']:+.3f} from this pilot's float32): the same config in float32 "
                       "on another machine kind, one run each, so machine kind and run-to-run noise are not told apart. "
                       for name, x in st.r.items()
-                      if name == "lr-rope-0.003" and x.get("val_bpb") is not None and machine(x) != r["cpu"])
+                      if name == "lr-rope-0.003" and x.get("val_bpb") is not None and machine(x) != machine(r))
             + "The study's runs so far: "
             + (", ".join(sorted({x["config"]["model"]["dtype"] for x in st.r.values() if "config" in x})) or "none")
             + " (`model.dtype`).")

@@ -80,7 +80,7 @@ from posenc.config import run_changes  # noqa: E402
 from posenc import evaluate as ev  # noqa: E402
 from posenc.encodings import POSENCS  # noqa: E402
 from posenc.longrope import SearchConfig, search_run  # noqa: E402
-from posenc.timing import cpu_model, device_record  # noqa: E402
+from posenc.timing import cpu_record, device_record  # noqa: E402
 from posenc.train import NonFiniteLossError, load_config_file, train_and_evaluate  # noqa: E402
 
 CORE = ("rope", "alibi", "none", "learned", "sinusoidal")
@@ -448,7 +448,7 @@ def settings_record(s: Settings) -> dict:
 def run_job(job: Job, runs: pathlib.Path, results: pathlib.Path, s: Settings) -> None:
     """Runs one job (the module docstring's stages) and writes results/<name>.json atomically."""
     t0 = time.time()
-    result = {"job": dataclasses.asdict(job), "settings": settings_record(s), "cpu": cpu_model(),
+    result = {"job": dataclasses.asdict(job), "settings": settings_record(s), **cpu_record(),
               "threads": jobs.threads(), **device_record()}
     lengths = list(s.lengths)
     if job.edge is not None:
