@@ -14,6 +14,7 @@ it is computed from them inside attention; its gradient reaches q, k and e.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -21,19 +22,24 @@ from posenc.encoding import Encoding
 
 
 def cope_positions(scores, visible, npos_max: int):
-    """p_ij = Σ_{t ≥ j, visible} σ(s_it), clamped to npos_max − 1: `[..., Tq, Tk]` from scores of the same shape."""
-    gates = jnp.where(visible, 1.0 / (1.0 + jnp.exp(-scores)), 0.0)
+    """p_ij = Σ_{t ≥ j, visible} σ(s_it), clamped to npos_max − 1: `[..., Tq, Tk]` from scores of the same shape.
+
+    σ is `jax.nn.sigmoid`, whose gradient stays finite at any score (1 / (1 + exp(−s)) gives 0 · inf = NaN for
+    s < −88.7 in float32, and `where` passes that NaN on even for a masked key)."""
+    gates = jnp.where(visible, jax.nn.sigmoid(scores), 0.0)
     pos = jnp.flip(jnp.cumsum(jnp.flip(gates, -1), axis=-1), -1)
     return jnp.minimum(pos, npos_max - 1)
 
 
 def cope_bias(q, k, visible, emb):
     """CoPE's bias `[B, N, Tq, Tk]` for q `[B, N, Tq, H]` (scaled by 1/√H), k `[B, N, Tk, H]` and position
-    embeddings `emb [npos_max, H]` (q·e uses the unscaled q, as in the reference)."""
+    embeddings `emb [npos_max, H]` (q·e uses the unscaled q, as in the reference). Computed in float32, or in
+    float64 for float64 q and k."""
     head_dim = q.shape[-1]
-    scores = jnp.einsum("bnqh,bnkh->bnqk", q, k, preferred_element_type=jnp.float32)
+    dtype = jnp.promote_types(jnp.result_type(q, k), jnp.float32)
+    scores = jnp.einsum("bnqh,bnkh->bnqk", q, k, preferred_element_type=dtype)
     pos = cope_positions(scores, visible, emb.shape[0])
-    logits_int = jnp.einsum("bnqh,ph->bnqp", q.astype(jnp.float32) * head_dim**0.5, emb)  # q_i·e[p], [B,N,Tq,P]
+    logits_int = jnp.einsum("bnqh,ph->bnqp", q.astype(dtype) * head_dim**0.5, emb)  # q_i·e[p], [B,N,Tq,P]
     lo = jnp.floor(pos)
     w = pos - lo
     lo = lo.astype(jnp.int32)

@@ -78,7 +78,8 @@ class Encoding(nnx.Module):
         """The encoding's options: the defaults, overridden by `cfg.encoding_options`.
 
         Raises:
-          ValueError: an option the encoding does not have, or one whose type differs from its default's.
+          ValueError: an option the encoding does not have, or one whose type differs from its default's (a
+            whole-number option takes only an int: not a float, not a bool).
         """
         given = dict(cfg.encoding_options)
         unknown = sorted(set(given) - set(cls.options))
@@ -91,6 +92,9 @@ class Encoding(nnx.Module):
                     isinstance(default, (int, float)) and not isinstance(value, (int, float))) or (
                     isinstance(default, str) and not isinstance(value, str)):
                 raise ValueError(f"model.{cls.name}.{key} must be like {default!r}, got {value!r}")
+            if isinstance(default, int) and not isinstance(default, bool) and not isinstance(value, int):
+                raise ValueError(f"model.{cls.name}.{key} must be an integer, like its default {default!r}; "
+                                 f"got {value!r}")
             values[key] = type(default)(value) if isinstance(default, float) else value
         return values
 

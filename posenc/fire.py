@@ -13,6 +13,8 @@ reference, ψ takes |c·x| and the denominator gets + 1e-6.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -23,9 +25,11 @@ EPS = 1e-6
 
 
 def fire_normalized_distance(q_pos, k_pos, c, threshold):
-    """ψ(i − j) / ψ(max(L, i)) `[..., Tq, Tk]` for positions `[..., Tq]`, `[..., Tk]`."""
-    i = jnp.asarray(q_pos, jnp.float32)[..., :, None]
-    j = jnp.asarray(k_pos, jnp.float32)[..., None, :]
+    """ψ(i − j) / ψ(max(L, i)) `[..., Tq, Tk]` for positions `[..., Tq]`, `[..., Tk]`, in float32 (float64 for
+    float64 c and threshold)."""
+    dtype = jnp.promote_types(jnp.result_type(c, threshold), jnp.float32)
+    i = jnp.asarray(q_pos, dtype)[..., :, None]
+    j = jnp.asarray(k_pos, dtype)[..., None, :]
     rel = jnp.log(jnp.abs(c * (i - j)) + 1.0)
     norm = jnp.log(jnp.abs(c * jnp.maximum(i, threshold)) + 1.0) + EPS
     return rel / norm
@@ -71,6 +75,9 @@ class Fire(Encoding):
         opts = cls.option_values(cfg)
         if opts["width"] < 1:
             raise ValueError(f"model.fire.width must be >= 1, got {opts['width']}")
+        if not (math.isfinite(opts["init_c"]) and opts["init_c"] > 0):
+            raise ValueError(f"model.fire.init_c must be a finite number > 0 (c of ψ(x) = log(c·x + 1); 0 makes every "
+                             f"distance 0), got {opts['init_c']!r}")
 
     def bias(self, q_pos, k_pos, q, k, visible, ctx, layer: int):
         return self.mlps[layer if len(self.mlps) > 1 else 0](q_pos, k_pos)

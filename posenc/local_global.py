@@ -12,6 +12,8 @@ global 10⁶; `rope_local_base_freq` in Hugging Face). Layer i is local or globa
 
 from __future__ import annotations
 
+import math
+
 from posenc.rope import Rope, RopeContext
 from posenc.rope_scaling import rope_inputs
 
@@ -41,8 +43,8 @@ class LocalGlobalRope(Rope):
                              f"got {opts['pattern']!r}")
         if opts["window"] < 1:
             raise ValueError(f"model.local_global.window must be >= 1, got {opts['window']}")
-        if not opts["local_base"] > 0:
-            raise ValueError(f"model.local_global.local_base must be > 0, got {opts['local_base']!r}")
+        if not (math.isfinite(opts["local_base"]) and opts["local_base"] > 0):  # as `rope_frequencies` requires
+            raise ValueError(f"model.local_global.local_base must be a finite number > 0, got {opts['local_base']!r}")
 
     @classmethod
     def is_local(cls, cfg, layer: int) -> bool:

@@ -17,6 +17,7 @@ Only the first 2r features rotate (partial rotary, GPT-NeoX `rotary_pct`); the r
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -254,8 +255,8 @@ class Rope(Encoding):
                 f"= {cfg.head_dim * cfg.rope_fraction:g} must be an even integer ≥ 2 "
                 f"(head_dim = d_model / num_heads = {cfg.head_dim})"
             )
-        if not cfg.rope_base > 0:
-            raise ValueError(f"model.rope.base must be > 0, got {cfg.rope_base!r}")
+        if not (math.isfinite(cfg.rope_base) and cfg.rope_base > 0):  # as `rope_frequencies` requires
+            raise ValueError(f"model.rope.base must be a finite number > 0, got {cfg.rope_base!r}")
         if not isinstance(cfg.rope_scaling, RopeScaling):
             raise ValueError(f"model.rope.scaling must be a RopeScaling, got {type(cfg.rope_scaling).__name__}")
         factors = cfg.rope_scaling.long_factor

@@ -11,6 +11,8 @@ rotation by k·ω_i of (PE[p, 2i], PE[p, 2i+1]) — the "linear relation" the se
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 
 from posenc.encoding import Encoding
@@ -58,8 +60,8 @@ class Sinusoidal(Encoding):
     def check(cls, cfg) -> None:
         if cfg.d_model % 2:
             raise ValueError(f"model.d_model must be even for posenc='sinusoidal', got {cfg.d_model}")
-        if not cfg.sinusoidal_base > 0:
-            raise ValueError(f"model.sinusoidal_base must be > 0, got {cfg.sinusoidal_base!r}")
+        if not (math.isfinite(cfg.sinusoidal_base) and cfg.sinusoidal_base > 0):
+            raise ValueError(f"model.sinusoidal_base must be a finite number > 0, got {cfg.sinusoidal_base!r}")
 
     def absolute(self, positions, ctx):
         return sinusoidal_encoding(positions, self.cfg.d_model, self.cfg.sinusoidal_base)

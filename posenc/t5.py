@@ -8,10 +8,11 @@ model is, for d = max(−n, 0), B = num_buckets and E = B / 2 exact buckets,
     bucket(d) = d                                                        if d < E
               = min(B − 1, E + ⌊ln(d / E) / ln(max_distance / E) · (B − E)⌋)   otherwise
 
-(bidirectional: half the buckets for each sign, the upper half for n > 0). Distances from `max_distance`
-on share the last bucket, so the bias is constant there: T5's own way of extrapolating. The logarithm is
-taken in float32, like the reference code, so that buckets agree integer for integer. The bias table
-`[num_buckets, num_heads]` is shared by all layers, as in T5 (`model.t5.shared`).
+(bidirectional: half the buckets for each sign, the upper half for n > 0). The last bucket starts short of
+`max_distance`, at the first d ≥ E · (max_distance / E)^((B − E − 1) / (B − E)) (113 for T5's B = 32 and
+max_distance = 128), and holds every distance beyond, so the bias is constant there: T5's own way of
+extrapolating. The logarithm is taken in float32, like the reference code, so that buckets agree integer
+for integer. The bias table `[num_buckets, num_heads]` is shared by all layers, as in T5 (`model.t5.shared`).
 """
 
 from __future__ import annotations

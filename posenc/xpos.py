@@ -87,8 +87,9 @@ class XPos(Rope):
         if cfg.rope_scaling.kind != "none":
             raise ValueError(f"posenc='xpos' takes no RoPE scaling (model.rope.scaling.kind='none'), got "
                              f"{cfg.rope_scaling.kind!r}")
-        if not cls.option_values(cfg)["scale_base"] > 0:
-            raise ValueError(f"model.xpos.scale_base must be > 0, got {cls.option_values(cfg)['scale_base']!r}")
+        gamma = cls.option_values(cfg)["scale_base"]
+        if not (math.isfinite(gamma) and gamma > 0):
+            raise ValueError(f"model.xpos.scale_base must be a finite number > 0, got {gamma!r}")
 
     @classmethod
     def length_dependent(cls, cfg, scaling=None) -> bool:

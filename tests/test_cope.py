@@ -1,5 +1,5 @@
-"""CoPE: a float64 oracle of contextual positions and their interpolated embeddings, its reductions, and
-cached decoding equal to the full forward pass."""
+"""CoPE: a float64 oracle of contextual positions and their interpolated embeddings, its reductions, finite
+gradients at any score, and cached decoding equal to the full forward pass."""
 
 import jax
 import jax.numpy as jnp
@@ -36,9 +36,10 @@ def test_bias_equals_float64_oracle(npos_max):
     emb = RNG.normal(size=(npos_max, 4))
     visible = np.tril(np.ones((9, 9), bool))[None, None]
     with jax.enable_x64(True):
-        ours = np.asarray(cope_bias(jnp.asarray(q) / 2.0, jnp.asarray(k), visible, jnp.asarray(emb)))
+        ours = cope_bias(jnp.asarray(q) / 2.0, jnp.asarray(k), visible, jnp.asarray(emb))
+        assert ours.dtype == jnp.float64  # float64 inputs are computed in float64
     expected = oracle(q, k, emb, npos_max)
-    np.testing.assert_allclose(np.where(visible, ours, 0), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.where(visible, np.asarray(ours), 0), expected, rtol=1e-10, atol=1e-12)
 
 
 def test_positions_count_gates_and_are_monotone():
@@ -51,6 +52,38 @@ def test_positions_count_gates_and_are_monotone():
     assert np.abs(closed).max() < 1e-12  # every gate shut: position 0 everywhere
     rnd = np.asarray(cope_positions(RNG.normal(size=(1, 1, 6, 6)), visible, 100))[0, 0]
     assert np.all(np.diff(np.where(visible[0, 0], rnd, 0), axis=1)[np.tril(np.ones((6, 5), bool), -1)] <= 1e-12)
+
+
+@pytest.mark.parametrize("where", ["future key", "visible key"])
+def test_gradients_are_finite_at_very_negative_scores(where):
+    """A score of −800 (σ' = 0, but exp(800) overflows float32) leaves the gradients of q, k and e finite, on a
+    masked future key too: the gate is `jax.nn.sigmoid`, not 1 / (1 + exp(−s)), whose 0 · inf is NaN."""
+    emb = jnp.asarray(RNG.normal(size=(8, 4)), jnp.float32)
+    visible = jnp.asarray(np.tril(np.ones((3, 3), bool)))[None, None]
+    q = np.array([[10.0, 0, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0]], np.float32)
+    k = np.array([[0.0, 1, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0]], np.float32)
+    if where == "future key":
+        k[2] = [-80, 0, 0, 0]  # the score of (0, 2), in the future of query 0, is −800; every visible one ≥ 0
+    else:
+        k[0], q[2] = [-80, 0, 0, 0], [10, 0, 0, 0]  # the visible pair (2, 0) scores −800
+    q, k = jnp.asarray(q)[None, None], jnp.asarray(k)[None, None]
+    loss = lambda q, k, e: jnp.sum(jnp.where(visible, cope_bias(q, k, visible, e), 0.0))  # noqa: E731
+    grads = jax.grad(loss, argnums=(0, 1, 2))(q, k, emb)
+    for g in grads:
+        assert np.isfinite(np.asarray(g)).all()
+    assert np.abs(np.asarray(grads[2])).max() > 0
+
+
+def test_model_gradients_are_finite_with_large_logits():
+    """q·k/√H of several hundred (no QK-norm; logits grow in training) gives finite gradients everywhere."""
+    m = Transformer(ModelConfig(posenc="cope", d_model=32, num_heads=2, num_layers=2, mlp_dim=64, max_len=16),
+                    rngs=nnx.Rngs(0))
+    for block in m.blocks:
+        block.attn.qkv.kernel[...] = block.attn.qkv.kernel[...] * 100
+    graphdef, state = nnx.split(m)
+    x = jnp.asarray(RNG.integers(0, 256, size=(2, 16)))
+    grads = jax.grad(lambda s: jnp.mean(nnx.merge(graphdef, s)(x) ** 2))(state)
+    assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
 
 
 def model(**kw):

@@ -37,6 +37,34 @@ def test_registry_lookup_and_interface():
         ModelConfig(posenc="t5", encoding_options=(("buckets", 8),))
 
 
+WHOLE_NUMBER_OPTIONS = [(name, key) for name, cls in ENCODINGS.items() for key, (default, _) in cls.options.items()
+                        if isinstance(default, int) and not isinstance(default, bool)]
+
+
+def test_the_whole_number_options_are_known():
+    assert set(WHOLE_NUMBER_OPTIONS) >= {("cope", "npos_max"), ("fire", "width"), ("t5", "num_buckets"),
+                                         ("t5", "max_distance"), ("local_global", "window")}
+
+
+@pytest.mark.parametrize("name,key", WHOLE_NUMBER_OPTIONS, ids=lambda v: v)
+def test_whole_number_options_refuse_floats_and_booleans_naming_the_field(name, key):
+    """A float would reach an array shape (an obscure TypeError naming no field) or a mask (`i − j < 4.5`)."""
+    default = ENCODINGS[name].options[key][0]
+    for bad in (default + 0.5, float(default), True):
+        with pytest.raises(ValueError, match=rf"model\.{name}\.{key} must be"):
+            ModelConfig(posenc=name, encoding_options=((key, bad),))
+    ModelConfig(posenc=name, encoding_options=((key, default),))
+
+
+@pytest.mark.parametrize("posenc,field,key", [("rope", "model.rope.base", "rope_base"),
+                                               ("sinusoidal", "model.sinusoidal_base", "sinusoidal_base")])
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan")])
+def test_frequency_bases_must_be_finite_and_positive(posenc, field, key, bad):
+    """An infinite base would fail later, inside the frequencies, without naming the field."""
+    with pytest.raises(ValueError, match=rf"{re.escape(field)} must be a finite number > 0, got {bad!r}"):
+        ModelConfig(posenc=posenc, **{**TINY, key: bad})
+
+
 def test_no_pipeline_compares_encoding_names():
     """Only the registry and the encodings' own modules may know names: everything else asks the class."""
     own = {f"{cls.__module__.split('.')[-1]}.py" for cls in ENCODINGS.values()} | {"encodings.py", "encoding.py"}

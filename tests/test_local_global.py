@@ -64,6 +64,27 @@ def test_a_scaling_moves_only_the_global_layers():
     assert [model.encoding.window(cfg, i) for i in range(3)] == [64, None, 64]  # pattern LG, window 64
 
 
+def test_local_layers_rotate_with_local_base_and_global_layers_with_rope_base():
+    """With the two bases apart (they are both 10⁴ by default), layer 0 (L) rotates by `local_base` and layer 1
+    (G) by `model.rope.base`."""
+    cfg = ModelConfig(posenc="local_global", rope_base=1e6, encoding_options=(("pattern", "LG"), ("local_base", 100.0)),
+                      **{**TINY, "num_layers": 2})
+    enc = cfg.encoding(cfg, rngs=nnx.Rngs(0))
+    pos = jnp.arange(8)[None]
+    ctx = enc.context(pos, 8)
+    x = jnp.asarray(RNG.normal(size=(1, 8, 2, 16)), jnp.float32)
+    for layer, base in ((0, 100.0), (1, 1e6)):
+        want = posenc.apply_rope(x, pos, posenc.rope_frequencies(16, base=base)[0], layout=cfg.rope_layout)
+        np.testing.assert_allclose(enc.rotate(x, pos, ctx, layer, "q"), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("base", [0.0, -1.0, float("inf"), float("nan")])
+def test_local_base_must_be_finite_and_positive(base):
+    """As `rope_frequencies` requires, refused by the config check rather than at the first forward pass."""
+    with pytest.raises(ValueError, match=r"model\.local_global\.local_base must be a finite number > 0"):
+        ModelConfig(posenc="local_global", encoding_options=(("local_base", base),))
+
+
 def test_cache_of_local_layers_is_bounded_by_the_window():
     model = make(encoding_options=(("pattern", "LLG"), ("window", 6)))
     cache = model.init_cache(2, 1000)

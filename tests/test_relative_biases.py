@@ -52,6 +52,8 @@ def test_t5_buckets_float64_oracle_and_properties():
     assert np.all(ours[rel >= 0] == 0)  # causal: the future and the present share bucket 0
     assert np.all(np.diff(ours[::-1]) >= 0)  # non-decreasing with distance
     assert set(ours[rel <= -128]) == {31}  # constant from max_distance on, however far
+    first = math.ceil(16 * (128 / 16) ** (15 / 16))  # the last bucket starts short of max_distance, at 113
+    assert first == 113 and ours[rel == -first] == 31 and ours[rel == -first + 1] == 30
     np.testing.assert_array_equal(ours[(rel > -16) & (rel <= 0)], -rel[(rel > -16) & (rel <= 0)])  # exact buckets
 
 
@@ -96,10 +98,16 @@ def test_kerple_power_at_r2_one_is_alibi_shaped_and_coefficients_stay_valid():
 def test_fire_normalized_distance_oracle_and_range_at_any_length():
     c, threshold = 0.1, 16.0
     q_pos, k_pos = np.arange(0, 4096, 7)[None], np.arange(0, 4096, 5)[None]
-    ours = np.asarray(fire_normalized_distance(q_pos, k_pos, c, threshold))[0]
+    with jax.enable_x64(True):  # float64 c and threshold: computed in float64
+        ours = fire_normalized_distance(q_pos, k_pos, c, threshold)
+        assert ours.dtype == jnp.float64
+    ours = np.asarray(ours)[0]
     i, j = q_pos[0][:, None].astype(np.float64), k_pos[0][None, :].astype(np.float64)
     expected = np.log(np.abs(c * (i - j)) + 1) / (np.log(np.abs(c * np.maximum(i, threshold)) + 1) + 1e-6)
-    np.testing.assert_allclose(ours, expected, rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(ours, expected, rtol=1e-12, atol=1e-15)
+    float32 = np.asarray(fire_normalized_distance(q_pos, k_pos, c, threshold))[0]  # the model's precision
+    assert float32.dtype == np.float32
+    np.testing.assert_allclose(float32, expected, rtol=2e-5, atol=1e-6)
     causal = j <= i
     assert np.all(ours[np.broadcast_to(causal, ours.shape)] >= 0)
     assert np.all(ours[np.broadcast_to(causal, ours.shape)] <= 1)  # in [0, 1] for every key in the past
@@ -117,3 +125,12 @@ def test_fire_bias_is_its_mlp_of_the_normalized_distance():
     w2, b2 = np.asarray(mlp.out.kernel[...]), np.asarray(mlp.out.bias[...])
     expected = np.maximum(x[..., None] * w1[0] + b1, 0) @ w2 + b2  # [Tq, Tk, N]
     np.testing.assert_allclose(bias[0], np.moveaxis(expected, -1, 0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("init_c", [0.0, -0.1, float("inf"), float("nan")])
+def test_fire_init_c_must_be_finite_and_positive(init_c):
+    """c = 0 makes every normalised distance 0 (a position-blind bias), NaN makes NaN logits; c > 0 as in
+    ψ(x) = log(c·x + 1)."""
+    with pytest.raises(ValueError, match=r"model\.fire\.init_c must be a finite number > 0"):
+        ModelConfig(posenc="fire", encoding_options=(("init_c", init_c),))
+    ModelConfig(posenc="fire", encoding_options=(("init_c", 0.5),))

@@ -9,8 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 import posenc
+from posenc.model import ModelConfig
 from posenc.xpos import apply_xpos, xpos_zeta
 
 REF = json.loads((pathlib.Path(__file__).parent / "data" / "encoding_reference.json").read_text())["xpos"]
@@ -28,6 +30,28 @@ def test_scores_equal_rotary_embedding_torch(center):
     inv = posenc.rope_frequencies(REF["dim"])[0]
     q2, k2 = apply_xpos(q, k, pos, inv, scale_base=REF["scale_base"], layout="interleaved", center=center)
     np.testing.assert_allclose(scores(q2, k2), REF["scores"], rtol=1e-4, atol=1e-4)  # any centre cancels
+
+
+def test_model_rotation_equals_rotary_embedding_torch():
+    """`XPos.rotate`, what the model applies (its own code, not `apply_xpos`), grows q and shrinks k as the
+    reference does: the scores equal rotary-embedding-torch's (inverting the two factors makes them grow with
+    distance, which translation invariance and cached decoding do not see)."""
+    cfg = ModelConfig(posenc="xpos", d_model=2 * REF["dim"], num_heads=2, num_layers=1, mlp_dim=8, max_len=64,
+                      rope_layout="interleaved", encoding_options=(("scale_base", float(REF["scale_base"])),))
+    enc = cfg.encoding(cfg, rngs=nnx.Rngs(0))
+    q = np.asarray(REF["q"], np.float32).transpose(1, 0, 2)[None]  # [N, T, H] -> [1, T, N, H]
+    k = np.asarray(REF["k"], np.float32).transpose(1, 0, 2)[None]
+    pos = jnp.arange(q.shape[1])[None]
+    ctx = enc.context(pos, q.shape[1])
+    q2, k2 = enc.rotate(q, pos, ctx, 0, "q"), enc.rotate(k, pos, ctx, 0, "k")
+    np.testing.assert_allclose(scores(q2[0], k2[0]), REF["scores"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("gamma", [0.0, -1.0, float("inf"), float("nan")])
+def test_scale_base_must_be_finite_and_positive(gamma):
+    """γ = inf would be plain RoPE, but `max_positions` (evaluation, decoding) cannot bound it."""
+    with pytest.raises(ValueError, match=r"model\.xpos\.scale_base must be a finite number > 0"):
+        ModelConfig(posenc="xpos", encoding_options=(("scale_base", gamma),))
 
 
 def test_float64_oracle_relative_and_decaying():
