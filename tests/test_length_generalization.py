@@ -647,3 +647,12 @@ def test_the_status_gives_the_finished_first_tier_s_cost(tmp_path):
     text = report.write_report(tmp_path, jobs=jobs)
     assert "2 of 2 jobs. Its jobs took 0.5 hours of job time (timed training steps and evaluation; AMD EPYC): " \
            "about 0.2 hours of wall-clock time" in text
+
+
+def test_committed_readme_is_rendered_from_the_committed_results(tmp_path):
+    """A result added (or the report changed) without the README rendered again would leave stale numbers."""
+    report = _load("length_generalization_report", HERE / "report.py")
+    report.write_report(HERE, out=tmp_path)
+    assert (tmp_path / "README.md").read_text() == (HERE / "README.md").read_text()
+    assert ({p.name for p in (tmp_path / "figures").glob("*.png")}
+            == {p.name for p in (HERE / "figures").glob("*.png")})  # each figure drawn, none stale

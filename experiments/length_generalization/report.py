@@ -158,15 +158,17 @@ def curve_minutes(result: dict) -> float:
     return timed[-1][2] / 60 if timed else 0.0
 
 
-def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
+def write_report(here: pathlib.Path = HERE, jobs=None, out: pathlib.Path | None = None) -> str:
+    """Renders `out`/README.md and `out`/figures (`out` defaults to `here`) from `here`'s results and pilot."""
+    out = out or here
     if jobs is None:
         jobs = plan([0, 1, 2])
     results = load(here / "results")
     check_versions(results)
     check_settings(results, jobs)
     check_bases(results)
-    figures = here / "figures"
-    figures.mkdir(exist_ok=True)
+    figures = out / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
     timing_path = here / "results" / "timing.json"
     timing = {**(json.loads(timing_path.read_text()) if timing_path.exists() else {}),
               **{n: r["timing"] for n, r in results.items() if r.get("timing")}}  # each result's own, newest
@@ -281,7 +283,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None) -> str:
                       f"on {kind}"
                       for kind, v in sorted(devices.items())) + ".", ""]
     text = "\n".join(lines) + "\n"
-    (here / "README.md").write_text(text)
+    (out / "README.md").write_text(text)
     return text
 
 
