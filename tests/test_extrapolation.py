@@ -1,6 +1,8 @@
 """The extrapolation study's report (experiments/extrapolation/report.py) over the committed results."""
 
+import copy
 import importlib.util
+import json
 import pathlib
 import shutil
 
@@ -53,3 +55,27 @@ def test_a_base_run_trained_again_must_score_as_its_result_did(trained_run):
         row["bpb"] += 2e-4
     with pytest.raises(RuntimeError, match=f"scores .* bits per byte at {n} where its result scored"):
         run.check_same_run(str(trained_run), result)
+
+
+def test_the_pi_control_claim_follows_the_fine_tunes_bits_per_byte(tmp_path):
+    """A control fine-tune (no scaling, the same steps) of seed 0 made from PI's own result with its bits per byte at
+    1024 moved by ±0.2: the claim is reproduced where PI's fine-tune is the lower, not reproduced where the control
+    is, and its gain is the control's minus PI's."""
+    here = tmp_path / "extrapolation"
+    shutil.copytree(ROOT / "experiments/extrapolation/results", here / "results")
+    shutil.copytree(ROOT / "experiments/longrope/results", tmp_path / "longrope" / "results")
+    (tmp_path / "quickstart").mkdir()
+    shutil.copy(ROOT / "experiments/quickstart/results.json", tmp_path / "quickstart")
+    pi = json.loads((here / "results" / "rope-s0-ft-pi4x.json").read_text())
+    pi_1024 = next(r["bpb"] for r in pi["rows"] if (r["scaling"], r["protocol"], r["length"]) == ("run", "nonoverlap", 1024))
+    for shift, verdict in ((0.2, "reproduced"), (-0.2, "not reproduced")):
+        control = copy.deepcopy(pi)
+        run_rows = {(r["protocol"], r["length"]): r for r in pi["rows"] if r["scaling"] == "run"}
+        control["rows"] = [{**r, "bpb": run_rows[r["protocol"], r["length"]]["bpb"] + shift} if r["scaling"] == "none"
+                           else r for r in control["rows"]]  # its own rows ("none"): PI's ("run") moved by shift
+        (here / "results" / "rope-s0-ft-noscale4x.json").write_text(json.dumps(control))
+        claim = next(c for c in _claims(report.write_report(here)) if c[0].startswith("PI's fine-tune beats"))
+        assert claim[3] == verdict, claim
+        assert f"PI fine-tuned {pi_1024:.3f}, fine-tuned without scaling {pi_1024 + shift:.3f} bpb" in claim[2], claim
+        held = "holds" if shift > 0 else "fails"
+        assert f"PI below the control {held} by {abs(shift):+.3f} (one run)" in claim[5], claim
