@@ -21,7 +21,8 @@ Defaults (chosen by the pilot runs in experiments/length_generalization/pilot/, 
 README): a smaller model than configs/default.py (2 layers, d_model 128, MLP 512). Passkey at learning rate
 1e-3, which learned retrieval faster than 3e-3; 2 layers learn it in about the same steps as 4 (55% against
 59% validation exact match at step 2000; pilot pk-2l) at 1.8x the tokens per second. Passkey trains on an
-8000-step schedule and stops at the first validation with 99% exact match (`task.stop_accuracy`): on a
+8000-step schedule and stops at the first validation with 99% exact match (`task.stop_accuracy`; on the 64
+validation examples of `eval_windows`, all 64): on a
 3000-step schedule, seed 0 of RoPE, ALiBi and sinusoidal passed 90% at steps 2000–2800, but seed 1 of RoPE
 ended at 20% and seed 1 of ALiBi stayed on a plateau (answer loss 1.6) throughout; on the 8000-step schedule
 those two seeds stopped at steps 4000 and 1900 (pilots pk-8000-rope-s1, pk-8000-alibi-s1; 95% and 97% test
@@ -73,7 +74,8 @@ def get_config(arg: str | None = None):
     config.task.min_len = config_dict.placeholder(int)  # shortest example (inputs); unset: train_len for passkey, else the task's minimum
     config.task.lm_ratio = 0.0  # fraction of each batch's rows that are LM text windows
     config.task.prompt_weight = 0.0  # loss weight of the non-answer bytes of a task row (0: the answer only)
-    # stop at the first evaluation (eval_every) whose validation exact match reaches this (unset: never)
+    # stop at the first evaluation (eval_every) whose validation exact match reaches this (unset: never); the
+    # match is over eval_windows examples, so it reaches 0.99 only at ceil(0.99 * eval_windows) of them
     config.task.stop_accuracy = config_dict.placeholder(float)
 
     config.positions = config_dict.ConfigDict()

@@ -25,7 +25,7 @@ from posenc.encodings import ENCODINGS, get_encoding
 from posenc.longrope import read_factors
 from posenc.model import ModelConfig
 from posenc.rope_scaling import DYNAMIC_KINDS, KINDS, RopeScaling
-from posenc.tasks import TASKS, TaskSpec, check_input_lengths
+from posenc.tasks import TASKS, TaskSpec, check_input_lengths, depth_salt
 
 
 # Fields a rerun may change: how often things happen and how the same math is laid out, not what it computes.
@@ -451,6 +451,10 @@ def _validate_eval(config: ml_collections.ConfigDict) -> None:
         if not depths or not all(0 <= d <= 1 for d in depths):
             raise ValueError(f"config.eval.depths must be comma-separated passkey needle depths in [0, 1] "
                              f"(such as 0,0.5,1), got {ev.depths!r}")
+        salts = [depth_salt(d) for d in depths]  # each depth draws its examples from its salt (posenc.task_eval)
+        if len(set(salts)) != len(salts):
+            raise ValueError(f"config.eval.depths must be distinct to 1e-4 (each draws its own examples), got "
+                             f"{ev.depths!r}")
     if "examples" in ev:
         ex = ev.examples
         if isinstance(ex, bool) or not isinstance(ex, int) or ex <= 0:
@@ -467,6 +471,10 @@ def validate(config: ml_collections.ConfigDict, training: bool = True) -> ModelC
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"config.{name} must be a positive integer, got {value!r}")
 
+    keep = config.keep_checkpoints  # Orbax prunes the older ones as it saves, before the newest is read back
+    if training and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 2):
+        raise ValueError(f"config.keep_checkpoints must be an integer >= 2 (the newest checkpoint and an older one "
+                         f"to fall back to if the newest is corrupt), got {keep!r}")
     for name in ("train_steps", "train_len", "batch_size", "checkpoint_every", "eval_every", "eval_windows",
                  "log_every", "keep_checkpoints"):
         positive_int(name)

@@ -732,7 +732,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         `result['baselines']` (rows of the same schema, run `n-gram`; tables, CSV and plot include them).
 
     Raises:
-      ValueError: a run without checkpoint, a length the split cannot supply, lengths that do not all divide
+      ValueError: a run without checkpoint, a run trained with `positions.randomize`, a length the split cannot supply, lengths that do not all divide
         num_bytes (with documents: the longest length), split 'train', an unknown scaling, one that applies to
         no run, or 'longrope' for a run without factors, a non-positive factor, stride or num_bytes, a factor or
         longrope_file that none of the scalings used reads.
@@ -753,6 +753,12 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
     runs = [load_run(w) for w in workdirs] + [hf_run(p, text, dtype=hf_dtype) for p in hf_models]
     if not runs:
         raise ValueError("evaluate: give at least one run (workdirs) or Hugging Face checkpoint (hf_models)")
+    for r in runs:
+        if r.config.get("positions") is not None and r.config.positions.get("randomize"):
+            raise ValueError(f"run {r.name!r} was trained with positions.randomize (positions drawn from "
+                             f"[0, {r.config.positions.get('max_position')})): evaluate scores positions 0..L-1, "
+                             "which it did not train on, and does not draw them as in training; a task run's "
+                             "accuracy is scored at drawn positions by scripts/eval_tasks.py")
     names = [r.name for r in runs]
     if len(set(names)) != len(names):  # same basename: use the whole path
         runs = [dataclasses.replace(r, name=str(r.workdir)) for r in runs]

@@ -123,12 +123,10 @@ class ModelConfig:
             raise ValueError(f"model.act_dtype must be one of {sorted({'auto', 'float32', self.dtype})} with "
                              f"model.dtype={self.dtype!r} (activations no narrower than the products' operands), "
                              f"got {self.act_dtype!r}")
-        if self.attn_chunk < 0:
-            raise ValueError(f"model.attn_chunk must be >= 0 (0 = no chunking), got {self.attn_chunk!r}")
-        if self.attn_block < 0:
-            raise ValueError(f"model.attn_block must be >= 0 (0 = off), got {self.attn_block!r}")
-        if self.attn_key_block < 0:
-            raise ValueError(f"model.attn_key_block must be >= 0 (0 = all keys at once), got {self.attn_key_block!r}")
+        for name, zero in (("attn_chunk", "no chunking"), ("attn_block", "off"), ("attn_key_block", "all keys at once")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"model.{name} must be an integer >= 0 (0 = {zero}), got {value!r}")
         if self.attn_impl not in IMPLEMENTATIONS:
             raise ValueError(f"model.attn_impl must be one of {IMPLEMENTATIONS}, got {self.attn_impl!r}")
         enc = get_encoding(self.posenc)

@@ -331,11 +331,12 @@ class TaskSpec:
                    version=task.get("version") if task else VERSIONS["lm"],
                    randomize=bool(pos.randomize) if pos else False, max_position=pos.get("max_position") if pos else None,
                    positions_version=pos.get("version") if pos else None)
-        spec.check(config.train_len, config.model.posenc)
+        spec.check(config.train_len, config.model.posenc, scaling_kind(config))
         return spec
 
-    def check(self, train_len: int, posenc: str) -> None:
-        """Raises a ValueError naming the field for values this run cannot use."""
+    def check(self, train_len: int, posenc: str, scaling_kind: str = "none") -> None:
+        """Raises a ValueError naming the field for values this run cannot use (`scaling_kind`: the run's
+        `model.rope.scaling.kind`)."""
         from posenc.encodings import get_encoding  # noqa: PLC0415
 
         if self.name != "lm":
@@ -350,10 +351,10 @@ class TaskSpec:
             if train_len < lo:
                 raise ValueError(f"train_len={train_len} is shorter than task {self.name!r}'s shortest example ({lo})")
             check_input_lengths(self.name, [train_len], "train_len")
-        if not 0.0 <= self.prompt_weight <= 1.0:
-            raise ValueError(f"task.prompt_weight must be in [0, 1], got {self.prompt_weight!r}")
-        if not 0.0 <= self.lm_ratio <= 1.0:
-            raise ValueError(f"task.lm_ratio must be in [0, 1], got {self.lm_ratio!r}")
+        for field in ("prompt_weight", "lm_ratio"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"task.{field} must be a number in [0, 1], got {value!r}")
         if self.randomize:
             kind = get_encoding(posenc).position_kind
             if kind in ("none", "contextual"):
@@ -364,6 +365,10 @@ class TaskSpec:
                                  "positions.randomize (an example of train_len inputs has train_len + 1 tokens, each "
                                  f"drawn a position), got {self.max_position!r}")
             check_positions_version(self.positions_version, "this config")
+            if scaling_kind != "none":
+                raise ValueError(f"positions.randomize needs model.rope.scaling.kind='none', got {scaling_kind!r}: "
+                                 "a randomized-positions run is tested without scalings (posenc.task_eval), and a "
+                                 "dynamic kind would train every example at the scale of positions.max_position")
 
     def shortest(self, train_len: int) -> int:
         """The shortest training example (input tokens): `min_len`, else train_len for passkey and the task's
@@ -371,6 +376,12 @@ class TaskSpec:
         if self.min_len is not None:
             return self.min_len
         return train_len if self.name in ("passkey", "lm") else min_length(self.name) - 1
+
+
+def scaling_kind(config) -> str:
+    """A run config's `model.rope.scaling.kind` ('none' where it has no RoPE scaling fields)."""
+    rope = config.model.get("rope") or {}
+    return (rope.get("scaling") or {}).get("kind", "none")
 
 
 def batch(spec: TaskSpec, corpus: data.Corpus, rng: np.random.Generator, *, batch_size: int, length: int,

@@ -214,6 +214,16 @@ def test_activation_dtype_resolves_auto_by_backend_and_rejects_narrowing():
         dataclasses.replace(cfg, act_dtype="float16")
 
 
+@pytest.mark.parametrize("field", ["attn_chunk", "attn_block", "attn_key_block"])
+@pytest.mark.parametrize("value", [True, 2.5, -1])
+def test_attention_tiling_fields_take_integers_only(field, value):
+    """A bool is not a size (True would tile one query or key at a time), nor is a fraction or a negative."""
+    cfg = ModelConfig(d_model=32, num_layers=1, num_heads=2, mlp_dim=64)
+    assert dataclasses.replace(cfg, **{field: np.int64(4)}).__getattribute__(field) == 4
+    with pytest.raises(ValueError, match=rf"model.{field} must be an integer >= 0 \(0 = .*\), got {value!r}"):
+        dataclasses.replace(cfg, **{field: value})
+
+
 @pytest.mark.parametrize("kw", [{}, {"mlp_act": "swiglu", "parallel_residual": True}])
 def test_bf16_activations_keep_the_residual_stream_in_bf16_close_to_float32(kw):
     """act_dtype=bfloat16 (what `auto` gives on a GPU): every block's output, so the residual stream, is bf16;

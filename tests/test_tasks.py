@@ -155,7 +155,7 @@ def test_prompt_weight_weighs_the_prompt_and_validation_stays_answer_only(corpus
     np.testing.assert_array_equal(a["weights"][b["weights"] == 1], 1.0)
     val = tasks.validation_batch(spec, corpus, seed=0, batch_size=4, length=40)
     assert set(np.unique(val["weights"])) <= {0.0, 1.0}
-    with pytest.raises(ValueError, match="task.prompt_weight must be in"):
+    with pytest.raises(ValueError, match="task.prompt_weight must be a number in"):
         tasks.TaskSpec(name="copy", prompt_weight=2.0).check(40, "rope")
 
 
@@ -184,6 +184,9 @@ def test_random_positions_sorted_distinct_in_range(corpus):
         tasks.TaskSpec(name="copy", randomize=True, max_position=512).check(32, "rope")  # recorded before the field
     with pytest.raises(ValueError, match=r"drawn by version 1 \(positions.version\); posenc draws version 2"):
         tasks.TaskSpec(name="copy", randomize=True, max_position=512, positions_version=1).check(32, "rope")
+    for kind in ("linear", "yarn", "dynamic_ntk"):  # tested without scalings; a dynamic one trains at max_position
+        with pytest.raises(ValueError, match=f"positions.randomize needs model.rope.scaling.kind='none', got '{kind}'"):
+            spec.check(32, "rope", kind)
 
 
 def test_randomized_positions_are_drawn_per_example_over_the_whole_range(corpus):
@@ -410,6 +413,19 @@ def test_scores_count_the_decoded_answers_at_the_run_s_randomized_positions(cach
     for pos, length in zip(seen, (16, 40), strict=True):
         assert pos.shape == (5, length + 1) and (np.diff(pos, axis=1) > 0).all()
         assert pos.min() >= 0 and pos.max() < 512 and not (pos == np.arange(length + 1)).all(axis=1).any()
+    rng = np.random.default_rng([0, 16, 4])  # the test split's draws: those the committed results were scored at
+    np.testing.assert_array_equal(seen[0], np.stack([tasks.random_positions(rng, 17, 512) for _ in range(5)]))
+    seen.clear()
+    evaluate_tasks([str(workdir)], [16], examples=5, split="validation", progress=False)
+    assert seen[0].shape == (5, 17) and not np.array_equal(seen[0], np.stack([  # validation draws its own
+        tasks.random_positions(np.random.default_rng([0, 16, 4]), 17, 512) for _ in range(5)]))
+    config = _tasks_config(cache_dir, "task=lm,posenc=rope,randomize,tiny")  # an LM run at drawn positions:
+    config.train_steps, config.warmup_steps = 1, 0  # perplexity at 0..L-1 would score positions it never saw
+    train.train_and_evaluate(config, str(tmp_path / "lm"))
+    from posenc import evaluate  # noqa: PLC0415
+
+    with pytest.raises(ValueError, match=r"was trained with positions.randomize .* evaluate scores positions 0..L-1"):
+        evaluate.evaluate([str(tmp_path / "lm")], [32], num_bytes=512, progress=False)
 
 
 def test_stop_accuracy_stops_at_the_first_evaluation_that_reaches_it_and_the_rerun_is_complete(cache_dir, tmp_path,
@@ -487,6 +503,14 @@ def test_task_config_errors_name_the_field(cache_dir, tmp_path):
     config.task.stop_accuracy = 0.9
     with pytest.raises(ValueError, match=r"task.stop_accuracy .* got 0.9 for task 'lm'"):
         train.train_and_evaluate(config, str(tmp_path / "w"))
+    for field in ("prompt_weight", "lm_ratio"):  # a weight, not a switch
+        for value in (True, 1.5):
+            with pytest.raises(ValueError, match=f"task.{field} must be a number in \\[0, 1\\], got {value}"):
+                tasks.TaskSpec(name="copy", **{field: value}).check(32, "rope")
+    config = _tasks_config(cache_dir, "task=copy,posenc=yarn,randomize,tiny")
+    with pytest.raises(ValueError, match="positions.randomize needs model.rope.scaling.kind='none', got 'yarn'"):
+        train.train_and_evaluate(config, str(tmp_path / "u"))
+    assert not any((tmp_path / n).exists() for n in "xyzwu")  # refused before the run's folder is made
 
 
 @pytest.mark.parametrize("arg,match", [
@@ -507,6 +531,7 @@ def test_tasks_config_arg_is_parsed_strictly(arg, match):
 @pytest.mark.parametrize("field,value,match", [
     ("depths", "0,1.5", r"config.eval.depths must be comma-separated passkey needle depths in \[0, 1\].*got '0,1.5'"),
     ("depths", "0,half", r"config.eval.depths must be .* got '0,half'"),
+    ("depths", "0.5,0.50004", r"config.eval.depths must be distinct to 1e-4 .* got '0.5,0.50004'"),
     ("examples", 0, r"config.eval.examples \(test examples per cell\) must be a positive integer, got 0"),
 ])
 def test_task_eval_fields_are_checked_before_training(cache_dir, tmp_path, field, value, match):
