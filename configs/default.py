@@ -125,7 +125,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.b2 = 0.95  # AdamW beta2
     config.grad_clip = 1.0  # global gradient-norm clip
     config.checkpoint_every = 100  # steps between checkpoints (and at the end)
-    config.keep_checkpoints = 2  # checkpoints kept in workdir/checkpoints
+    config.keep_checkpoints = 2  # checkpoints kept in workdir/checkpoints (>= 2: one to fall back to)
     config.eval_every = 100  # steps between validation losses (and at the end)
     config.eval_windows = 64  # fixed validation windows of train_len (at most: the split may hold fewer)
     config.log_every = 20  # steps between train-loss lines in metrics.jsonl

@@ -14,8 +14,11 @@ A workdir holds
 
 Orbax writes a checkpoint to a temporary directory and renames it when complete, so a crash never leaves a
 half-written checkpoint as the latest. A checkpoint is only written with finite parameters, and restoring
-one checks its files and then its values against their checksums: a corrupt checkpoint (flipped bytes, garbage, a missing file) is reported and
-the previous one is used instead (`restore_latest_good`).
+one checks its files against their checksums (exactly the files listed, no more, no fewer), its recorded step
+against its folder's, and its values against their SHA-256: a corrupt checkpoint (flipped bytes, garbage, a
+missing or extra file, a missing hash, a checkpoint copied into another step's folder) is reported and the
+previous one is used instead (`restore_latest_good`). Files that match their checksums but restore to other
+values than were saved are the reader's fault, not the checkpoint's (`CheckpointReaderError`).
 """
 
 from __future__ import annotations
@@ -98,6 +101,12 @@ class CorruptCheckpointError(ValueError):
     """A checkpoint whose contents do not match its checksums, or that cannot be read at all."""
 
 
+class CheckpointReaderError(ValueError):
+    """A checkpoint whose files match their checksums restored to other values than it saved: the reader differs
+    from the writer (the restore targets' dtypes or structure, a change of code or library), not the checkpoint,
+    which is left where it is."""
+
+
 class CheckpointWarning(UserWarning):
     """A corrupt checkpoint was skipped in favour of an older one."""
 
@@ -142,9 +151,18 @@ def _sums_path(mngr: ocp.CheckpointManager, step: int) -> pathlib.Path:
     return pathlib.Path(mngr.directory).parent / "checksums" / f"{step}.json"
 
 
+def _file_sha256(path: pathlib.Path) -> str:
+    """The SHA-256 of a file's bytes, read in chunks: a checkpoint's data files are never held in memory whole."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _files(step_dir: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(f for f in step_dir.rglob("*") if f.is_file())
+
+
 def _file_sums(step_dir: pathlib.Path) -> dict[str, str]:
-    return {str(f.relative_to(step_dir)): hashlib.sha256(f.read_bytes()).hexdigest()
-            for f in sorted(step_dir.rglob("*")) if f.is_file()}
+    return {str(f.relative_to(step_dir)): _file_sha256(f) for f in _files(step_dir)}
 
 
 def save(mngr: ocp.CheckpointManager, step: int, params, opt_state) -> None:
@@ -186,12 +204,14 @@ def save(mngr: ocp.CheckpointManager, step: int, params, opt_state) -> None:
 
 
 def verify_files(mngr: ocp.CheckpointManager, step: int) -> bool:
-    """Compares checkpoint `step`'s files with the checksums written after its save. Returns whether it could:
-    False without a checksum file, or with one that is not valid JSON (cut short by a crash: the restored values
-    are then checked against their SHA-256 alone, `restore`).
+    """Compares checkpoint `step`'s files with the checksums written after its save: the files it lists must be
+    exactly the checkpoint's files, each with its SHA-256. Returns whether it could: False without a checksum
+    file, or with one that is not valid JSON or lists no files (cut short by a crash, or damaged: the restored
+    values are then checked against their SHA-256 alone, `restore`).
 
     Raises:
-      CorruptCheckpointError: naming the first file that is missing or changed.
+      CorruptCheckpointError: naming a file the checksum file does not list, or the first listed file that is
+        missing or changed.
     """
     sums = _sums_path(mngr, step)
     if not sums.exists():
@@ -199,15 +219,23 @@ def verify_files(mngr: ocp.CheckpointManager, step: int) -> bool:
     where = pathlib.Path(mngr.directory) / str(step)
     try:
         expected = json.loads(sums.read_text())
+        fault = "" if (isinstance(expected, dict) and expected
+                       and all(isinstance(d, str) for d in expected.values())) else "lists no files' SHA-256"
     except json.JSONDecodeError:
-        warnings.warn(f"checkpoint {where}: its checksum file {sums} is not valid JSON; its files are not checked, "
-                      "its values are (against their SHA-256)", CheckpointWarning)
+        fault = "is not valid JSON"
+    if fault:
+        warnings.warn(f"checkpoint {where}: its checksum file {sums} {fault}; its files are not checked, its values "
+                      "are (against their SHA-256)", CheckpointWarning)
         return False
+    unlisted = [rel for rel in (str(f.relative_to(where)) for f in _files(where)) if rel not in expected]
+    if unlisted:
+        raise CorruptCheckpointError(f"checkpoint {where}: file {unlisted[0]} is not listed in its checksum file "
+                                     f"{sums} (added after it was written)")
     for rel, digest in expected.items():
         f = where / rel
         if not f.is_file():
             raise CorruptCheckpointError(f"checkpoint {where}: file {rel} is missing")
-        if hashlib.sha256(f.read_bytes()).hexdigest() != digest:
+        if _file_sha256(f) != digest:
             raise CorruptCheckpointError(f"checkpoint {where}: file {rel} does not match its SHA-256 "
                                          "(changed after it was written)")
     return True
@@ -236,8 +264,11 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_op
 
     Raises:
       CorruptCheckpointError: its files do not match their checksums, the checkpoint cannot be read and has no
-        valid checksum record to show its files intact, its values do not match their SHA-256, or it holds
-        non-finite parameters. (A read error of files that match their checksums is raised as it is.)
+        valid checksum record to show its files intact, it records another step than `step`, it lacks the saved
+        SHA-256 of a part it restores, its values do not match their SHA-256, or it holds non-finite parameters.
+        (A read error of files that match their checksums, and an OSError other than a missing file, are raised
+        as they are.)
+      CheckpointReaderError: its files match their checksums, but its values do not match their SHA-256.
       ParamsOnlyError: `abstract_opt_state` is given and the checkpoint holds parameters only.
     """
     if abstract_opt_state is not None and _meta(mngr, step).get("params_only"):
@@ -257,16 +288,31 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_op
         restored = mngr.restore(step, args=ocp.args.Composite(**items))
     except Exception as e:  # noqa: BLE001 — a failure to read the files is corruption to the caller …
         if (verified or isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e)
+                or (isinstance(e, OSError) and not isinstance(e, FileNotFoundError))
                 or not (mngr.directory / str(step)).is_dir()):
             raise  # … but not of files that match their checksums (an I/O error, a reader that cannot parse
-            # them), a machine out of memory, or a directory that is not there (an unmounted disk)
+            # them), an OSError but a missing file (EIO, too many open files: the machine's, checksums or not), a
+            # machine out of memory, or a directory that is not there (an unmounted disk)
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
         raise CorruptCheckpointError(f"{where} cannot be read ({type(e).__name__}: {first})") from None
-    sums = (restored["meta"] or {}).get("sha256", {})
-    for name in ("params", "opt_state"):
-        if name in restored and name in sums and tree_sha256(restored[name]) != sums[name]:
-            raise CorruptCheckpointError(f"{where}: the {name} do not match their saved SHA-256 (the files changed "
-                                         "after they were written)")
+    meta = restored["meta"] if isinstance(restored["meta"], dict) else {}
+    if meta.get("step") != step:
+        raise CorruptCheckpointError(f"{where} records step {meta.get('step')!r}, not {step} (copied or renamed from "
+                                     "another step's folder)")
+    sums = meta["sha256"] if isinstance(meta.get("sha256"), dict) else {}
+    for name in [n for n in ("params", "opt_state") if n in items]:
+        if name not in sums:
+            raise CorruptCheckpointError(f"{where} holds no saved SHA-256 of its {name}: they cannot be verified")
+        if tree_sha256(restored[name]) == sums[name]:
+            continue
+        if verified:
+            raise CheckpointReaderError(
+                f"{where}: its files match their checksums, but its {name} restored to other values than it "
+                "saved: the reader differs from the writer (the restore targets' dtypes or structure, a change of "
+                "code or library), not the checkpoint, which is left as it is. Restore it into the dtypes and "
+                "structure it was saved with")
+        raise CorruptCheckpointError(f"{where}: the {name} do not match their saved SHA-256 (the files changed "
+                                     "after they were written)")
     if not all_finite(restored["params"]):
         raise CorruptCheckpointError(f"{where} holds non-finite parameters")
     params = jax.tree.map(lambda x: x, abstract_params)
@@ -391,6 +437,8 @@ def export_params(workdir: str | pathlib.Path, path: str | pathlib.Path) -> str:
         try:
             with open(tmp, "wb") as f:
                 np.savez_compressed(f, **arrays, **{ACTIVATIONS_KEY: np.array(trained_activations(workdir))})
+                f.flush()
+                os.fsync(f.fileno())  # on disk before the rename makes it the file: a crash leaves the old one
             with np.load(tmp) as f:
                 back = dict(f)
             if str(back.pop(ACTIVATIONS_KEY)) != trained_activations(workdir):

@@ -421,6 +421,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       RunMismatchError: `workdir` holds another run (see `check_rerun`).
       checkpoint.WorkdirBusyError: another process is training in `workdir`.
       checkpoint.CorruptCheckpointError: `workdir` has checkpoints and none of them verifies.
+      checkpoint.CheckpointReaderError: a checkpoint's files are intact but restore to other values than saved
+        (this code or its libraries read them otherwise); the checkpoint is left as it is.
       NonFiniteLossError: the run diverged; its last good checkpoint is kept and named.
     """
     cfg = validate(config)

@@ -4,6 +4,7 @@ one-writer-per-workdir lock, as small end-to-end runs of the tiny config."""
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,14 @@ def flip_bytes(path, offsets=(100, 1000, 3000)):
 
 def garbage(path):
     path.write_bytes(np.random.default_rng(0).integers(0, 256, path.stat().st_size, dtype=np.uint8).tobytes())
+
+
+def swap_params(workdir, step, source):
+    """Replaces checkpoint `step`'s params with checkpoint `source`'s: files Orbax reads without an error, holding
+    other values than the ones `step` saved (and hashed)."""
+    target = pathlib.Path(workdir) / "checkpoints" / str(step) / "params"
+    shutil.rmtree(target)
+    shutil.copytree(target.parent.parent / str(source) / "params", target)
 
 
 def losses(workdir):
@@ -100,37 +109,128 @@ def test_a_run_is_shortened_to_no_fewer_steps_than_it_resumes_from(copy_run, tin
 
 
 def test_value_checksum_catches_what_the_file_checksums_do_not_cover(copy_run):
-    """Without its file checksums (a crash between the save and writing them), a changed value is still
-    caught by the SHA-256 of the values saved inside the checkpoint."""
+    """Without its file checksums (a crash between the save and writing them), values that read without an error
+    but are not the ones saved are still caught by the SHA-256 of the values saved inside the checkpoint."""
     workdir = copy_run()
     (workdir / "checksums" / "8.json").unlink()
-    flip_bytes(largest_param_file(workdir, 8), offsets=(40, 41, 42))
-    with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/8"):
+    swap_params(workdir, 8, 4)
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/8: the params do not match their saved "
+                                                          r"SHA-256.*older checkpoint 4 instead of 8"):
         *_, step = checkpoint.restore_params(workdir)
     assert step == 4
 
 
 def test_an_unreadable_checksum_file_leaves_the_values_to_their_sha256(copy_run):
     """A checksum file cut short (a crash while it was written) does not condemn its checkpoint: the values are
-    restored and checked against their SHA-256, which still catch a changed value."""
+    restored and checked against their SHA-256, which still catch values that are not the ones saved."""
     workdir = copy_run()
     (workdir / "checksums" / "8.json").write_text("")
     with pytest.warns(checkpoint.CheckpointWarning, match="not valid JSON; its files are not checked"):
         *_, step = checkpoint.restore_params(workdir)
     assert step == 8
-    flip_bytes(largest_param_file(workdir, 8), offsets=(40, 41, 42))
-    with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/8"):
+    swap_params(workdir, 8, 4)
+    with pytest.warns(checkpoint.CheckpointWarning, match="not valid JSON; its files are not checked"):
+        with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/8: the params do not match their saved "
+                                                              r"SHA-256.*older checkpoint 4 instead of 8"):
+            *_, step = checkpoint.restore_params(workdir)
+    assert step == 4
+
+
+def test_a_checkpoint_without_the_saved_sha256_of_its_values_is_corrupt(copy_run):
+    """Every part restored is checked against its saved SHA-256: a checkpoint whose meta lacks one (and that has
+    no file checksums either) is not restored unchecked."""
+    workdir = copy_run()
+    (workdir / "checksums" / "8.json").unlink()
+    swap_params(workdir, 8, 4)
+    meta_file = workdir / "checkpoints" / "8" / "meta" / "metadata"
+    meta = json.loads(meta_file.read_text())
+    del meta["sha256"]["params"]
+    meta_file.write_text(json.dumps(meta))
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/8 holds no saved SHA-256 of its params"):
         *_, step = checkpoint.restore_params(workdir)
     assert step == 4
 
 
-def test_a_read_error_of_files_that_match_their_checksums_is_raised_not_set_aside(copy_run, tiny_config,
-                                                                                  monkeypatch):
-    """An I/O error reading a checkpoint whose files match their checksums is the machine's, not the
-    checkpoint's: it is raised, and the checkpoint stays where it is."""
+def test_a_checkpoint_copied_into_another_steps_folder_is_corrupt(copy_run):
+    """A checkpoint records its step: one copied or renamed into another step's folder (files and checksums
+    alike, so its files verify) is not resumed from as that step."""
+    workdir = copy_run()
+    shutil.copytree(workdir / "checkpoints" / "4", workdir / "checkpoints" / "12")
+    shutil.copy(workdir / "checksums" / "4.json", workdir / "checksums" / "12.json")
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/12 records step 4, not 12 .*older "
+                                                          r"checkpoint 8 instead of 12"):
+        *_, step = checkpoint.restore_params(workdir)
+    assert step == 8
+
+
+def test_a_file_its_checksum_file_does_not_list_makes_a_checkpoint_corrupt(copy_run):
+    """The checksum file lists exactly the checkpoint's files: one it does not list is corrupt, as one missing."""
+    workdir = copy_run()
+    (workdir / "checkpoints" / "8" / "params" / "stray").write_bytes(b"not written by the save")
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/8: file params/stray is not listed in its "
+                                                          r"checksum file.*older checkpoint 4 instead of 8"):
+        *_, step = checkpoint.restore_params(workdir)
+    assert step == 4
+
+
+def test_a_checksum_file_that_lists_no_files_checks_none(copy_run):
+    """A checksum file that lists no files (`{}`) does not show the checkpoint's files intact: as for one cut
+    short, the values alone are checked, and files that cannot be read make the checkpoint corrupt."""
+    workdir = copy_run()
+    (workdir / "checksums" / "8.json").write_text("{}")
+    flip_bytes(largest_param_file(workdir, 8), offsets=(40, 41, 42))  # TensorStore cannot read the file
+    with pytest.warns(checkpoint.CheckpointWarning, match="lists no files' SHA-256; its files are not checked"):
+        with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/8 cannot be read .*older checkpoint 4 "
+                                                              r"instead of 8"):
+            *_, step = checkpoint.restore_params(workdir)
+    assert step == 4
+
+
+def test_intact_files_restored_to_other_values_are_the_readers_error_not_corruption(copy_run, tiny_config,
+                                                                                    monkeypatch):
+    """Files that match their checksums but restore to other values than saved (here: into bfloat16 targets, which
+    Orbax casts to) are reported as the reader's fault; nothing is set aside, nor the run's discarding advised."""
+    workdir = copy_run()
+    real = checkpoint._abstract
+
+    def bfloat16(tree, shardings=None):
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, jnp.bfloat16 if s.dtype == jnp.float32
+                                                           else s.dtype, sharding=s.sharding), real(tree, shardings))
+
+    monkeypatch.setattr(checkpoint, "_abstract", bfloat16)
+    with pytest.raises(checkpoint.CheckpointReaderError, match=r"checkpoints/8: its files match their checksums, "
+                                                               r"but its params restored to other values") as err:
+        checkpoint.restore_params(workdir)
+    assert "afresh" not in str(err.value)
+    with pytest.raises(checkpoint.CheckpointReaderError):
+        train.train_and_evaluate(tiny_config("tiny"), str(workdir))
+    assert not (workdir / "corrupt_checkpoints").exists()
+    assert checkpoint.manager(workdir, read_only=True).all_steps() == [4, 8]
+
+
+def test_file_checksums_are_computed_in_chunks(copy_run, monkeypatch):
+    """Files are hashed as they are read, never read into memory whole (a real model's data files are GBs)."""
+    workdir = copy_run()
+
+    def whole(path):
+        raise AssertionError(f"{path} read into memory whole")
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", whole)
+    listed = json.loads((workdir / "checksums" / "8.json").read_text())
+    assert checkpoint._file_sums(workdir / "checkpoints" / "8") == listed
+    assert checkpoint.verify_files(checkpoint.manager(workdir, read_only=True), 8)
+
+
+@pytest.mark.parametrize("file_sums", ["kept", "lost"])
+def test_a_read_error_of_a_checkpoint_is_raised_not_set_aside(copy_run, tiny_config, monkeypatch, file_sums):
+    """An I/O error reading a checkpoint is the machine's, not the checkpoint's, whether its files match their
+    checksums or it has none (a crash between its save and writing them): it is raised, and the checkpoint stays
+    where it is."""
     import orbax.checkpoint as ocp  # noqa: PLC0415
 
     workdir = copy_run()
+    if file_sums == "lost":
+        (workdir / "checksums" / "8.json").unlink()
     real = ocp.CheckpointManager.restore
 
     def failing(self, step, *args, **kwargs):

@@ -61,6 +61,17 @@ def test_tiny_training_learns_checkpoints_and_resumes(name, tiny_config, tmp_pat
     assert (after.hits, after.misses) == (before.hits + 1, before.misses)
 
 
+def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(tiny_config, tmp_path, trained_run):
+    """4 steps, then resumed for 4 more (the schedule pinned at 8), end in the uninterrupted run's parameters and
+    optimizer state bit for bit (their saved SHA-256) through exactly its losses: neither the optimizer state (the
+    moments, its step count), nor the schedule, nor the data position slips across the resume."""
+    train.train_and_evaluate(tiny_config("tiny", train_steps=4, schedule_steps=8), str(tmp_path))
+    train.train_and_evaluate(tiny_config("tiny", schedule_steps=8), str(tmp_path))
+    saved = lambda w: json.loads((w / "checkpoints" / "8" / "meta" / "metadata").read_text())["sha256"]  # noqa: E731
+    assert saved(tmp_path) == saved(trained_run) and set(saved(tmp_path)) == {"params", "opt_state"}
+    assert losses(tmp_path) == losses(trained_run) and sorted(losses(tmp_path)) == list(range(1, 9))
+
+
 def test_timed_curve_adds_up_each_sittings_mean_rate():
     """tokens_per_s is the mean rate of the row's sitting so far, so timed seconds come from the sitting's timed
     tokens over it, never from the step gap to the previous row; sittings add up. Rows without the sitting fields
@@ -129,6 +140,10 @@ def test_misspelt_config_field_fails(tmp_path):
         ({"b2": -1.0}, r"config.b2 \(Adam's decay rate\) must be in \[0, 1\)"),
         ({"weight_decay": -3.0}, "config.weight_decay must be >= 0"),
         ({"seed": -1}, "config.seed must be a non-negative integer"),
+        # Orbax prunes the older checkpoints before the newest is read back: one kept could leave none good
+        ({"keep_checkpoints": 1}, r"config.keep_checkpoints must be an integer >= 2 \(the newest checkpoint and an "
+                                  r"older one to fall back to if the newest is corrupt\), got 1"),
+        ({"keep_checkpoints": 0}, r"config.keep_checkpoints must be an integer >= 2 .*got 0"),
         # a factors_file is LongRoPE's: refused under another kind before it is read (here it does not exist)
         ({"model.rope.scaling.kind": "yarn", "model.rope.scaling.factor": 4.0, "model.rope.scaling.original_max_len": 32,
           "model.rope.scaling.factors_file": "/nonexistent/longrope.json"},
