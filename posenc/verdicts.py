@@ -18,10 +18,56 @@ import math
 
 import numpy as np
 
-# two-sided Student t quantiles by degrees of freedom (95% and 80% intervals)
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-T80 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397, 9: 1.383}
 ORDER = ("weak", "moderate", "strong")
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta I_x(a, b), by its continued fraction (modified Lentz; Numerical Recipes
+    §6.4), on the side of x where it converges fast."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 10_000):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * f
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile F⁻¹_df(p) for p in [0.5, 1): the t with F(t) = 1 − I_{df/(df+t²)}(df/2, 1/2) / 2 = p,
+    by bisection to 1e-12 (`t_quantile(0.975, n − 1)` is the half-width factor of a 95% interval over n seeds)."""
+    if isinstance(df, bool) or not isinstance(df, int) or df < 1 or not 0.5 <= p < 1:
+        raise ValueError(f"t_quantile: df must be a positive integer and p in [0.5, 1), got df={df!r}, p={p!r}")
+    lo, hi = 0.0, 1.0
+    while 1.0 - _betainc(df / 2, 0.5, df / (df + hi * hi)) / 2 < p:
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > 1e-12 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if 1.0 - _betainc(df / 2, 0.5, df / (df + mid * mid)) / 2 < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def t95(df: int) -> float:
+    """The two-sided 95% Student t quantile at `df` degrees of freedom (12.706 at 1, 2.262 at 9, 2.101 at 18)."""
+    return t_quantile(0.975, df)
+
+
+def t80(df: int) -> float:
+    """The two-sided 80% Student t quantile at `df` degrees of freedom."""
+    return t_quantile(0.9, df)
 
 
 def strength(margins, min_sd: float = 0.0) -> tuple[str, str]:
@@ -39,8 +85,7 @@ def strength(margins, min_sd: float = 0.0) -> tuple[str, str]:
     if sd <= 1e-12 * max(1.0, abs(m.mean())):  # equal up to rounding, and no floor given
         return "weak", f"{m.mean():+.3f} (the same at all {m.size} seeds: no spread to judge it by)"
     t = m.mean() / (sd / math.sqrt(m.size))
-    df = min(m.size - 1, max(T95))
-    label = "strong" if t >= T95[df] else "moderate" if t >= T80[df] else "weak"
+    label = "strong" if t >= t95(m.size - 1) else "moderate" if t >= t80(m.size - 1) else "weak"
     return label, f"{m.mean():+.3f} (t = {t:.1f}, {m.size} seeds)"
 
 

@@ -16,7 +16,7 @@ import sys
 import matplotlib
 import numpy as np
 
-from posenc.verdicts import T95, evidence
+from posenc.verdicts import evidence, t95
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -494,7 +494,7 @@ mean ± std over seeds.
 Each verdict's evidence: for each condition of its rule, the per-seed margin (the measured quantity minus the
 rule's threshold) and its t over seeds, signed to the side the condition fell — strong when the 95%
 t-interval of the mean margin excludes 0, moderate when the 80% one does, weak otherwise or from one run
-(with {len(seeds)} seeds, "strong" needs t ≥ {T95[min(max(len(seeds) - 1, 1), max(T95))]:g}). A verdict whose conditions all hold is as firm as the weakest; one
+(with {len(seeds)} seeds, "strong" needs t ≥ {t95(max(len(seeds) - 1, 1)):.3f}). A verdict whose conditions all hold is as firm as the weakest; one
 decided by failed conditions is as firm as the firmest failure; an inconclusive one is weak. A claim the code guarantees is labelled
 "true by construction", not "reproduced".
 

@@ -26,7 +26,7 @@ from posenc.task_eval import plot_accuracy, plot_heatmap, wilson_interval  # noq
 from posenc.tasks import POSITIONS_VERSION, VERSIONS  # noqa: E402
 from posenc.timing import machine  # noqa: E402
 from posenc.train import timed_curve  # noqa: E402
-from posenc.verdicts import T95, evidence, firmness  # noqa: E402
+from posenc.verdicts import evidence, firmness, t95  # noqa: E402
 from run import (ALGO_LENGTHS, ALGO_TRAIN_LEN, ALGORITHMIC, FT_LEN, PASSKEY_LENGTHS, PASSKEY_TRAIN_LEN,  # noqa: E402
                  job_config, plan)
 
@@ -555,7 +555,7 @@ def nope_worse(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> tuple[bool
     d = np.array([pct(x) - pct(y) for x, y in zip(a, b)])
     if len(d) < 2:
         return bool(z < -1.96), z, d, None
-    half = T95[min(len(d) - 1, max(T95))] * max(d.std(ddof=1), pair_noise(a, b)) / math.sqrt(len(d))
+    half = t95(len(d) - 1) * max(d.std(ddof=1), pair_noise(a, b)) / math.sqrt(len(d))
     return bool(z < -1.96 and d.mean() + half < 0), z, d, half
 
 
@@ -742,7 +742,7 @@ def ruoss(results: dict[str, dict]) -> str:
     for k, v in sets.items():
         g = groups[k] = np.array(list(means[k].values()))
         floor_sd = float(np.mean([noise[n] for n in v]))
-        half = T95[min(g.size - 1, max(T95))] * max(g.std(ddof=1), floor_sd) / math.sqrt(g.size)
+        half = t95(g.size - 1) * max(g.std(ddof=1), floor_sd) / math.sqrt(g.size)
         held[k] = ("reproduced" if g.mean() - half > 0 else "not reproduced" if g.mean() + half < RUOSS_GAIN
                    else "inconclusive")
         seeds = {n.rsplit("-s", 1)[1] for n in v}
