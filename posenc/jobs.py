@@ -35,7 +35,9 @@ import time
 from typing import Callable, Sequence, TypeVar
 
 J = TypeVar("J")
-ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+# XLA:CPU without its Eigen thread pool. (The often-quoted "intra_op_parallelism_threads=1" after it is no XLA
+# flag: without "--" XLA's parser skips it, with "--" it aborts as unknown; pinning a worker to a core does the rest.)
+ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 POLL_SECONDS = 20.0  # how often a worker waiting for another worker's job looks again
 
 

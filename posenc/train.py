@@ -94,8 +94,11 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
 
 
 def make_optimizer(config: ml_collections.ConfigDict):
-    """`(tx, schedule)`: AdamW (decay on matrices only) with linear warmup, cosine decay to lr·min_lr_ratio, and
-    clipping, and its learning-rate schedule. The same hyperparameters give the same objects within a process,
+    """`(tx, schedule)`: AdamW with linear warmup, cosine decay to lr·min_lr_ratio, and clipping, and its
+    learning-rate schedule. Weight decay falls on every parameter of two or more axes (as nanoGPT's): the
+    matrices and embeddings, and with them the position parameters stored per layer or head in one array
+    (KERPLE's r1 and r2 `[layers, heads]`, T5's bias table, CoPE's position embeddings); vectors (norms, biases,
+    FIRE's c and L) are not decayed. The runs of the committed studies were trained so. The same hyperparameters give the same objects within a process,
     so that runs which share them share the train step's trace (`make_train_step`)."""
     return _optimizer(config.learning_rate, config.warmup_steps, schedule_steps(config), config.min_lr_ratio,
                       config.grad_clip, config.b1, config.b2, config.weight_decay)  # warmup < schedule: validate()

@@ -77,6 +77,8 @@ def strength(margins, min_sd: float = 0.0) -> tuple[str, str]:
     if m.size == 0 or not np.isfinite(m).all():
         raise ValueError(f"margins must be finite, one per run, got {m.tolist()}: a missing measurement is no "
                          "evidence (leave the claim unmeasured)")
+    if not (math.isfinite(min_sd) and min_sd >= 0):
+        raise ValueError(f"min_sd (a floor under the margins' standard deviation) must be finite and >= 0, got {min_sd!r}")
     if m.size < 2:
         return "weak", f"{m.mean():+.3f} (one run)"
     if m.mean() == 0:
@@ -90,6 +92,8 @@ def strength(margins, min_sd: float = 0.0) -> tuple[str, str]:
 
 
 def _parts(conditions: dict) -> dict:
+    if not conditions:
+        raise ValueError("conditions must name at least one condition of the verdict: (held, per-seed margins)")
     return {k: (c[0], *strength((1.0 if c[0] else -1.0) * np.asarray(c[1], float), *c[2:]))
             for k, c in conditions.items()}
 

@@ -223,6 +223,15 @@ sys.exit(int(sys.argv[2]) if i == 0 else 0)
 """
 
 
+def test_one_thread_is_flags_xla_reads():
+    """Each token a flag ("--…"): XLA skips a bare word silently, so it would only look like a setting."""
+    assert all(token.startswith("--") for token in jobs.ONE_THREAD.split())
+    env = {**os.environ, "XLA_FLAGS": jobs.ONE_THREAD, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; print(float(jnp.ones(3).sum()))"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "3.0", proc.stderr[-1000:]  # an unknown flag aborts
+
+
 def test_spawn_workers_pins_one_thread_per_core_and_reports_failures(tmp_path):
     cores = sorted(os.sched_getaffinity(0))
     jobs.spawn_workers(len(cores), ["-c", _WORKER_SCRIPT, str(tmp_path), "0"])

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -595,3 +597,16 @@ def test_fsdp_gives_one_devices_losses_and_checkpoints_move_between_meshes(tiny_
     assert initialised == "True"  # fresh parameters and Adam moments come out of their program sharded
     with pytest.raises(ValueError, match="config.mesh.fsdp must be a positive integer dividing the 1 devices"):
         train.train_and_evaluate(tiny_config("tiny", **{"mesh.fsdp": 3}), str(tmp_path / "bad"))
+
+
+def test_weight_decay_falls_on_every_parameter_of_two_or_more_axes():
+    """With zero gradients only the decay moves a parameter: the matrices and the arrays of per-layer or per-head
+    scalars (KERPLE's r1 `[layers, heads]`) move, vectors and scalars (norms, FIRE's c) do not."""
+    tx, _ = train._optimizer(1e-2, 1, 10, 0.1, 1.0, 0.9, 0.95, 0.1)
+    params = {"kernel": jnp.ones((3, 3)), "raw_r1": jnp.ones((1, 4)), "scale": jnp.ones(3), "c": jnp.ones(())}
+    state = tx.init(params)
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    for _ in range(2):  # the warmup's first step has learning rate 0
+        updates, state = tx.update(zeros, state, params)
+    moved = {k: bool(jnp.any(u != 0)) for k, u in updates.items()}
+    assert moved == {"kernel": True, "raw_r1": True, "scale": False, "c": False}

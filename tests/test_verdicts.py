@@ -55,6 +55,11 @@ def test_strength_reads_the_quantile_of_its_own_df():
     assert verdicts.strength(m)[0] == "strong"
     with pytest.raises(ValueError, match="df must be a positive integer"):
         verdicts.t95(0)
+    for bad in (float("nan"), -0.1):  # a floor that is no floor would pass silently
+        with pytest.raises(ValueError, match=r"min_sd \(a floor under the margins' standard deviation\) must be"):
+            verdicts.strength(m, min_sd=bad)
+    with pytest.raises(ValueError, match="conditions must name at least one condition"):
+        verdicts.firmness({})
 
 
 def test_evidence_rests_on_the_weakest_hold_or_the_firmest_failure():

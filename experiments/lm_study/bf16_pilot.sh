@@ -6,7 +6,7 @@
 # difference against the 0.02 bpb bound of the benchmarks' quality check, the CPU). Resumable: finished runs
 # are not trained again. Run from the repository root: bash experiments/lm_study/bf16_pilot.sh
 set -euo pipefail
-ONE_THREAD="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+ONE_THREAD="--xla_cpu_multi_thread_eigen=false"  # posenc.jobs.ONE_THREAD
 config="--config=experiments/lm_study/config.py:posenc=rope,lr=0.003,steps=1000"
 XLA_FLAGS="$ONE_THREAD" taskset -c 0 .venv/bin/python scripts/train.py "$config" \
   --workdir=runs/lm_study_pilot/rope-float32 > runs/lm_study_pilot_float32.log 2>&1 &
