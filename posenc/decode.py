@@ -44,11 +44,13 @@ class RopeSchedule(NamedTuple):
     inv_freq: jax.Array  # [S, r] or [S, num_layers, r]
     attention_factor: jax.Array  # [S]
     inv_freq_lo: jax.Array  # [S, ...] like inv_freq
+    n_hat: jax.Array  # [S] int32: LongRoPE's n̂ at each length (`rope_inputs`: with the long factors only), else 0
 
-    def at(self, t, n_hat):
-        """The `rope` override of the model at step t (the last row for t ≥ S)."""
+    def at(self, t):
+        """The `rope` override of the model at step t (the last row for t ≥ S), n̂ included (`rope_inputs` gives
+        the scaling's `unscaled_positions` past original_max_len only)."""
         t = jnp.minimum(t, self.attention_factor.shape[0] - 1)
-        return self.inv_freq[t], self.attention_factor[t], n_hat, self.inv_freq_lo[t]
+        return self.inv_freq[t], self.attention_factor[t], self.n_hat[t], self.inv_freq_lo[t]
 
 
 def rope_schedule(cfg: ModelConfig, scaling: RopeScaling, max_len: int, span: int | None = None) -> RopeSchedule:
@@ -62,13 +64,14 @@ def rope_schedule(cfg: ModelConfig, scaling: RopeScaling, max_len: int, span: in
     rows_needed = max_len if span is None else min(max_len, span)
     if not cfg.encoding.takes_rope_scaling:
         zeros = jnp.zeros((rows_needed, 1), jnp.float32)
-        return RopeSchedule(zeros, jnp.ones((rows_needed,), jnp.float32), zeros)
+        return RopeSchedule(zeros, jnp.ones((rows_needed,), jnp.float32), zeros, jnp.zeros((rows_needed,), jnp.int32))
     rows = [rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, t + 1)
             for t in (range(rows_needed) if is_length_dependent(scaling) else [rows_needed - 1])]
     inv, af, lo = (np.stack([r[i] for r in rows]).astype(np.float32) for i in (0, 1, 3))
+    n_hat = np.array([r[2] for r in rows], np.int32)
     if len(rows) == 1:
-        inv, af, lo = (np.repeat(a, rows_needed, axis=0) for a in (inv, af, lo))
-    return RopeSchedule(jnp.asarray(inv), jnp.asarray(af), jnp.asarray(lo))
+        inv, af, lo, n_hat = (np.repeat(a, rows_needed, axis=0) for a in (inv, af, lo, n_hat))
+    return RopeSchedule(jnp.asarray(inv), jnp.asarray(af), jnp.asarray(lo), jnp.asarray(n_hat))
 
 
 def _span(method: Method | None) -> int | None:
@@ -141,26 +144,26 @@ def _check_tokens(cfg: ModelConfig, tokens, name: str) -> None:
                          f"such as {int(bad.flat[0])}")
 
 
-def _rope(cfg, schedule: RopeSchedule, t, n_hat):
-    return schedule.at(t, n_hat) if cfg.encoding.takes_rope_scaling else None
+def _rope(cfg, schedule: RopeSchedule, t):
+    return schedule.at(t) if cfg.encoding.takes_rope_scaling else None
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "cache_size", "rotate_at_use", "seq_len"))
-def _prefill(graphdef, params, tokens, schedule, n_hat, method=None, *, prompt_len, cache_size, rotate_at_use,
+def _prefill(graphdef, params, tokens, schedule, method=None, *, prompt_len, cache_size, rotate_at_use,
              seq_len):
     model = nnx.merge(graphdef, params)
     cache = model.init_cache(tokens.shape[0], cache_size, rotate_at_use)
     positions = jnp.arange(prompt_len)[None]
-    return model(tokens, positions, seq_len=seq_len, rope=_rope(model.cfg, schedule, prompt_len - 1, n_hat),
+    return model(tokens, positions, seq_len=seq_len, rope=_rope(model.cfg, schedule, prompt_len - 1),
                  cache=cache, method=method)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "seq_len"), donate_argnames=("cache",))
-def _step(graphdef, params, cache, token, position, schedule, n_hat, method=None, *, seq_len):
+def _step(graphdef, params, cache, token, position, schedule, method=None, *, seq_len):
     """One token `[B, 1]` at `position` (traced) → (logits [B, V], cache)."""
     model = nnx.merge(graphdef, params)
     logits, cache = model(token, jnp.reshape(position, (1, 1)), seq_len=seq_len,
-                          rope=_rope(model.cfg, schedule, position, n_hat), cache=cache, method=method)
+                          rope=_rope(model.cfg, schedule, position), cache=cache, method=method)
     return logits[:, -1], cache
 
 
@@ -183,12 +186,11 @@ def teacher_forced_logits(graphdef, params, tokens, *, prefill_len: int, scaling
     _check_request(cfg, prefill_len, t, cache_size, method)
     schedule = rope_schedule(cfg, scaling, t, _span(method))
     rotate = _rotate_at_use(cfg, scaling, method)
-    n_hat = jnp.int32(scaling.unscaled_positions)
-    logits, cache = _prefill(graphdef, params, tokens[:, :prefill_len], schedule, n_hat, args, prompt_len=prefill_len,
+    logits, cache = _prefill(graphdef, params, tokens[:, :prefill_len], schedule, args, prompt_len=prefill_len,
                              cache_size=cache_size, rotate_at_use=rotate, seq_len=t)
     out = [logits]
     for p in range(prefill_len, t):
-        step_logits, cache = _step(graphdef, params, cache, tokens[:, p:p + 1], jnp.int32(p), schedule, n_hat, args,
+        step_logits, cache = _step(graphdef, params, cache, tokens[:, p:p + 1], jnp.int32(p), schedule, args,
                                    seq_len=t)
         out.append(step_logits[:, None])
     return jnp.concatenate(out, axis=1)
@@ -206,11 +208,10 @@ def recompute_logits(graphdef, params, tokens, *, scaling: RopeScaling | None = 
         rope = rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, t) if cfg.encoding.takes_rope_scaling else None
         return model(tokens, rope=rope)
     schedule = rope_schedule(cfg, scaling, t)
-    n_hat = jnp.int32(scaling.unscaled_positions)
     # Causality: the logits at p over the whole sequence equal those over the prefix 0…p, given the same
     # frequencies — so one compiled forward over all of `tokens`, with the frequencies of seq_len p + 1.
     forward = jax.jit(lambda prm, x, rope: nnx.merge(graphdef, prm)(x, rope=rope))
-    return jnp.stack([forward(params, tokens, schedule.at(p, n_hat))[:, p] for p in range(t)], axis=1)
+    return jnp.stack([forward(params, tokens, schedule.at(p))[:, p] for p in range(t)], axis=1)
 
 
 def _cfg(graphdef, params) -> ModelConfig:
@@ -229,11 +230,11 @@ def sample(logits, key, temperature: float, top_k: int):
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "cache_size", "rotate_at_use", "temperature",
                                              "top_k"))
-def _generate(graphdef, params, prompt, schedule, n_hat, key, method=None, *, max_new_tokens, cache_size, rotate_at_use,
+def _generate(graphdef, params, prompt, schedule, key, method=None, *, max_new_tokens, cache_size, rotate_at_use,
               temperature, top_k):
     prompt_len = prompt.shape[1]
     seq_len = prompt_len + max_new_tokens
-    logits, cache = _prefill.__wrapped__(graphdef, params, prompt, schedule, n_hat, method, prompt_len=prompt_len,
+    logits, cache = _prefill.__wrapped__(graphdef, params, prompt, schedule, method, prompt_len=prompt_len,
                                          cache_size=cache_size, rotate_at_use=rotate_at_use, seq_len=seq_len)
     key, sub = jax.random.split(key)
     first = sample(logits[:, -1], sub, temperature, top_k)
@@ -241,7 +242,7 @@ def _generate(graphdef, params, prompt, schedule, n_hat, key, method=None, *, ma
     def body(carry, position):
         cache, token, key = carry
         key, sub = jax.random.split(key)
-        step_logits, cache = _step.__wrapped__(graphdef, params, cache, token[:, None], position, schedule, n_hat,
+        step_logits, cache = _step.__wrapped__(graphdef, params, cache, token[:, None], position, schedule,
                                                method, seq_len=seq_len)
         nxt = sample(step_logits, sub, temperature, top_k)
         return (cache, nxt, key), nxt
@@ -301,7 +302,7 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     rotate = _rotate_at_use(cfg, scaling, method)
     try:
         schedule = rope_schedule(cfg, scaling, max(cache_size, total), _span(method))
-        out = _generate(graphdef, params, prompt, schedule, jnp.int32(scaling.unscaled_positions), jax.random.key(seed),
+        out = _generate(graphdef, params, prompt, schedule, jax.random.key(seed),
                         args, max_new_tokens=max_new_tokens, cache_size=cache_size, rotate_at_use=rotate,
                         temperature=float(temperature), top_k=int(top_k))
         return np.asarray(out)
@@ -329,14 +330,14 @@ def device_memory_bytes() -> int:
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "first", "cache_size", "rotate_at_use", "seq_len"))
-def _greedy(graphdef, params, tokens, answer, positions, schedule, n_hat, method=None, *, first, cache_size,
+def _greedy(graphdef, params, tokens, answer, positions, schedule, method=None, *, first, cache_size,
             rotate_at_use, seq_len):
     """(greedy predictions, teacher-forced argmax, teacher-forced log-probabilities) of tokens first … T−1,
     `[B, T − first]` each, from one prefill and two passes over the rest through copies of its cache."""
     model = nnx.merge(graphdef, params)
     b, t = tokens.shape
     cache = model.init_cache(b, cache_size, rotate_at_use)
-    rope = lambda i: _rope(model.cfg, schedule, i, n_hat)  # noqa: E731
+    rope = lambda i: _rope(model.cfg, schedule, i)  # noqa: E731
     logits, cache = model(tokens[:, :first], positions[:, :first], seq_len=seq_len, rope=rope(first - 1), cache=cache,
                           method=method)
     head = logits[:, -1]
@@ -398,7 +399,7 @@ def greedy_answers(graphdef, params, tokens, answer, *, positions=None, scaling:
     _check_request(cfg, first, seq_len, max(cache_size, seq_len), method)
     schedule = rope_schedule(cfg, scaling, t, _span(method))
     greedy, forced, logp = _greedy(graphdef, params, jnp.asarray(tokens), jnp.asarray(answer), jnp.asarray(positions),
-                                   schedule, jnp.int32(scaling.unscaled_positions), args, first=first,
+                                   schedule, args, first=first,
                                    cache_size=cache_size, rotate_at_use=_rotate_at_use(cfg, scaling, method),
                                    seq_len=seq_len)
 

@@ -4,15 +4,20 @@ Ding et al. 2024, "LongRoPE: Extending LLM Context Window Beyond 2 Million Token
 and Algorithm 1; reference code github.com/microsoft/LongRoPE (`evolution/`).
 
 An individual is a vector λ of rescale factors, one per frequency pair (θ_i → θ_i / λ_i), or one vector per
-layer `[num_layers, d/2]`, plus n̂, the number of initial positions left unscaled. Constraints (the paper's
-search space): 1 ≤ λ_i ≤ `factor_bound` (1.25·s by default) and λ non-decreasing across pairs (lower
-frequencies are stretched at least as much as higher ones); n̂ from `n_hat_choices`.
+layer `[num_layers, d/2]`, plus n̂, the number of initial positions left unscaled (with the long factors only:
+`RopeScaling.unscaled_positions`). Constraints (the paper's search space): 1 ≤ λ_i ≤ `factor_bound` (1.25·s by
+default) and λ non-decreasing across pairs (lower frequencies are stretched at least as much as higher ones),
+within each layer's vector; n̂ from `n_hat_choices`.
 
-Algorithm: the initial population holds PI (λ_i = s), NTK-aware (λ_i = θ_i / θ'_i) and YaRN factors,
-filled up with mutations of them. Each generation keeps the `parents` fittest, adds `mutations` mutants and
-`crossovers` children of random parent pairs — each repaired to the constraints, and none that was evaluated
-before in the search (the reference code's `history`) — and evaluates them. Fitness is the perplexity at the target length on a search split (the validation split, never
-the test split). Everything is seeded; the state is saved every generation and a rerun resumes.
+Algorithm: the initial population holds PI (λ_i = s), NTK-aware (λ_i = θ_i / θ'_i) and YaRN factors (projected
+onto the constraints, `repair`), filled up with mutations of them. Each generation keeps the `parents` fittest,
+adds `mutations` mutants and `crossovers` children of random parent pairs — none that was evaluated before in
+the search (the reference code's `history`) — and evaluates them. The children meet the constraints by
+construction, as in the reference code (`evolution/algorithms/dim_mono.py`, `evolution/dim_mono_n/dim_mono_n.py`):
+a mutation draws each chosen λ_i inside [λ_{i−1}, λ_{i+1}] (`mutate`), and a crossover child that is not
+non-decreasing is drawn again, and after `CROSSOVER_TRIES` tries skipped (`crossover`); nothing is projected.
+Fitness is the perplexity at the target length on a search split (the validation split, never the test split).
+Everything is seeded; the state is saved every generation and a rerun resumes.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import hashlib
 import json
 import math
 import pathlib
+import statistics
 from typing import Callable, Sequence
 
 import numpy as np
@@ -31,10 +37,20 @@ from posenc.jobs import write_atomic
 from posenc.rope_scaling import RopeScaling, rope_frequencies
 
 N_HAT_CHOICES = (0, 1, 2, 4, 8, 16, 32, 64, 128)
-# How the search draws its children, saved in its state: 1 rejected only this generation's parents and children,
-# so an individual of an earlier generation could be drawn and evaluated again; 2 rejects every individual
-# evaluated before in the search. A state of another version is refused, not resumed with other draws.
-SEARCH_VERSION = 2
+# How the search draws its children and what its n̂ means, saved in its state and its longrope.json: 1 rejected
+# only this generation's parents and children, so an individual of an earlier generation could be drawn and
+# evaluated again; 2 rejects every individual evaluated before in the search; 3 draws a mutated λ_i inside its
+# neighbours' interval and rejects a non-monotone crossover child (1 and 2 projected every child with a
+# cumulative maximum, which pushed λ upward), and n̂ applies with the long factors only, its positions without
+# the attention factor (`RopeScaling.unscaled_positions`). A state of another version is refused, not resumed
+# with other draws.
+SEARCH_VERSION = 3
+# The search version since which n̂ has its present meaning: a factors file of an earlier version with n̂ > 0
+# is refused (`read_factors`), its n̂ having been searched under the other convention.
+N_HAT_SINCE_VERSION = 3
+# A crossover child that is not non-decreasing is drawn again up to this many times, then the pair is skipped
+# (the reference code's `max_crossover_try`, 20 in evolution/default_hyper_params/dim_mono_llama.json).
+CROSSOVER_TRIES = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +64,8 @@ class SearchConfig:
     parents: int = 32
     mutation_prob: float = 0.3
     factor_bound: float = 1.25  # λ ≤ factor_bound · s
-    mutation_scale: float = 0.1  # a mutated λ_i is multiplied by exp(N(0, mutation_scale))
+    # a mutated λ_i is multiplied by exp(z), z ~ N(0, mutation_scale²) truncated to its neighbours' interval
+    mutation_scale: float = 0.1
     n_hat_choices: tuple = N_HAT_CHOICES
     seed: int = 0
 
@@ -64,6 +81,20 @@ class SearchConfig:
             raise ValueError(f"SearchConfig.mutation_prob must be in (0, 1], got {self.mutation_prob}")
         if self.factor_bound < 1:
             raise ValueError(f"SearchConfig.factor_bound must be >= 1, got {self.factor_bound}")
+        if not (isinstance(self.mutation_scale, (int, float)) and math.isfinite(self.mutation_scale)
+                and self.mutation_scale > 0):
+            raise ValueError(f"SearchConfig.mutation_scale must be a finite number > 0 (the standard deviation of a "
+                             f"mutation's log-step), got {self.mutation_scale!r}")
+        choices = self.n_hat_choices
+        if (isinstance(choices, (str, bytes)) or not isinstance(choices, Sequence) or not choices
+                or not all(_is_count(c) for c in choices)):
+            raise ValueError(f"SearchConfig.n_hat_choices must be a non-empty sequence of integers >= 0 (n̂, the "
+                             f"initial positions left unscaled; default {N_HAT_CHOICES}), got {choices!r}")
+
+
+def _is_count(value) -> bool:
+    """An integer >= 0 (bool excluded)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +118,9 @@ class Individual:
 
 
 def repair(factors: np.ndarray, bound: float) -> np.ndarray:
-    """Projects λ onto the constraints: within [1, bound] and non-decreasing along the pairs (last axis)."""
+    """Projects λ onto the constraints: within [1, bound] and non-decreasing along the pairs (last axis), by a
+    cumulative maximum. For the seeds only (PI, NTK and YaRN are within them but for rounding, a factor above the
+    bound aside); the search's children meet the constraints by construction (`mutate`, `crossover`)."""
     return np.maximum.accumulate(np.clip(factors, 1.0, bound), axis=-1)
 
 
@@ -107,31 +140,79 @@ def seed_factors(rotary_dim: int, base: float, factor: float, original_max_len: 
     return out
 
 
+_NORMAL = statistics.NormalDist()
+_cdf = np.vectorize(_NORMAL.cdf, otypes=[np.float64])
+_inv_cdf = np.vectorize(_NORMAL.inv_cdf, otypes=[np.float64])
+
+
+def _draw_within(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, sigma: float, u: np.ndarray) -> np.ndarray:
+    """x · exp(σz), z ~ N(0, 1) truncated so that the result lies in [lo, hi] (lo ≤ x ≤ hi), by the inverse CDF of
+    the uniform draws `u` in [0, 1): a step of scale σ in log λ, centred on x and confined to the interval."""
+    a, b = np.log(lo / x) / sigma, np.log(hi / x) / sigma  # a ≤ 0 ≤ b
+    pa, pb = _cdf(a), _cdf(b)
+    p = np.clip(pa + u * (pb - pa), 1e-300, 1 - 1e-16)  # inside (0, 1): inv_cdf's domain
+    z = np.clip(_inv_cdf(p), a, b)
+    return np.clip(x * np.exp(sigma * z), lo, hi)
+
+
 def mutate(ind: Individual, rng: np.random.Generator, cfg: SearchConfig, bound: float) -> Individual:
-    mask = rng.random(ind.factors.shape) < cfg.mutation_prob
-    noise = np.exp(rng.normal(0.0, cfg.mutation_scale, ind.factors.shape))
-    factors = repair(np.where(mask, ind.factors * noise, ind.factors), bound)
+    """A mutant of `ind`: each λ_i drawn with probability `cfg.mutation_prob` is redrawn inside [λ_{i−1}, λ_{i+1}]
+    (1 for the first pair's lower end, `bound` for the last pair's upper end), pair after pair, so that λ stays
+    non-decreasing and within [1, bound] and no other pair changes, within each layer's vector (the last axis) of
+    a per-layer individual. As microsoft/LongRoPE's `mutate` (evolution/algorithms/dim_mono.py,
+    `mutate_valid_alpha` in evolution/dim_mono_n/dim_mono_n.py), which draws uniformly on a 0.01 grid of that
+    interval; here the draw is a log-normal step of scale `cfg.mutation_scale` around λ_i truncated to the
+    interval (continuous λ; no drift up or down where the interval is symmetric in log λ). n̂ is redrawn from
+    `cfg.n_hat_choices` with probability `cfg.mutation_prob`.
+
+    `ind` must meet the constraints (`satisfies`), as the seeds do after `repair` and every child after this.
+    """
+    rows = np.array(ind.factors, np.float64).reshape(-1, ind.factors.shape[-1])  # [layers or 1, r]: a copy
+    r = rows.shape[-1]
+    drawn = rng.random(rows.shape) < cfg.mutation_prob
+    u = rng.random(rows.shape)
+    for i in range(r):  # in order: pair i's interval uses pair i − 1 as already mutated, as the reference does
+        k = drawn[:, i]
+        if k.any():
+            lo = rows[k, i - 1] if i > 0 else np.ones(k.sum())
+            hi = rows[k, i + 1] if i < r - 1 else np.full(k.sum(), float(bound))
+            rows[k, i] = _draw_within(rows[k, i], lo, hi, cfg.mutation_scale, u[k, i])
     n_hat = int(rng.choice(cfg.n_hat_choices)) if rng.random() < cfg.mutation_prob else ind.n_hat
-    return Individual(factors, n_hat)
+    return Individual(rows.reshape(ind.factors.shape), n_hat)
 
 
-def crossover(a: Individual, b: Individual, rng: np.random.Generator, bound: float) -> Individual:
-    pick = rng.random(a.factors.shape) < 0.5
-    return Individual(repair(np.where(pick, a.factors, b.factors), bound), a.n_hat if rng.random() < 0.5 else b.n_hat)
+def crossover(a: Individual, b: Individual, rng: np.random.Generator) -> Individual | None:
+    """A child taking each λ_i (each entry, per layer too) from `a` or `b` with probability 1/2, and n̂ from
+    either; a child that is not non-decreasing along every layer's vector is drawn again, up to
+    `CROSSOVER_TRIES` times, after which None (the pair is skipped). As microsoft/LongRoPE's `crossover`
+    (evolution/algorithms/dim_mono.py), which rejects such a child (`not np.all(np.diff(new_factors) >= 0)`)
+    and gives up after `max_crossover_try` tries, instead of projecting it. Two parents within [1, bound] give a
+    child within them."""
+    for _ in range(CROSSOVER_TRIES):
+        pick = rng.random(a.factors.shape) < 0.5
+        factors = np.where(pick, a.factors, b.factors)
+        n_hat = a.n_hat if rng.random() < 0.5 else b.n_hat
+        if np.all(np.diff(factors, axis=-1) >= 0):
+            return Individual(factors, n_hat)
+    return None
 
 
 def initial_population(seeds: Sequence[Individual], cfg: SearchConfig, bound: float,
                        rng: np.random.Generator) -> list[Individual]:
+    """The seeds (projected onto the constraints, `repair`), filled up to `cfg.population` with distinct mutants
+    of them (each λ_i drawn with probability at least 1/2)."""
     population, seen = [], set()
     for ind in seeds:
         ind = Individual(repair(ind.factors, bound), ind.n_hat)
         if ind.key() not in seen:
             seen.add(ind.key())
             population.append(ind)
+    parents = list(population)
     tries = 0
     while len(population) < cfg.population and tries < 100 * cfg.population:
         tries += 1
-        child = mutate(seeds[rng.integers(len(seeds))], rng, dataclasses.replace(cfg, mutation_prob=max(cfg.mutation_prob, 0.5)), bound)
+        child = mutate(parents[rng.integers(len(parents))], rng,
+                       dataclasses.replace(cfg, mutation_prob=max(cfg.mutation_prob, 0.5)), bound)
         if child.key() not in seen:
             seen.add(child.key())
             population.append(child)
@@ -145,7 +226,8 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
 
     Args:
       fitness: scores a list of individuals.
-      seeds: starting individuals (PI / NTK / YaRN factors, or the best shared vector tiled per layer).
+      seeds: starting individuals (PI / NTK / YaRN factors, or the best shared vector tiled per layer), each
+        with an n̂ of `cfg.n_hat_choices`.
       cfg: the search's hyperparameters.
       bound: the upper limit of every λ_i.
       state_path: JSON saved after every generation (population, fitness, history, RNG state, the digests of
@@ -158,6 +240,10 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
       `evaluated` counts the individuals scored in it and a non-finite best or mean is None, as in the
       saved state, which is strict JSON).
     """
+    bad = [ind.n_hat for ind in seeds if ind.n_hat not in cfg.n_hat_choices]
+    if bad:
+        raise ValueError(f"seeds with n̂ = {bad} outside SearchConfig.n_hat_choices={tuple(cfg.n_hat_choices)}: give "
+                         "the seeds an n̂ of the choices")
     state_path = pathlib.Path(state_path) if state_path else None
     if state_path and state_path.exists():
         state = _saved_state(state_path, meta)
@@ -196,8 +282,8 @@ def search(fitness: Callable[[list[Individual]], Sequence[float]], seeds: Sequen
         while len(children) < target and tries < 100 * max(cfg.crossovers, 1) and len(parents) > 1:
             tries += 1
             i, j = rng.choice(len(parents), size=2, replace=False)
-            child = crossover(parents[i], parents[j], rng, bound)
-            if child.digest() not in seen:
+            child = crossover(parents[i], parents[j], rng)
+            if child is not None and child.digest() not in seen:
                 seen.add(child.digest())
                 children.append(child)
         child_scores = list(map(float, fitness(children))) if children else []
@@ -239,6 +325,28 @@ def _saved_state(state_path: pathlib.Path, meta: dict | None) -> dict:
     return state
 
 
+def saved_versions(out: str | pathlib.Path) -> dict[str, int | None]:
+    """The search version of each search file in the folder `out` (a `search_run` --out): its stage states
+    (`stage*.json`, meta.search_version) and its result (`longrope.json`, search_version); 1 where none is
+    recorded (as `_META_DEFAULTS`), None for a file that is not a JSON object. Those differing from
+    `SEARCH_VERSION` are what `search_run` refuses to resume (a stage) or what it would overwrite (the result)."""
+    out = pathlib.Path(out)
+    versions = {}
+    for path in sorted(out.glob("stage*.json")) + [out / "longrope.json"]:
+        if not path.is_file():
+            continue
+        try:
+            d = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            d = None
+        if not isinstance(d, dict):
+            versions[path.name] = None
+            continue
+        versions[path.name] = (d.get("meta") or {}).get("search_version", 1) if path.name != "longrope.json" \
+            else d.get("search_version", 1)
+    return versions
+
+
 def _finite(x: float) -> float | None:
     """`x`, or None for a non-finite score (an individual whose NLLs were not finite): JSON has no Infinity."""
     return x if math.isfinite(x) else None
@@ -264,6 +372,31 @@ def longrope_attention_factor(factor: float, original_max_len: int) -> float:
     return 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original_max_len))
 
 
+def _check_num_bytes(num_bytes: int | None, target_len: int, orig: int, available: int) -> None:
+    """Raises a ValueError naming `num_bytes` (--num_bytes) unless it is None or a positive integer that both
+    stages' windows tile (a multiple of `target_len` and of the original length `orig`) and the validation split
+    (`available` bytes, one more than the targets) holds; with None, each stage's default of 4 windows must fit."""
+    lcm = math.lcm(target_len, orig)
+    if num_bytes is None:
+        need = 4 * target_len
+        if need + 1 > available:
+            raise ValueError(f"the validation split has {available} bytes: too few for the default num_bytes of 4 "
+                             f"windows of target_len={target_len} (+1); give num_bytes (--num_bytes) a multiple of "
+                             f"{lcm} below {available}")
+        return
+    if isinstance(num_bytes, bool) or not isinstance(num_bytes, (int, np.integer)) or num_bytes <= 0:
+        raise ValueError(f"num_bytes (--num_bytes) must be a positive integer (or unset for 4 windows of each "
+                         f"length), got {num_bytes!r}")
+    if num_bytes % target_len or num_bytes % orig:
+        raise ValueError(f"num_bytes={num_bytes} (--num_bytes) must be a multiple of both the target length "
+                         f"{target_len} (stage 1's windows) and the original length {orig} (stage 2's), i.e. of "
+                         f"{lcm}")
+    if num_bytes + 1 > available:
+        raise ValueError(f"num_bytes={num_bytes} (--num_bytes) is more than the validation split holds: {available} "
+                         f"bytes, so at most {(available - 1) // lcm * lcm} (a multiple of {lcm}: of the target "
+                         f"length {target_len} and the original length {orig})")
+
+
 def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: bool = False, out: str | None = None,
                num_bytes: int | None = None, short_generations: int | None = None,
                progress: bool = True, hf_model: bool = False, text: str | None = None) -> dict:
@@ -271,9 +404,16 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
 
     Stage 1 searches long factors (and n̂) for perplexity at `target_len`; with `per_layer`, a second
     search starts from the best shared vector tiled over the layers. Stage 2 searches short factors
-    (no n̂) that restore perplexity at the original length. Fitness uses the validation split. With
-    `hf_model`, `workdir` is a Hugging Face checkpoint directory, searched on the validation split of the
-    corpus `text` in its own tokens (lengths and `num_bytes` in tokens; perplexity per token).
+    (no n̂: n̂ applies with the long factors only, as in microsoft/LongRoPE, where only the long search has a
+    start-token count, evolution/dim_mono_n/dim_mono_n.py) that restore perplexity at the original length.
+    Fitness uses the validation split: `num_bytes` of it per evaluation at both lengths (default 4 windows of
+    each), checked before any stage runs. With `hf_model`, `workdir` is a Hugging Face checkpoint directory,
+    searched on the validation split of the corpus `text` in its own tokens (lengths and `num_bytes` in tokens;
+    perplexity per token).
+
+    Raises:
+      ValueError: `target_len` not above the run's original length; `num_bytes` not a positive multiple of both
+        lengths, or more than the validation split holds; a saved stage of another search in `out`.
     """
     from posenc import data  # noqa: PLC0415
     from posenc.evaluate import Evaluator, hf_run, load_run, run_stream  # noqa: PLC0415
@@ -287,9 +427,10 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
     if target_len <= orig:
         raise ValueError(f"target_len={target_len} must exceed the run's original length {orig}")
     s = target_len / orig
+    search_split = run_stream(run, "validation")[0]  # never the test split
+    _check_num_bytes(num_bytes, target_len, orig, len(search_split))  # before any stage (and any folder)
     out_dir = pathlib.Path(out or pathlib.Path(workdir) / f"longrope_{target_len}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    search_split = run_stream(run, "validation")[0]  # never the test split
     evaluator = Evaluator(run)
     af = longrope_attention_factor(s, orig)
 
@@ -326,8 +467,11 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
     for name, m in stage_meta.items():  # every saved stage checked before any is run
         if (out_dir / name).exists():
             _saved_state(out_dir / name, m)
-    seeds = [Individual(f, 0) for f in seed_factors(cfg_model.rotary_dim, cfg_model.rope_base, s, orig).values()]
-    best, best_ppl, history = search(make_fitness(target_len), seeds, cfg, bound,
+    long_fitness, short_fitness = make_fitness(target_len), make_fitness(orig)  # both stages' windows, first
+    seed_n_hat = min(cfg.n_hat_choices)  # the smallest choice: 0 by default (PI, NTK and YaRN scale every position)
+    seeds = [Individual(f, seed_n_hat)
+             for f in seed_factors(cfg_model.rotary_dim, cfg_model.rope_base, s, orig).values()]
+    best, best_ppl, history = search(long_fitness, seeds, cfg, bound,
                                      out_dir / "stage1_shared.json", "stage 1 (shared)", progress, shared_meta)
     result = {"target_len": target_len, "factor": s, "original_max_len": orig, "attention_factor": af,
               "bytes_per_evaluation": {str(n): num_bytes or 4 * n for n in (target_len, orig)},
@@ -335,7 +479,7 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
     if per_layer:
         tiled = Individual(np.tile(best.factors, (cfg_model.num_layers, 1)), best.n_hat)
         layer_seeds = [tiled] + [Individual(np.tile(f.factors, (cfg_model.num_layers, 1)), f.n_hat) for f in seeds]
-        best_l, best_l_ppl, history_l = search(make_fitness(target_len), layer_seeds, cfg, bound,
+        best_l, best_l_ppl, history_l = search(long_fitness, layer_seeds, cfg, bound,
                                                out_dir / "stage1_per_layer.json", "stage 1 (per layer)", progress,
                                                meta)
         result["stage1_per_layer"] = {"ppl": _finite(best_l_ppl), "history": history_l}
@@ -343,7 +487,7 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
         best, best_ppl = best_l, best_l_ppl
     short_cfg = dataclasses.replace(cfg, generations=short_generations or cfg.generations, n_hat_choices=(0,))
     short_seeds = [Individual(np.ones_like(best.factors), 0)]
-    short_best, short_ppl, short_history = search(make_fitness(orig), short_seeds, short_cfg,
+    short_best, short_ppl, short_history = search(short_fitness, short_seeds, short_cfg,
                                                   max(1.0, cfg.factor_bound), out_dir / "stage2_short.json",
                                                   "stage 2 (short)", progress, meta)
     result["stage2_short"] = {"ppl": _finite(short_ppl), "history": short_history}
@@ -359,10 +503,19 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
 
 
 def read_factors(path: str | pathlib.Path, what: str = "--longrope") -> dict:
-    """The JSON written by `search_run` (`longrope.json`), checked for the keys a scaling needs.
+    """The JSON written by `search_run` (`longrope.json`), checked for the keys a scaling needs and for its
+    search version.
+
+    A file records the `search_version` that wrote it (none: version 1, as `_META_DEFAULTS`). One written before
+    `N_HAT_SINCE_VERSION` with `unscaled_positions` > 0 is refused: its n̂ was searched when n̂ also applied at
+    lengths <= original_max_len and its positions took the attention factor, so it would be read under another
+    convention than it was searched under. One with no n̂ (unscaled_positions 0) reads the same under both and
+    is accepted (its factors were searched by the older draws, but mean what they meant). A file of a later
+    version than `SEARCH_VERSION` is refused (this code does not know its conventions).
 
     Raises:
-      ValueError: naming `what` and the path, when the file is missing, not JSON, or lacks a key.
+      ValueError: naming `what` and the path, when the file is missing, not JSON, lacks a key, or was written by
+        a search version it cannot be read under (naming the version and saying to rerun the search).
     """
     p = pathlib.Path(path).expanduser()
     if not p.is_file():
@@ -376,6 +529,20 @@ def read_factors(path: str | pathlib.Path, what: str = "--longrope") -> dict:
     if missing:
         raise ValueError(f"{what}={str(path)!r} has no {', '.join(map(repr, missing))} "
                          "(expected the longrope.json of scripts/search_longrope.py)")
+    version, n_hat = d.get("search_version", 1), d.get("unscaled_positions", 0)
+    if not _is_count(version) or version < 1:
+        raise ValueError(f"{what}={str(path)!r} has search_version={version!r}: expected a positive integer "
+                         f"(posenc.longrope.SEARCH_VERSION is {SEARCH_VERSION})")
+    if version > SEARCH_VERSION:
+        raise ValueError(f"{what}={str(path)!r} was written by LongRoPE search version {version}, later than this "
+                         f"code's (posenc.longrope.SEARCH_VERSION = {SEARCH_VERSION}): read it with the code that "
+                         "wrote it, or rerun scripts/search_longrope.py")
+    if version < N_HAT_SINCE_VERSION and n_hat:
+        raise ValueError(f"{what}={str(path)!r} was written by LongRoPE search version {version} with "
+                         f"unscaled_positions={n_hat}: its n̂ was searched when n̂ applied at every length and its "
+                         "positions took the attention factor, and since version "
+                         f"{N_HAT_SINCE_VERSION} it applies with the long factors only, without it. Rerun "
+                         "scripts/search_longrope.py (into a fresh --out) to search it again")
     return d
 
 

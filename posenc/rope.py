@@ -98,8 +98,10 @@ def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor
       attention_factor: multiplies cos and sin (YaRN's sqrt(1/t), LongRoPE's factor); scalar or
         array. As in Hugging Face, the pass-through features are not scaled.
       original_inv_freq, unscaled_positions: LongRoPE's n̂ (arXiv 2402.13753 §3.2): positions
-        p < unscaled_positions use `original_inv_freq` (the unscaled θ) instead of `inv_freq`, so the
-        first n̂ tokens are not interpolated. `unscaled_positions` may be traced.
+        p < unscaled_positions use `original_inv_freq` (the unscaled θ) instead of `inv_freq`, and are not
+        multiplied by `attention_factor`, so the first n̂ tokens rotate as without a scaling (microsoft/LongRoPE,
+        rope/LlamaSPIScaledStartTokenRotaryEmbedding.py: the original cos/sin, without mscale, over the first
+        `start_token` positions). `unscaled_positions` may be traced.
       inv_freq_lo: optional `rope_scaling.inv_freq_residual(θ64)` `[r]`: the float64 digits of θ, for angles within
         ~5e-4 rad of float64 at positions up to ~2·10⁶ (see `rope_angles`).
 
@@ -140,7 +142,9 @@ def apply_rope(x, positions, inv_freq, *, layout: str = "half", attention_factor
 def rope_cos_sin(positions, inv_freq, *, attention_factor=1.0, original_inv_freq=None, unscaled_positions=0,
                  inv_freq_lo=None):
     """`(cos, sin)` of the angles `positions · inv_freq`, each `[..., T, r]`, times `attention_factor` (the
-    arguments of `apply_rope`), materialized as tables (`_materialize`)."""
+    arguments of `apply_rope`), materialized as tables (`_materialize`). With `original_inv_freq`, positions
+    below `unscaled_positions` (LongRoPE's n̂) take the cos/sin of `positions · original_inv_freq` without
+    `attention_factor`, as microsoft/LongRoPE's start-token path (rope/LlamaSPIScaledStartTokenRotaryEmbedding.py)."""
     ft = rope_angles_dtype(inv_freq)
     if inv_freq_lo is not None and jnp.shape(inv_freq_lo) != jnp.shape(inv_freq):
         raise ValueError(f"rope_cos_sin (as apply_rope): inv_freq_lo {jnp.shape(inv_freq_lo)} must match inv_freq {jnp.shape(inv_freq)}")
@@ -149,8 +153,9 @@ def rope_cos_sin(positions, inv_freq, *, attention_factor=1.0, original_inv_freq
         original = jnp.asarray(original_inv_freq, ft)
         if original.shape != jnp.shape(inv_freq):
             raise ValueError(f"rope_cos_sin (as apply_rope): original_inv_freq {original.shape} must match inv_freq {jnp.shape(inv_freq)}")
-        pos = jnp.asarray(positions).astype(ft)[..., None]
-        angles = jnp.where(pos < unscaled_positions, rope_angles(positions, original), angles)
+        below = jnp.asarray(positions).astype(ft)[..., None] < unscaled_positions  # [..., T, 1]
+        angles = jnp.where(below, rope_angles(positions, original), angles)
+        attention_factor = jnp.where(below, 1.0, attention_factor)  # n̂'s positions: the original cos/sin
     return _materialize(jnp.cos(angles) * attention_factor, jnp.sin(angles) * attention_factor)
 
 

@@ -15,7 +15,8 @@ The unscaled frequencies are θ_i = b^(-2i/d), i = 0 … d/2 − 1 (Su et al. 20
 | `yarn`        | NTK-by-parts ramp between the dims of β_fast and β_slow;             | Peng et al., arXiv 2309.00071  |
 |               | attention factor 0.1·ln s + 1                                        |                                |
 | `longrope`    | θ_i / λ_i with λ = short_factor (T ≤ L) or long_factor (T > L);      | Ding et al., arXiv 2402.13753  |
-|               | attention factor sqrt(1 + ln s / ln L)                               |                                |
+|               | attention factor sqrt(1 + ln s / ln L); with T > L, positions < n̂    |                                |
+|               | keep θ_i and no attention factor (`unscaled_positions`)              |                                |
 | `llama3`      | θ_i for λ_i < L/high_freq_factor, θ_i/s for λ_i > L/low_freq_factor, | Llama 3.1 (Meta, 2024)         |
 |               | smooth interpolation between                                         |                                |
 
@@ -110,10 +111,15 @@ class RopeScaling:
       short_factor, long_factor: LongRoPE rescale factors λ_i, `[d/2]` or per layer `[num_layers, d/2]`.
       low_freq_factor, high_freq_factor: Llama 3.1 band edges (defaults 1 and 4).
       unscaled_positions: LongRoPE's n̂: positions below it keep the unscaled θ_i (the initial tokens
-        are not interpolated, LongRoPE §3.2); applied by `apply_rope(..., original_inv_freq=…)`. The
-        attention factor still multiplies them, as every position: microsoft/LongRoPE's start-token path
-        (`_add_original_embeddings`) copies the original cos/sin without it, but that path does not run as
-        published, and Hugging Face's Phi-3 LongRoPE has no n̂.
+        are not interpolated, LongRoPE §3.2), with the long factors only: `rope_inputs` gives n̂ at
+        seq_len > original_max_len and 0 at seq_len <= original_max_len, where the short factors apply, as in
+        microsoft/LongRoPE, where only the long-context search has a start-token count
+        (evolution/dim_mono_n/dim_mono_n.py, `start_token = new_alpha[0]`) and the short factors are searched
+        and used without one. Applied by `apply_rope(..., original_inv_freq=…)`: those positions take the
+        original cos/sin, without the attention factor, as microsoft/LongRoPE's start-token search path does
+        (rope/LlamaSPIScaledStartTokenRotaryEmbedding.py copies `cos_sin_origin`, the unscaled
+        LlamaRotaryEmbedding's, over the first `start_token` positions of its cos/sin times mscale). Hugging
+        Face's Phi-3 LongRoPE has no n̂.
     """
 
     kind: str = "none"
@@ -475,10 +481,13 @@ def rope_inputs(rotary_dim: int, base: float, scaling: RopeScaling | None, seq_l
     """What a forward pass at `seq_len` rotates with: `(inv_freq, attention_factor, n̂, inv_freq_lo)`.
 
     `inv_freq` is float32 `[r]` (or `[num_layers, r]`), `attention_factor` a float, n̂ LongRoPE's
-    number of initial positions left unscaled (0 for every other kind), and `inv_freq_lo` the float64
-    digits float32 `inv_freq` drops (`inv_freq_residual`: angles exact to ~5e-4 rad at
-    position 10⁶). The one place a `RopeScaling` becomes the values the model, evaluation and decoding use.
+    number of initial positions left unscaled — `scaling.unscaled_positions` with the long factors
+    (seq_len > original_max_len), else 0, and 0 for every other kind (`RopeScaling.unscaled_positions`) —
+    and `inv_freq_lo` the float64 digits float32 `inv_freq` drops (`inv_freq_residual`: angles exact to
+    ~5e-4 rad at position 10⁶). The one place a `RopeScaling` becomes the values the model, evaluation and
+    decoding use.
     """
     scaling = RopeScaling() if scaling is None else scaling
     inv, af = rope_frequencies(rotary_dim, base=base, scaling=scaling, seq_len=seq_len)
-    return inv.astype(np.float32), af, scaling.unscaled_positions, inv_freq_residual(inv)
+    long = scaling.kind == "longrope" and seq_len > scaling.original_max_len  # as rope_frequencies picks long_factor
+    return inv.astype(np.float32), af, scaling.unscaled_positions if long else 0, inv_freq_residual(inv)

@@ -6,8 +6,10 @@ r"""Search LongRoPE rescale factors for a trained RoPE run (Ding et al. 2024, ar
 
 Stage 1 searches long factors and n̂ for perplexity at --target_len on the validation split; --per_layer
 adds a per-layer search seeded from the best shared vector; stage 2 searches short factors that restore
-perplexity at the original length. The population is saved every generation in --out (default
-<workdir>/longrope_<target_len>) and a rerun resumes. The result, <out>/longrope.json, is used by
+perplexity at the original length (n̂ applies with the long factors only). --num_bytes is checked against both
+lengths before any stage runs. The population is saved every generation in --out (default
+<workdir>/longrope_<target_len>) and a rerun resumes (a state of another posenc.longrope.SEARCH_VERSION is
+refused: use a fresh --out). The result, <out>/longrope.json, is used by
 `eval_extrapolation.py --scalings=longrope --longrope=<out>/longrope.json`, by generation through
 `generate.py --scaling=longrope --longrope=<out>/longrope.json`, and by training through
 `--config.model.rope.scaling.kind=longrope --config.model.rope.scaling.factors_file=<out>/longrope.json`.
@@ -34,7 +36,9 @@ _PROB = flags.DEFINE_float("mutation_prob", 0.3, "Per-factor mutation probabilit
 _BOUND = flags.DEFINE_float("factor_bound", 1.25, "lambda_i <= factor_bound * s.")
 _PER_LAYER = flags.DEFINE_bool("per_layer", False, "Also search per-layer factors.")
 _SHORT_GENS = flags.DEFINE_integer("short_generations", None, "Generations of stage 2 (default: --generations).")
-_NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Validation bytes per fitness evaluation (default 4 windows).")
+_NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Validation bytes per fitness evaluation, at both lengths: a "
+                                  "multiple of --target_len and of the run's original length (default 4 windows "
+                                  "of each).")
 _SEED = flags.DEFINE_integer("seed", 0, "Search seed.")
 _OUT = flags.DEFINE_string("out", None, "Output directory.")
 

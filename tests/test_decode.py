@@ -63,6 +63,22 @@ def test_cached_decoding_equals_full_recompute(name, kw, scaling):
     np.testing.assert_allclose(cached, full, atol=2e-4, rtol=1e-4)
 
 
+def test_longrope_n_hat_applies_in_decoding_past_the_original_length_only():
+    """Decoding reproduces the forward pass over each prefix (seq_len p + 1) for LongRoPE with n̂: at prefixes up
+    to original_max_len the short factors apply without n̂ (`rope_inputs`), past it the long factors with n̂."""
+    sc = posenc.RopeScaling("longrope", 3.0, original_max_len=16, short_factor=SHORT * 1.5, long_factor=LONG,
+                            unscaled_positions=4)
+    graphdef, params = model_parts("rope")
+    x = tokens(24)
+    model = nnx.merge(graphdef, params)
+    cfg = model.cfg
+    want = np.stack([np.asarray(model(x[:, :p + 1], rope=posenc.rope_inputs(cfg.rotary_dim, cfg.rope_base, sc, p + 1)))[:, p]
+                     for p in range(24)], axis=1)
+    np.testing.assert_allclose(decode.recompute_logits(graphdef, params, x, scaling=sc), want, atol=2e-4, rtol=1e-4)
+    np.testing.assert_allclose(decode.teacher_forced_logits(graphdef, params, x, prefill_len=3, scaling=sc), want,
+                               atol=2e-4, rtol=1e-4)
+
+
 def test_a_windowed_cache_keeps_each_row_s_own_keys():
     """Rows with different positions (randomized positions): each row's ring slots follow its own positions, so
     cached decoding equals the full forward for every row, not only for the first."""
@@ -92,10 +108,10 @@ def test_dynamic_scaling_with_hf_style_cache_would_differ():
     schedule = decode.rope_schedule(model.cfg, scaling, 40)
     cache = model.init_cache(2, 40, rotate_at_use=False)  # keys frozen with the frequencies of their step
     call = jax.jit(lambda x, pos, rope, cache: nnx.merge(graphdef, params)(x, pos, seq_len=40, rope=rope, cache=cache))
-    logits, cache = call(x[:, :5], jnp.arange(5)[None], schedule.at(4, 0), cache)
+    logits, cache = call(x[:, :5], jnp.arange(5)[None], schedule.at(4), cache)
     outs = [logits]
     for p in range(5, 40):  # one compile for the steps: the position, its frequencies and the cache are traced
-        step, cache = call(x[:, p:p + 1], jnp.array([[p]]), schedule.at(p, 0), cache)
+        step, cache = call(x[:, p:p + 1], jnp.array([[p]]), schedule.at(p), cache)
         outs.append(step)
     stale = jnp.concatenate(outs, axis=1)
     np.testing.assert_allclose(stale[:, :16], full[:, :16], atol=1e-5)  # identical while the factor is 1
@@ -187,7 +203,7 @@ def test_rotate_at_use_step_computes_its_sines_once_for_all_layers():
         schedule = decode.rope_schedule(model.cfg, scaling, 64)
         cache = model.init_cache(batch, size, rotate_at_use=True)
         step = decode._step.lower(graphdef, params, cache, jnp.zeros((batch, 1), jnp.int32), jnp.int32(7), schedule,
-                                  jnp.int32(0), seq_len=64)
+                                  seq_len=64)
         return step.as_text().count("stablehlo.sine")
 
     assert sines(1, 1, 16) == sines(4, 4, 64) >= 1
@@ -204,7 +220,7 @@ def test_a_decoding_step_never_transposes_the_cache(rotate_at_use):
     schedule = decode.rope_schedule(model.cfg, posenc.RopeScaling(), 64)
 
     def step(params, cache, token):
-        return nnx.merge(graphdef, params)(token, jnp.array([[5]]), seq_len=64, rope=schedule.at(5, 0), cache=cache)
+        return nnx.merge(graphdef, params)(token, jnp.array([[5]]), seq_len=64, rope=schedule.at(5), cache=cache)
 
     eqns = []
 
@@ -255,7 +271,7 @@ def test_a_bounded_method_s_decoding_step_does_not_grow_with_the_length(method, 
         cache = nnx.merge(graphdef, params).init_cache(1, decode._cache_size(method, None, total), rotate)
         schedule = decode.rope_schedule(cfg, scaling, total, decode._span(method))
         step = jax.make_jaxpr(lambda p, c, s, a: decode._step.__wrapped__(
-            graphdef, p, c, jnp.zeros((1, 1), jnp.int32), jnp.int32(total - 1), s, jnp.int32(0), a, seq_len=total))
+            graphdef, p, c, jnp.zeros((1, 1), jnp.int32), jnp.int32(total - 1), s, a, seq_len=total))
         return _shapes_of(step(params, cache, schedule, args))
 
     short, long = shapes(100), shapes(50_000)
@@ -274,13 +290,13 @@ def test_a_bounded_method_s_schedule_stops_at_its_span():
     assert decode.rope_schedule(cfg, scaling, 5, span).inv_freq.shape[0] == 5
     want = posenc.rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, span)
     for t in (span - 1, span, 999):
-        inv, af, _, lo = short.at(jnp.int32(t), 0)
+        inv, af, _, lo = short.at(jnp.int32(t))
         np.testing.assert_array_equal(inv, np.float32(want[0]))
         np.testing.assert_array_equal(af, np.float32(want[1]))
         np.testing.assert_array_equal(lo, np.float32(want[3]))
-    inv3 = short.at(jnp.int32(3), 0)[0]
+    inv3 = short.at(jnp.int32(3))[0]
     np.testing.assert_array_equal(inv3, np.float32(posenc.rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, 4)[0]))
-    assert not np.array_equal(inv3, short.at(jnp.int32(span), 0)[0])  # the rows do change below the span
+    assert not np.array_equal(inv3, short.at(jnp.int32(span))[0])  # the rows do change below the span
 
 
 def test_decoding_inputs_are_checked_naming_the_field():

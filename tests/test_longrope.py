@@ -1,6 +1,7 @@
 """LongRoPE search: constraints, determinism, progress on a toy objective, reload, and no test-split reads."""
 
 import dataclasses
+import functools
 import json
 import math
 import shutil
@@ -25,11 +26,73 @@ def random_individual(rng, r=8, layers=None):
 @pytest.mark.parametrize("layers", [None, 3])
 def test_constraints_hold_after_mutation_and_crossover(layers):
     rng = np.random.default_rng(0)
+    crossed = 0
     for _ in range(200):
         a, b = random_individual(rng, layers=layers), random_individual(rng, layers=layers)
-        for child in (longrope.mutate(a, rng, SMALL, BOUND), longrope.crossover(a, b, rng, BOUND)):
+        for child in (longrope.mutate(a, rng, SMALL, BOUND), longrope.crossover(a, b, rng)):
+            if child is None:  # a crossover whose every try was not monotone: skipped
+                continue
             assert longrope.satisfies(child, BOUND, longrope.N_HAT_CHOICES)
             assert child.factors.shape == a.factors.shape
+        crossed += longrope.crossover(a, a, rng) is not None  # a parent with itself: always monotone
+    assert crossed == 200
+
+
+def interval_violations(parent, child, bound):
+    """The pairs a mutation changed outside [child λ_{i−1}, parent λ_{i+1}] (1 and `bound` at the ends), per row:
+    the interval microsoft/LongRoPE's `mutate` draws a chosen pair in, pair after pair."""
+    p2, c2 = np.atleast_2d(parent), np.atleast_2d(child)
+    lo = np.concatenate([np.ones((len(c2), 1)), c2[:, :-1]], axis=1)
+    hi = np.concatenate([p2[:, 1:], np.full((len(p2), 1), bound)], axis=1)
+    changed = c2 != p2
+    return int(np.sum(changed & ((c2 < lo) | (c2 > hi))))
+
+
+@pytest.mark.parametrize("layers", [None, 3])
+def test_mutation_changes_only_drawn_pairs_inside_their_neighbours_and_is_unbiased(layers):
+    """A mutation redraws each chosen λ_i inside its neighbours' interval (microsoft/LongRoPE,
+    evolution/algorithms/dim_mono.py `mutate`), within each layer's vector: no pair it did not draw moves (a
+    projection by cumulative maximum dragged every later pair up with a raised one), and λ does not drift up
+    (from PI's seed it rose by 7% per pair and mutation, 10.8 of 16 pairs changing for 4.8 drawn)."""
+    rng = np.random.default_rng(1)
+    cfg = SearchConfig()
+    seeds = {k: longrope.repair(f, BOUND) for k, f in longrope.seed_factors(32, 1e4, 4.0, 256).items()}
+    if layers is not None:  # a per-layer individual: one seed per layer, each row searched within itself
+        seeds = {"per_layer": np.stack([seeds["linear"], seeds["ntk"], seeds["yarn"]])}
+    for name, f in seeds.items():
+        logs, changed = [], []
+        for _ in range(2000):
+            c = longrope.mutate(Individual(f, 0), rng, cfg, BOUND).factors
+            assert longrope.satisfies(Individual(c, 0), BOUND, longrope.N_HAT_CHOICES)
+            assert interval_violations(f, c, BOUND) == 0, name
+            logs.append(np.log(c / f))
+            changed.append(np.sum(c != f) / np.atleast_2d(f).shape[0])
+        assert abs(np.mean(logs)) < 0.005, name
+        assert np.mean(changed) <= cfg.mutation_prob * 16 * 1.05, name  # at most the pairs drawn (0.3 · 16)
+        raised, lowered = np.mean(np.asarray(logs) > 0), np.mean(np.asarray(logs) < 0)
+        assert raised < 2 * lowered + 0.01 and lowered < 2 * raised + 0.01, (name, raised, lowered)
+
+
+def test_crossover_rejects_a_non_monotone_child_instead_of_projecting_it():
+    """Each λ_i of a crossover child is one of its parents' λ_i, the child non-decreasing; a mix that is not is
+    drawn again, and after `CROSSOVER_TRIES` the pair is skipped (None), as microsoft/LongRoPE's `crossover`
+    (evolution/algorithms/dim_mono.py) rejects it: a cumulative maximum raised later pairs to values neither
+    parent has there."""
+    rng = np.random.default_rng(0)
+    a = Individual(np.array([1.0, 4.0, 5.0]), 0)
+    b = Individual(np.array([2.0, 2.0, 3.0]), 4)
+    for _ in range(300):
+        child = longrope.crossover(a, b, rng)
+        assert child is not None  # both parents themselves are among the mixes: 20 tries find a monotone one
+        assert np.all(np.diff(child.factors) >= 0)
+        assert all(c in (x, y) for c, x, y in zip(child.factors, a.factors, b.factors)), child.factors
+        assert child.n_hat in (0, 4)
+    # 81 of the 2^16 mixes of these are monotone: most crossovers give up
+    a = Individual(np.array([1.0] * 8 + [5.0] * 8), 0)
+    b = Individual(np.full(16, 3.0), 0)
+    children = [longrope.crossover(a, b, rng) for _ in range(200)]
+    assert sum(c is None for c in children) > 150
+    assert all(np.all(np.diff(c.factors) >= 0) for c in children if c is not None)
 
 
 def test_seed_factors_are_pi_ntk_yarn():
@@ -81,6 +144,25 @@ def test_bad_search_config():
         SearchConfig(population=4, parents=8)
     with pytest.raises(ValueError, match="mutation_prob"):
         SearchConfig(mutation_prob=0.0)
+    for scale in (0, 0.0, -0.1, math.nan, math.inf, "0.1"):
+        with pytest.raises(ValueError, match=r"SearchConfig.mutation_scale must be a finite number > 0"):
+            SearchConfig(mutation_scale=scale)
+    for choices in ((), [], (-4,), (0, 4.0), (True,), "48", None, 4):
+        with pytest.raises(ValueError, match=r"SearchConfig.n_hat_choices must be a non-empty sequence of integers "
+                                             r">= 0 .*default \(0, 1, 2, 4"):
+            SearchConfig(n_hat_choices=choices)
+    SearchConfig(n_hat_choices=(8,), mutation_scale=0.5)  # valid
+
+
+def test_seeds_take_an_n_hat_of_the_choices():
+    """A seed's n̂ outside n_hat_choices is refused (the best of a search could be one); search_run gives its seeds
+    the smallest choice."""
+    seeds = [Individual(np.full(8, 4.0), 0)]
+    with pytest.raises(ValueError, match=r"seeds with n̂ = \[0\] outside SearchConfig.n_hat_choices=\(8,\)"):
+        longrope.search(toy_fitness(np.full(8, 4.0)), seeds, SearchConfig(n_hat_choices=(8,)), BOUND, progress=False)
+    best, _, _ = longrope.search(toy_fitness(np.full(8, 4.0)), [Individual(np.full(8, 4.0), 8)],
+                                 dataclasses.replace(SMALL, n_hat_choices=(8, 16)), BOUND, progress=False)
+    assert best.n_hat in (8, 16)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +200,8 @@ def test_search_run_never_reads_the_test_split_and_reloads(rope_run, tmp_path, m
     assert result["evaluations"] == len(calls) == tuning.longrope_evaluations(tmp_path / "longrope.json")
     # the bytes each evaluation scored, at the target (stage 1) and the training length (stage 2), as recorded
     assert set(calls) == {tuning.longrope_bytes(tmp_path / "longrope.json", n) for n in (64, 32)} == {256, 128}
-    assert result["per_layer"] in (True, False) and result["search_split"] == "validation"
+    assert result["per_layer"] is True and result["search_split"] == "validation"
+    assert result["search_version"] == longrope.SEARCH_VERSION
     saved = json.loads((tmp_path / "longrope.json").read_text())
     sc = longrope.scaling_from_json(tmp_path / "longrope.json")
     assert sc.kind == "longrope" and sc.factor == 2.0 and sc.original_max_len == 32
@@ -135,8 +218,59 @@ def test_search_run_never_reads_the_test_split_and_reloads(rope_run, tmp_path, m
                        longrope_file=str(tmp_path / "longrope.json"))["rows"]
     by = {(r["scaling"], r["length"], r["protocol"]): r for r in rows}
     assert by[("longrope", 64, "nonoverlap")]["status"] == "ok"
-    assert by[("longrope", 32, "nonoverlap")]["nll"] != by[("none", 32, "nonoverlap")]["nll"] or \
-        np.allclose(saved["short_factor"], 1.0)  # at L <= 32 the short factors apply
+    check_stage_2(rope_run, tmp_path, result, sc)
+
+
+def check_stage_2(rope_run, out, result, sc):
+    """Stage 2 searched the short factors, and they are what applies at L = 32: its individuals scored
+    differently (a stage 2 that scored every one with the same factors would not); the saved scaling reproduces
+    its recorded perplexity on its windows (4 · 32 validation bytes), where n̂ plays no part; and swapping the long
+    factors in at L changes the NLL (a switch to the long factors at L would not)."""
+    from posenc.evaluate import load_run, run_stream  # noqa: PLC0415
+
+    scores = strict_json(out / "stage2_short.json")["scores"]
+    assert len(set(scores)) > 1, scores  # not a constant fitness
+    run = load_run(rope_run)
+    x32, y32 = data.eval_windows(run_stream(run, "validation")[0], length=32, num_bytes=4 * 32)
+    ev = Evaluator(run)
+    nll = ev.nll(x32, y32, sc)
+    assert np.exp(nll.mean()) == pytest.approx(result["stage2_short"]["ppl"], rel=1e-6)
+    for n_hat in (0, 8):
+        np.testing.assert_array_equal(nll, ev.nll(x32, y32, dataclasses.replace(sc, unscaled_positions=n_hat)))
+    swapped = dataclasses.replace(sc, short_factor=sc.long_factor)
+    assert not np.allclose(nll, ev.nll(x32, y32, swapped), rtol=1e-6, atol=0)
+
+
+def test_num_bytes_checked_for_both_stages_before_any_search(rope_run, tmp_path, monkeypatch):
+    """`num_bytes` must tile stage 1's windows (target_len) and stage 2's (the original length L = 32) and fit the
+    validation split: checked before any stage runs and before --out is made, so no search is lost to it."""
+    cfg = SearchConfig(population=2, generations=1, mutations=1, crossovers=1, parents=2)
+    monkeypatch.setattr(Evaluator, "nll", lambda *a, **k: pytest.fail("a fitness was evaluated"))
+    out = tmp_path / "out"
+    for num_bytes, match in (
+            (144, r"num_bytes=144 \(--num_bytes\) must be a multiple of both the target length 48 .* original "
+                  r"length 32 .* of 96"),
+            (96 * 10**7, r"num_bytes=960000000 \(--num_bytes\) is more than the validation split holds: \d+ bytes, so "
+                    r"at most \d+ \(a multiple of 96"),
+            (0, r"num_bytes \(--num_bytes\) must be a positive integer"),
+            (96.0, r"num_bytes \(--num_bytes\) must be a positive integer")):
+        with pytest.raises(ValueError, match=match):
+            longrope.search_run(rope_run, 48, cfg, out=str(out), num_bytes=num_bytes, progress=False)
+        assert not out.exists()
+
+
+def test_search_run_seeds_take_the_smallest_n_hat_choice(rope_run, tmp_path, monkeypatch):
+    seen = []
+
+    def search(fitness, seeds, cfg, *a, **k):
+        seen.extend(ind.n_hat for ind in seeds)
+        raise KeyboardInterrupt  # stop before any evaluation
+
+    monkeypatch.setattr(longrope, "search", search)
+    with pytest.raises(KeyboardInterrupt):
+        longrope.search_run(rope_run, 64, dataclasses.replace(SMALL, n_hat_choices=(16, 2)), out=str(tmp_path),
+                            progress=False)
+    assert seen == [2, 2, 2]
 
 
 
@@ -147,7 +281,7 @@ def test_saved_factors_load_through_the_config(rope_run, tmp_path):
     path = tmp_path / "longrope.json"
     path.write_text(json.dumps({"factor": 2.0, "original_max_len": 32, "attention_factor": 1.1,
                                 "short_factor": [1.0] * 8, "long_factor": list(np.linspace(1, 2, 8)),
-                                "unscaled_positions": 4}))
+                                "unscaled_positions": 4, "search_version": longrope.SEARCH_VERSION}))
     config = train.load_config_file("configs/default.py", "posenc=longrope,tiny")
     config.model.rope.scaling.factors_file = str(path)
     cfg = model_config(config)
@@ -277,13 +411,7 @@ def test_factors_file_errors_name_the_field_and_file(tmp_path):
 def test_longrope_experiment_labels_dynamic_ntk_rows_by_their_recorded_slope():
     """experiments/longrope's cached rows were scored when `dynamic_ntk` meant Hugging Face's slope L / 256: its
     table names them by the factor each row recorded, and plain `dynamic_ntk` only at slope 1."""
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "longrope" / "run.py"
-    spec = importlib.util.spec_from_file_location("longrope_experiment", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_experiment()
     assert module.row_label("dynamic_ntk", {"factor": 4.0}) == "dynamic_ntk (Hugging Face's slope 4)"
     assert module.row_label("dynamic_ntk", {"factor": 1.0}) == module.row_label("dynamic_ntk", {"factor": None}) == "dynamic_ntk"
     assert module.row_label("yarn", {"factor": 4.0}) == "yarn"
@@ -313,3 +441,94 @@ def test_no_individual_is_evaluated_twice_in_a_search_resumed_or_not(tmp_path):
     with pytest.raises(ValueError, match="saved by search version 1 .* remove it to restart that stage"):
         longrope.search(recording, seeds, dataclasses.replace(cfg, generations=41), BOUND, tmp_path / "s.json",
                         progress=False, meta={})
+
+
+def test_a_factors_file_of_an_earlier_search_version_with_an_n_hat_is_refused(tmp_path):
+    """A longrope.json searched before n̂ applied with the long factors only, and without the attention factor
+    (SEARCH_VERSION 3), was searched under another convention than it would be read under: refused, naming its
+    version and saying to rerun the search, for evaluation (--longrope) and training (factors_file). Without an
+    n̂ it reads the same under both and is accepted; a file of a later version than this code's is refused."""
+    from posenc.config import model_config  # noqa: PLC0415
+
+    path = tmp_path / "longrope.json"
+    factors = {"factor": 2.0, "original_max_len": 32, "short_factor": [1.0] * 8, "long_factor": [1.5] * 8}
+    config = train.load_config_file("configs/default.py", "posenc=longrope,tiny")
+    config.model.rope.scaling.factors_file = str(path)
+    for version in (None, 1, 2):
+        d = {**factors, "unscaled_positions": 4, **({} if version is None else {"search_version": version})}
+        path.write_text(json.dumps(d))
+        match = (rf"--longrope='.*longrope.json' was written by LongRoPE search version {version or 1} with "
+                 r"unscaled_positions=4: .* Rerun scripts/search_longrope.py")
+        with pytest.raises(ValueError, match=match):
+            longrope.scaling_from_json(path)
+        with pytest.raises(ValueError, match=r"factors_file='.*' was written by LongRoPE search version"):
+            model_config(config)
+        path.write_text(json.dumps({**d, "unscaled_positions": 0}))  # no n̂: the same either way
+        assert longrope.scaling_from_json(path).unscaled_positions == 0
+        assert model_config(config).rope_scaling.long_factor == (1.5,) * 8
+    path.write_text(json.dumps({**factors, "unscaled_positions": 4, "search_version": longrope.SEARCH_VERSION}))
+    assert longrope.scaling_from_json(path).unscaled_positions == 4
+    path.write_text(json.dumps({**factors, "search_version": longrope.SEARCH_VERSION + 1}))
+    with pytest.raises(ValueError, match=rf"search version {longrope.SEARCH_VERSION + 1}, later than this code's"):
+        longrope.scaling_from_json(path)
+    path.write_text(json.dumps({**factors, "search_version": "2"}))
+    with pytest.raises(ValueError, match=r"search_version='2': expected a positive integer"):
+        longrope.scaling_from_json(path)
+
+
+def test_a_state_of_the_previous_search_version_is_refused(tmp_path):
+    """Version 3 draws its children otherwise (mutations inside the neighbours' interval, non-monotone crossover
+    children rejected) and its n̂ means another thing: a version-2 state is not resumed."""
+    target = np.linspace(1.5, 4.0, 8)
+    seeds = [Individual(np.full(8, 4.0), 0)]
+    longrope.search(toy_fitness(target), seeds, dataclasses.replace(SMALL, generations=1), BOUND,
+                    tmp_path / "s.json", progress=False, meta={"run": "r"})
+    state = strict_json(tmp_path / "s.json")
+    assert state["meta"]["search_version"] == longrope.SEARCH_VERSION == 3
+    assert longrope.saved_versions(tmp_path) == {}  # s.json is no stage*.json
+    state["meta"]["search_version"] = 2
+    (tmp_path / "stage1_shared.json").write_text(json.dumps(state))
+    with pytest.raises(ValueError, match=r"saved by search version 2 \(posenc.longrope.SEARCH_VERSION is 3"):
+        longrope.search(toy_fitness(target), seeds, SMALL, BOUND, tmp_path / "stage1_shared.json", progress=False,
+                        meta={"run": "r"})
+    (tmp_path / "longrope.json").write_text(json.dumps({"short_factor": [1.0], "long_factor": [2.0]}))
+    (tmp_path / "stage2_short.json").write_text("{")
+    assert longrope.saved_versions(tmp_path) == {"stage1_shared.json": 2, "stage2_short.json": None,
+                                                 "longrope.json": 1}
+
+
+@functools.lru_cache(maxsize=None)
+def load_experiment():
+    """experiments/longrope/run.py as a module, loaded once (its absl flags can be defined once per process)."""
+    import importlib.util  # noqa: PLC0415
+    import pathlib  # noqa: PLC0415
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "longrope" / "run.py"
+    spec = importlib.util.spec_from_file_location("longrope_experiment", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_longrope_experiment_sets_aside_searches_of_another_version(tmp_path):
+    """experiments/longrope/run.py resumes the searches under --root: a folder holding a stage or result of another
+    search version (which search_run would refuse to resume) is moved aside, named by its versions, and searched
+    again; a folder of the current version is resumed as it is."""
+    module = load_experiment()
+    old, current = tmp_path / "shared_1024", tmp_path / "per_layer_1024"
+    old.mkdir()
+    current.mkdir()
+    (old / "stage1_shared.json").write_text(json.dumps({"meta": {"search_version": 2}}))
+    (old / "longrope.json").write_text(json.dumps({"short_factor": [1.0], "long_factor": [2.0]}))  # version 1
+    (current / "stage1_shared.json").write_text(json.dumps({"meta": {"search_version": longrope.SEARCH_VERSION}}))
+    assert module.set_aside_stale(current) is None and (current / "stage1_shared.json").exists()
+    moved = module.set_aside_stale(old)
+    assert moved == tmp_path / "shared_1024.search_v1-2" and not old.exists()
+    assert sorted(p.name for p in moved.iterdir()) == ["longrope.json", "stage1_shared.json"]
+    old.mkdir()
+    (old / "stage2_short.json").write_text(json.dumps({"meta": {"search_version": 2}}))
+    assert module.set_aside_stale(old) == tmp_path / "shared_1024.search_v2"
+    old.mkdir()
+    (old / "stage2_short.json").write_text(json.dumps({"meta": {"search_version": 2}}))
+    assert module.set_aside_stale(old) == tmp_path / "shared_1024.search_v2.1"  # never over an earlier one
+    assert module.set_aside_stale(tmp_path / "missing") is None

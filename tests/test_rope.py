@@ -192,6 +192,37 @@ def test_longrope_initial_positions_keep_unscaled_frequencies():
         posenc.apply_rope(x, positions, scaled, original_inv_freq=theta[:4], unscaled_positions=4)
 
 
+def test_longrope_initial_positions_take_no_attention_factor():
+    """The first n̂ positions take the original cos/sin without the attention factor, the rest the rescaled ones
+    times it, as microsoft/LongRoPE's start-token path (rope/LlamaSPIScaledStartTokenRotaryEmbedding.py copies
+    the unscaled LlamaRotaryEmbedding's cos/sin, without mscale, over the first start_token positions): a
+    float64 oracle of the tables and of the rotation."""
+    from posenc.rope import rope_cos_sin  # noqa: PLC0415
+
+    theta = posenc.rope_frequencies(16)[0]
+    scaled = theta / np.linspace(1, 4, 8)
+    positions = np.arange(10)
+    af = 1.2
+    with jax.enable_x64(True):
+        cos, sin = rope_cos_sin(jnp.asarray(positions), jnp.asarray(scaled), attention_factor=af,
+                                original_inv_freq=jnp.asarray(theta), unscaled_positions=4)
+        x = RNG.normal(size=(10, 2, 16))
+        out = np.asarray(posenc.apply_rope(jnp.asarray(x), positions, jnp.asarray(scaled), attention_factor=af,
+                                           original_inv_freq=jnp.asarray(theta), unscaled_positions=4))
+    below = positions[:, None] < 4
+    angles = np.where(below, positions[:, None] * theta, positions[:, None] * scaled)
+    scale = np.where(below, 1.0, af)
+    np.testing.assert_allclose(np.asarray(cos), np.cos(angles) * scale, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(np.asarray(sin), np.sin(angles) * scale, rtol=1e-13, atol=1e-13)
+    assert np.all(np.asarray(cos)[0] == 1.0)  # position 0: cos 0 = 1, not the attention factor
+    np.testing.assert_allclose(out[:4], rope64(x, positions, theta)[:4], atol=1e-12)
+    np.testing.assert_allclose(out[4:], rope64(x, positions, scaled, attention_factor=af)[4:], atol=1e-12)
+    cos32, _ = rope_cos_sin(jnp.arange(8), np.float32(scaled), attention_factor=jnp.float32(af),
+                            original_inv_freq=np.float32(theta), unscaled_positions=jnp.int32(4))  # traced, float32
+    assert cos32.dtype == jnp.float32 and np.all(np.asarray(cos32)[0] == 1.0)
+    np.testing.assert_allclose(np.asarray(cos32)[5], af * np.cos(5 * scaled), rtol=1e-5)
+
+
 def test_angles_stay_exact_at_a_million_positions():
     """float32 RoPE with range-reduced angles and θ's float64 residual is within 2e-3 of float64 up to
     position 2·10⁶ (rounding p·θ directly in float32 is off by ~0.03 at 10⁶, as in HF and MaxText)."""

@@ -149,6 +149,18 @@ def test_longrope_switches_strictly_above_original_len():
     assert af == af_l == pytest.approx(math.sqrt(1 + math.log(8) / math.log(4096)), rel=1e-15)
 
 
+def test_longrope_n_hat_only_with_long_factors():
+    """LongRoPE's n̂ belongs to the long factors (microsoft/LongRoPE searches it in the long search only,
+    evolution/dim_mono_n/dim_mono_n.py): `rope_inputs` gives it past original_max_len, 0 at and below it, where
+    the short factors apply as stage 2 searched them (without n̂)."""
+    sc = RopeScaling("longrope", 4.0, original_max_len=64, short_factor=[1.0] * 8,
+                     long_factor=list(np.linspace(1, 4, 8)), unscaled_positions=4)
+    for seq_len, n_hat in ((1, 0), (16, 0), (64, 0), (65, 4), (256, 4)):
+        assert posenc.rope_inputs(16, 1e4, sc, seq_len)[2] == n_hat, seq_len
+    assert posenc.rope_inputs(16, 1e4, RopeScaling("yarn", 4.0, original_max_len=64), 256)[2] == 0
+    assert posenc.rope_inputs(16, 1e4, None, 256)[2] == 0
+
+
 def test_longrope_per_layer_factors():
     layers = np.stack([np.linspace(1, 2 + k, D // 2) for k in range(3)])
     sc = RopeScaling("longrope", 4.0, original_max_len=128, short_factor=np.ones_like(layers), long_factor=layers)

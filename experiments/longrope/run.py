@@ -5,7 +5,10 @@ r"""LongRoPE against hand-set scalings at 4x and 8x, without fine-tuning. From t
 Searches shared and per-layer LongRoPE factors (validation split) for targets 1024 and 2048 on a RoPE run
 trained at train_len 256 (the extrapolation study's seed-0 run), then scores PI, NTK, dynamic NTK, YaRN and
 both LongRoPE variants on the test split, and writes experiments/longrope/README.md. Resumable: the searches
-keep their populations under runs/longrope/, finished evaluations are kept in results/.
+keep their populations under runs/longrope/, finished evaluations are kept in results/. A search folder holding
+a stage or result of another search version (posenc.longrope.SEARCH_VERSION), which search_run would refuse to
+resume, is moved aside to <folder>.search_v<versions> and searched again (`set_aside_stale`); the evaluations of
+a search whose result changed are redone.
 """
 
 import json
@@ -18,7 +21,7 @@ from absl import app, flags, logging
 from posenc import evaluate as ev
 from posenc import jobs, malloc
 from posenc import tuning
-from posenc.longrope import SearchConfig, search_run
+from posenc.longrope import SEARCH_VERSION, SearchConfig, saved_versions, search_run
 
 HERE = pathlib.Path(__file__).resolve().parent
 _WORKDIR = flags.DEFINE_string("workdir", "runs/extrapolation/rope-s0", "RoPE run trained at 256.")
@@ -46,6 +49,7 @@ def main(argv):
         files = {}
         for variant in ("shared", "per_layer"):
             out = pathlib.Path(_ROOT.value) / f"{variant}_{target}"
+            set_aside_stale(out)  # (the shared folder first: the per-layer one copies its stage 1 below)
             if variant == "per_layer":  # reuse the shared stage-1 search instead of repeating it
                 out.mkdir(parents=True, exist_ok=True)
                 src = pathlib.Path(_ROOT.value) / f"shared_{target}" / "stage1_shared.json"
@@ -103,6 +107,27 @@ def main(argv):
     write_report(rows, timing)
 
 
+def set_aside_stale(out: pathlib.Path) -> pathlib.Path | None:
+    """Moves the search folder `out` to `<out>.search_v<its versions>` (`.1`, `.2`, … after an earlier one) when a
+    stage state or result in it was saved by another search version than posenc.longrope.SEARCH_VERSION
+    (`saved_versions`; an unreadable one counts too), so that the search starts again instead of search_run
+    refusing it; returns where it went, or None when `out` is current (or absent) and stays."""
+    stale = {name: v for name, v in saved_versions(out).items() if v != SEARCH_VERSION} if out.is_dir() else {}
+    if not stale:
+        return None
+    tag = "-".join(sorted({str(v) for v in stale.values()}))  # "None" for an unreadable file
+    dest = out.with_name(f"{out.name}.search_v{tag}")
+    n = 0
+    while dest.exists():
+        n += 1
+        dest = out.with_name(f"{out.name}.search_v{tag}.{n}")
+    out.rename(dest)
+    print(f"{out}: " + ", ".join(f"{name} (search version {v})" for name, v in stale.items())
+          + f" saved by another search version than posenc.longrope.SEARCH_VERSION = {SEARCH_VERSION}; moved to "
+          f"{dest}, searching again")
+    return dest
+
+
 def row_label(scaling: str, row: dict) -> str:
     """A row's scaling as the table names it: `dynamic_ntk` with the slope its row recorded where that is not 1
     (these rows were scored when the named scaling meant Hugging Face's slope L / 256, NTK at s² − s + 1)."""
@@ -154,6 +179,7 @@ def write_report(search_rows, timing):
                      "picked on test: optimistic for both).")
         lines.append("")
     total = sum(v for k, v in timing.items() if k.startswith("search/"))
+    n_hats = ", ".join(map(str, SearchConfig().n_hat_choices))
     text = f"""# LongRoPE search against hand-set RoPE scalings
 
 Regenerate (resumable):
@@ -166,7 +192,10 @@ python experiments/longrope/run.py     # after experiments/extrapolation/run.py 
 400 steps). LongRoPE search (`posenc/longrope.py`): population {_POP.value}, {_GENS.value} generations,
 {SEARCH['mutations']} mutations + {SEARCH['crossovers']} crossovers per generation, {SEARCH['parents']} parents,
 mutation probability {SEARCH['mutation_prob']}, seed {SEARCH['seed']} — smaller than the paper's 64 / 40 / 16 /
-16 / 32 to fit a 2-core CPU; λ within [1, 1.25·s], non-decreasing; n̂ ∈ {{0, 1, 2, 4, …, 128}}. Fitness:
+16 / 32 to fit a 2-core CPU; λ within [1, 1.25·s], non-decreasing, continuous (the paper: a 0.01 grid); a mutation
+draws λ_i inside [λ_(i−1), λ_(i+1)], a crossover child that is not non-decreasing is drawn again (search
+version {SEARCH_VERSION}); n̂ ∈ {{{n_hats}}}, applied with the long factors only and without the attention
+factor, as microsoft/LongRoPE. Fitness:
 perplexity at the target length on 4 windows of the validation split. Per-layer search seeded from the best
 shared vector. Stage 2 searches short factors at 256 ({max(1, _GENS.value // 2)} generations). Evaluation: the first
 {_NUM_BYTES.value} test bytes, non-overlapping windows, no fine-tuning. Search wall time: {total / 60:.1f} min in
@@ -174,9 +203,9 @@ all ({', '.join(f'{k.split("/")[1]}: {v:.0f} s' for k, v in timing.items() if k.
 same 2-core CPU (the last run; a shared machine, so it varies with the load).
 
 {chr(10).join(lines)}
-The 256 column: LongRoPE at the original length uses its stage-2 short factors together with its attention
-factor sqrt(1 + ln s / ln 256), which (as in Hugging Face and Phi-3) multiplies cos and sin, so the logits by its
-square, at every length —
+The 256 column: LongRoPE at the original length uses its stage-2 short factors (and no n̂, as stage 2 searched
+them) together with its attention factor sqrt(1 + ln s / ln 256), which (as in Hugging Face and Phi-3) multiplies
+cos and sin, so the logits by its square, at every length —
 hence slightly above `none` there. Factors and search histories: `results/longrope_*.json`.
 """
     (HERE / "README.md").write_text(text)
