@@ -86,14 +86,17 @@ def _rotate_at_use(cfg: ModelConfig, scaling: RopeScaling, method: Method | None
     return cfg.encoding.length_dependent(cfg, scaling) or two
 
 
-def _method_args(cfg: ModelConfig, method: Method | None, scaling: RopeScaling):
-    """The traced method, re-indexed inside the cache under `sinks` unless LongRoPE's n̂ makes the
-    frequencies depend on the absolute position."""
+def _method_args(cfg: ModelConfig, method: Method | None, scaling: RopeScaling, length: int):
+    """The traced method for a sequence of `length`, re-indexed inside the cache under `sinks` unless LongRoPE's
+    n̂ makes the frequencies depend on the absolute position: n̂ as the forward pass at the method's scaling
+    length takes it (`rope_inputs`: with the long factors only, so at most that length it is 0 throughout)."""
     if method is None:
         return None
     method.check(cfg.encoding, cfg)
     args = method.args(cfg.encoding)  # raises first if a default is unresolved
-    if method.method == "sinks" and not scaling.unscaled_positions:
+    at = method.scaling_length(length)
+    n_hat = rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, at)[2] if cfg.encoding.takes_rope_scaling else 0
+    if method.method == "sinks" and not n_hat:
         args = dataclasses.replace(args, reindex=True)
     return args
 
@@ -181,7 +184,7 @@ def teacher_forced_logits(graphdef, params, tokens, *, prefill_len: int, scaling
         raise ValueError(f"prefill_len must be an integer in [1, T={t}] (the tokens prefilled at once), got "
                          f"{prefill_len!r}")
     scaling = cfg.rope_scaling if scaling is None else scaling
-    args = _method_args(cfg, method, scaling)
+    args = _method_args(cfg, method, scaling, t)
     cache_size = _cache_size(method, cache_size, t)
     _check_request(cfg, prefill_len, t, cache_size, method)
     schedule = rope_schedule(cfg, scaling, t, _span(method))
@@ -282,7 +285,7 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     if scaling is not None and scaling.kind != "none" and not cfg.encoding.takes_rope_scaling:
         raise ValueError(f"a RoPE scaling does not apply to posenc={cfg.posenc!r}")
     scaling = cfg.rope_scaling if scaling is None else scaling
-    args = _method_args(cfg, method, scaling)
+    args = _method_args(cfg, method, scaling, total)
     cache_size = _cache_size(method, cache_size, total)
     _check_request(cfg, prompt.shape[1], total, cache_size, method)
     need = cache_bytes(cfg, prompt.shape[0], cache_size)
@@ -394,7 +397,7 @@ def greedy_answers(graphdef, params, tokens, answer, *, positions=None, scaling:
     if seq_len != t - 1 and (is_length_dependent(scaling) or (method is not None and method.method != "none")):
         raise ValueError("positions other than 0 … T−1 are decoded without a length-dependent scaling or a "
                          "training-free method (their schedules and caches are indexed by position)")
-    args = _method_args(cfg, method, scaling)
+    args = _method_args(cfg, method, scaling, t)
     cache_size = _cache_size(method, None, t)
     _check_request(cfg, first, seq_len, max(cache_size, seq_len), method)
     schedule = rope_schedule(cfg, scaling, t, _span(method))

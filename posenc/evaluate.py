@@ -467,7 +467,7 @@ class Evaluator:
         inv, af, n_hat, lo = _rope_args(cfg, scaling, method.scaling_length(num_bytes))
         rope = (inv, af, n_hat, lo) if cfg.encoding.takes_rope_scaling else None
         args = method.args(cfg.encoding)
-        if method.method == "sinks" and not scaling.unscaled_positions:
+        if method.method == "sinks" and not int(n_hat):  # n̂ as applied at this length (`rope_inputs`)
             args = dataclasses.replace(args, reindex=True)
         nll = np.asarray(self._fns[key](self.run.params, jnp.asarray(x), jnp.asarray(y), rope, args),
                          np.float64)[:num_bytes]

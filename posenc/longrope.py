@@ -342,8 +342,8 @@ def saved_versions(out: str | pathlib.Path) -> dict[str, int | None]:
         if not isinstance(d, dict):
             versions[path.name] = None
             continue
-        versions[path.name] = (d.get("meta") or {}).get("search_version", 1) if path.name != "longrope.json" \
-            else d.get("search_version", 1)
+        record = d if path.name == "longrope.json" else d.get("meta") or {}  # a stage state keeps it in its meta
+        versions[path.name] = record.get("search_version", 1) if isinstance(record, dict) else None
     return versions
 
 

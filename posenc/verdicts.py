@@ -51,6 +51,8 @@ def t_quantile(p: float, df: int) -> float:
     by bisection to 1e-12 (`t_quantile(0.975, n − 1)` is the half-width factor of a 95% interval over n seeds)."""
     if isinstance(df, bool) or not isinstance(df, int) or df < 1 or not 0.5 <= p < 1:
         raise ValueError(f"t_quantile: df must be a positive integer and p in [0.5, 1), got df={df!r}, p={p!r}")
+    if p == 0.5:
+        return 0.0  # the median (a relative stopping rule never reaches a root at 0)
     lo, hi = 0.0, 1.0
     while 1.0 - _betainc(df / 2, 0.5, df / (df + hi * hi)) / 2 < p:
         lo, hi = hi, 2.0 * hi

@@ -1,5 +1,7 @@
 """Cached decoding equals the full forward pass for every encoding, static and dynamic scalings included."""
 
+import dataclasses
+
 import jax
 import jax.extend.core
 import jax.numpy as jnp
@@ -77,6 +79,22 @@ def test_longrope_n_hat_applies_in_decoding_past_the_original_length_only():
     np.testing.assert_allclose(decode.recompute_logits(graphdef, params, x, scaling=sc), want, atol=2e-4, rtol=1e-4)
     np.testing.assert_allclose(decode.teacher_forced_logits(graphdef, params, x, prefill_len=3, scaling=sc), want,
                                atol=2e-4, rtol=1e-4)
+
+
+def test_sinks_re_index_the_cache_unless_longrope_s_n_hat_applies_within_their_span():
+    """StreamingLLM re-indexes positions inside the cache; with LongRoPE's n̂ the frequencies depend on the absolute
+    position, but n̂ applies with the long factors only (past original_max_len = 16): a span of 8 re-indexes, one
+    of 24 does not, and neither does any span without n̂ fail to."""
+    from posenc.training_free import Method  # noqa: PLC0415
+
+    graphdef, params = model_parts("rope")
+    cfg = nnx.merge(graphdef, params).cfg
+    with_n_hat = posenc.RopeScaling("longrope", 3.0, original_max_len=16, short_factor=SHORT, long_factor=LONG,
+                                    unscaled_positions=4)
+    without = dataclasses.replace(with_n_hat, unscaled_positions=0)
+    for window, scaling, reindex in ((6, with_n_hat, True), (22, with_n_hat, False), (22, without, True)):
+        args = decode._method_args(cfg, Method("sinks", window=window, num_sinks=2), scaling, 40)
+        assert args.reindex is reindex, (window, scaling.unscaled_positions)
 
 
 def test_a_windowed_cache_keeps_each_row_s_own_keys():
@@ -263,7 +281,7 @@ def test_a_bounded_method_s_decoding_step_does_not_grow_with_the_length(method, 
     position, and the schedule stops at the method's span (`rope_schedule`)."""
     graphdef, params = model_parts(rope_scaling=scaling)
     cfg = nnx.merge(graphdef, params).cfg
-    args = decode._method_args(cfg, method, scaling)
+    args = decode._method_args(cfg, method, scaling, 50_000)
     rotate = decode._rotate_at_use(cfg, scaling, method)
     assert rotate
 

@@ -495,6 +495,8 @@ def test_a_state_of_the_previous_search_version_is_refused(tmp_path):
     (tmp_path / "stage2_short.json").write_text("{")
     assert longrope.saved_versions(tmp_path) == {"stage1_shared.json": 2, "stage2_short.json": None,
                                                  "longrope.json": 1}
+    (tmp_path / "stage2_short.json").write_text(json.dumps({"meta": [3]}))  # a meta that is no object: unreadable
+    assert longrope.saved_versions(tmp_path)["stage2_short.json"] is None
 
 
 @functools.lru_cache(maxsize=None)

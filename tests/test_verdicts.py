@@ -55,6 +55,7 @@ def test_strength_reads_the_quantile_of_its_own_df():
     assert verdicts.strength(m)[0] == "strong"
     with pytest.raises(ValueError, match="df must be a positive integer"):
         verdicts.t95(0)
+    assert verdicts.t_quantile(0.5, 3) == 0.0  # the median
     for bad in (float("nan"), -0.1):  # a floor that is no floor would pass silently
         with pytest.raises(ValueError, match=r"min_sd \(a floor under the margins' standard deviation\) must be"):
             verdicts.strength(m, min_sd=bad)
