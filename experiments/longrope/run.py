@@ -197,7 +197,11 @@ draws λ_i inside [λ_(i−1), λ_(i+1)], a crossover child that is not non-decr
 version {SEARCH_VERSION}); n̂ ∈ {{{n_hats}}}, applied with the long factors only and without the attention
 factor, as microsoft/LongRoPE. Fitness:
 perplexity at the target length on 4 windows of the validation split. Per-layer search seeded from the best
-shared vector. Stage 2 searches short factors at 256 ({max(1, _GENS.value // 2)} generations). Evaluation: the first
+shared vector. Stage 2 searches short factors at 256 ({max(1, _GENS.value // 2)} generations) from all ones. On a flat
+stretch of λ every inner pair's interval [λ_(i−1), λ_(i+1)] is a point, so a mutation can move only its ends
+and each generation frees at most about one more pair: with this budget the short factors stay ones but for
+the last pairs, and the long factors keep stretches of the seeds' flat values (the reference's search has the
+same structure, with 40 generations of 64). Evaluation: the first
 {_NUM_BYTES.value} test bytes, non-overlapping windows, no fine-tuning. Search wall time: {total / 60:.1f} min in
 all ({', '.join(f'{k.split("/")[1]}: {v:.0f} s' for k, v in timing.items() if k.startswith('search/'))}), on the
 same 2-core CPU (the last run; a shared machine, so it varies with the load).
