@@ -241,6 +241,16 @@ def test_study_jobs_end_to_end(tmp_path):
     assert "| RoPE | 2 |" in text2
     assert "| base run, no scaling (seed 0) |" in text2  # only seed 0 has fine-tunes: the base row is seed 0's alone
     (results / "iambic-rope-s1.json").unlink()
+    # a LongRoPE result of a search before version 3 (children projected upward) is named by the claim's rule
+    assert "ran a search version before 3" not in text  # this one: the current version
+    lr_path = results / "iambic-rope-s0-longrope.json"
+    original = lr_path.read_text()
+    older = json.loads(original)
+    older["search"]["search_version"] = 2
+    lr_path.write_text(json.dumps(older))
+    assert ("iambic-rope-s0-longrope ran a search version before 3, whose children were projected onto the "
+            "constraints by a cumulative maximum") in report.write_report(results, list(plan.values()), s, out=tmp_path)
+    lr_path.write_text(original)
     with pytest.raises(SystemExit, match="other settings"):
         run.check_settings(list(plan.values()), results, dataclasses.replace(s, ft_steps=s.ft_steps + 1))
     run.check_settings(list(plan.values()), results, s)

