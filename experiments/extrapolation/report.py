@@ -411,11 +411,15 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
     lr_dir = here.parent / "longrope" / "results"
     lr = {t: json.loads((lr_dir / f"eval_{t}.json").read_text()) for t in (1024, 2048) if (lr_dir / f"eval_{t}.json").exists()}
     if lr:
+        # per target: bits per byte by scaling on test, and the LongRoPE variant chosen on validation
+        split_bpb = {t: {sp: {r["scaling"]: r["bpb"] for r in evals if r["split"] == sp and r["length"] == t}
+                         for sp in ("test", "validation")} for t, evals in lr.items()}
+        chosen = {t: min(("longrope_shared", "longrope_per_layer"), key=b["validation"].__getitem__)
+                  for t, b in split_bpb.items()}
         parts, wins, gaps = [], [], []
         for t, evals in lr.items():
-            test = {r["scaling"]: r["bpb"] for r in evals if r["split"] == "test" and r["length"] == t}
-            val = {r["scaling"]: r["bpb"] for r in evals if r["split"] == "validation" and r["length"] == t}
-            best_lr = test[min(("longrope_shared", "longrope_per_layer"), key=val.__getitem__)]
+            test = split_bpb[t]["test"]
+            best_lr = test[chosen[t]]
             best_hand = min((test[k], k) for k in ("linear", "ntk", "dynamic_ntk", "yarn"))
             wins.append(best_lr < best_hand[0])
             gaps.append((best_lr, best_hand[0]))
@@ -437,10 +441,8 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
         tuned = {t: [json.loads(p.read_text()) for p in sorted(lr_dir.glob(f"tuned_*_{t}.json"))] for t in lr}
         if all(tuned.values()):
             parts, fair = [], {}
-            for t, evals in lr.items():
-                test = {r["scaling"]: r["bpb"] for r in evals if r["split"] == "test" and r["length"] == t}
-                val = {r["scaling"]: r["bpb"] for r in evals if r["split"] == "validation" and r["length"] == t}
-                variant = min(("longrope_shared", "longrope_per_layer"), key=val.__getitem__)
+            for t in lr:
+                test, variant = split_bpb[t]["test"], chosen[t]
                 best = min(tuned[t], key=lambda x: x["best"]["val_bpb"])  # both chosen on validation
                 theirs = best["best"]["test_bpb"][str(t)]
                 fair[t] = (test[variant] < theirs, [theirs - test[variant]])
