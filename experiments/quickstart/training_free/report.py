@@ -2,13 +2,15 @@
 
 Every number and verdict below is computed here. Uncertainty: each row keeps the bits per byte of each of its
 non-overlapping windows (`window_bpb`); a comparison of two rows at one length is paired over the same
-windows, with a 95% interval mean ± 1.96 · sd / √n (n windows: 64 at 256, 4 at 4096). One run, one seed: the
+windows, with a Student t 95% interval mean ± t95(n − 1) · sd / √n (n windows: 64 at 256, 4 at 4096). One run, one seed: the
 intervals cover the test text, not retraining.
 """
 
 import json
 import math
 import pathlib
+
+from posenc.verdicts import t95
 
 HERE = pathlib.Path(__file__).resolve().parent
 info = json.loads((HERE / "run_info.json").read_text())
@@ -27,7 +29,7 @@ def paired(a, b):
     n = len(d)
     mean = sum(d) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else float("nan")
-    return mean, 1.96 * sd / math.sqrt(n)
+    return mean, t95(n - 1) * sd / math.sqrt(n) if n > 1 else float("nan")
 
 
 def verdict(mean, half):
