@@ -9,7 +9,9 @@ instead, for a model used as trained, and combine with any scaling. Query i (pos
     the grouped distance at i − j = W is ≈ W and the two regions join. Scores are merged as in the
     reference (`torch.where(neighbor_mask, neighbor_scores, group_scores)` before one softmax).
   * `rerope` (Su 2023, "ReRoPE", kexue.fm/archives/9708; bojone/rerope): the distance used in the rotation
-    is min(i − j, w) (`window`): far keys see the query at position w and the key at 0.
+    is min(i − j, w) (`window`): far keys see the query at position w and the key at 0. The reference's
+    patches (`rerope_patch.py`, `leaky_rerope_patch.py`) always scale q by log-n as well; here log-n is its
+    own option, so the reference's setting is `rerope,logn=L0` (and `leaky_rerope,logn=L0`).
   * `leaky_rerope` (same source): beyond w the distance grows with slope 1/k (`leak`): w + (i − j − w)/k,
     the query at (i + w(k − 1))/k and the key at j/k.
   * `lm_infinite` (Han et al. 2023, "LM-Infinite", arXiv 2308.16137; Glaciohound/LM-Infinite): a Λ-shaped
