@@ -17,7 +17,9 @@ transformers does:
   * the rotary dimension: `head_dim` (else hidden_size / num_attention_heads), DeepSeek's
     `qk_rope_head_dim`, times `partial_rotary_factor` (in the parameters, else at the top level, else 1).
     GPT-NeoX reads it in the parameters, else `rotary_pct`, else transformers' default 0.25, and no top-level
-    `partial_rotary_factor`;
+    `partial_rotary_factor`. Llama, Mistral, Qwen2 and Qwen3 rotate every dimension of a head: for them a factor
+    other than 1 is an error (their transformers models ignore it under the default type and fail on it under
+    the others);
   * the original length: `original_max_position_embeddings` at the top level first (Phi-3), then in the
     parameters, then `max_position_embeddings`; LongRoPE (and yarn) without `factor` uses max / original;
   * Phi-3's legacy types "su" and "yarn" as "longrope" (Phi3Config; for model_type "phi3" only);
@@ -47,6 +49,9 @@ from posenc.p_rope import p_rope_mask
 from posenc.rope_scaling import PHI3_ALIASES, RopeScaling, default_inv_freq, rope_frequencies
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
+# Families whose transformers attention rotates every dimension of a head (apply_rotary_pos_emb without a
+# pass-through part): a partial_rotary_factor other than 1 is an error for them.
+_FULL_ROTARY = ("llama", "mistral", "qwen2", "qwen3")
 
 
 
@@ -112,6 +117,11 @@ def rope_setup(config: Mapping[str, Any], *, layer_type: str | None = None) -> t
         config["hidden_size"] // config["num_attention_heads"]
     if rope_type == "proportional":
         raise ValueError("rope_setup: the 'proportional' type is p-RoPE (posenc/p_rope.py), not a RopeScaling")
+    if model_type in _FULL_ROTARY and partial != 1:
+        raise ValueError(f"rope_from_hf_config: the {model_type} config has partial_rotary_factor={partial!r}, which "
+                         f"transformers' {model_type} model cannot apply: its default RoPE ignores it (every dimension "
+                         "rotates) and its scaled types rotate fewer dimensions than its apply_rotary_pos_emb "
+                         "multiplies (a shape error). Remove it, or set it to 1")
     rotary_dim = int(head_dim * partial)
     max_len = config.get("max_position_embeddings")
     if rope_type in ("llama3", "yarn", "longrope") and "original_max_position_embeddings" in config:
@@ -237,7 +247,7 @@ def model_config_from_hf(config: Mapping[str, Any], *, dtype: str | None = None)
     family = config.get("model_type")
     if family not in FAMILIES:
         raise ValueError(f"load_pretrained: model_type={family!r} is not supported; supported: {FAMILIES}")
-    act = config.get("hidden_act", "silu")
+    act = config.get("hidden_act", "gelu" if family == "gpt_neox" else "silu")  # the transformers configs' defaults
     if family in _GATED:
         if act != "silu":
             raise ValueError(f"load_pretrained: {family} with hidden_act={act!r} is not supported (posenc's gated MLP "

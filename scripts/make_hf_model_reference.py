@@ -5,12 +5,12 @@ r"""Regenerates tests/data/hf_models/: tiny random Hugging Face checkpoints of e
 
 For each family (Llama, Mistral, Qwen2, Qwen3, Phi-3, GPT-NeoX) a config with the family's features (grouped
 query attention, biases, q/k norms, fused projections, partial rotary, parallel residual, tied embeddings,
-sliding windows, and a RoPE scaling of its own: linear, YaRN, Llama-3, LongRoPE), shrunk to a few thousand
-parameters and a short original length (so that the fixtures test past it), is built by
-`AutoModelForCausalLM.from_config` with a fixed seed and saved with `save_pretrained` (safetensors; Llama
-sharded, with `model.safetensors.index.json`). Its float32 logits on fixed tokens, at a length within the
-original one and at one past it, go to `reference.npz`; `manifest.json` records the versions this ran with.
-A character-level `tokenizer.json` (the `tokenizers` package) is saved with every checkpoint. Not a
+sliding windows, and a RoPE scaling of its own: linear, YaRN, Llama-3, LongRoPE; and GPT-NeoX's sequential
+residual and Llama's biases as two more checkpoints), shrunk to a few thousand parameters and a short
+original length (so that the fixtures test past it), is built by `AutoModelForCausalLM.from_config` with a
+fixed seed and saved with `save_pretrained` (safetensors; Llama sharded, with `model.safetensors.index.json`).
+Its float32 logits on fixed tokens, at a length within the original one and at one past it, go to
+`reference.npz`; `manifest.json` records the versions this ran with. A character-level `tokenizer.json` (the `tokenizers` package) is saved with every checkpoint. Not a
 dependency of posenc: the files are committed, so tests need no torch.
 """
 
@@ -47,7 +47,7 @@ FAMILIES = {
     "qwen3": {"model_type": "qwen3", **COMMON, "num_key_value_heads": 2, "head_dim": 16,
               "max_position_embeddings": 64, "rope_theta": 10000.0,
               "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
-    "phi3": {"model_type": "phi3", **COMMON, "num_key_value_heads": 4, "pad_token_id": 0, "max_position_embeddings": 128,
+    "phi3": {"model_type": "phi3", **COMMON, "num_key_value_heads": 2, "pad_token_id": 0, "max_position_embeddings": 128,
              "original_max_position_embeddings": 32, "partial_rotary_factor": 0.75, "rope_theta": 10000.0,
              "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.1, 1.2],
                               "long_factor": [1.0, 3.0, 9.0]}, "sliding_window": None},
@@ -55,6 +55,17 @@ FAMILIES = {
                  "num_hidden_layers": 2, "num_attention_heads": 4, "rotary_pct": 0.25, "rotary_emb_base": 10000,
                  "max_position_embeddings": 64, "use_parallel_residual": True, "hidden_act": "gelu",
                  "layer_norm_eps": 1e-5, "tie_word_embeddings": False, "torch_dtype": "float32"},
+    # the other branches of the same families: GPT-NeoX's sequential residual, without attention biases, with
+    # gelu_new and two rotated pairs (so that the base and the rotate_half pairing show); Llama's q/k/v/o and MLP
+    # biases, with one key/value head, a head_dim of its own and tied embeddings
+    "gpt_neox_sequential": {"model_type": "gpt_neox", "vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64,
+                            "num_hidden_layers": 2, "num_attention_heads": 4, "rotary_pct": 0.5, "rotary_emb_base": 500,
+                            "max_position_embeddings": 64, "use_parallel_residual": False, "hidden_act": "gelu_new",
+                            "attention_bias": False, "layer_norm_eps": 1e-3, "tie_word_embeddings": False,
+                            "torch_dtype": "float32"},
+    "llama_bias": {"model_type": "llama", **COMMON, "num_key_value_heads": 1, "head_dim": 16,
+                   "max_position_embeddings": 64, "rms_norm_eps": 1e-2, "rope_theta": 100.0, "attention_bias": True,
+                   "mlp_bias": True, "tie_word_embeddings": True},
 }
 
 

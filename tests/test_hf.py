@@ -177,3 +177,28 @@ def test_sliding_window_only_where_transformers_applies_it():
         assert model_config_from_hf(model_config(family, **{**on, "layer_types": sliding})).attn_window == 8
         with pytest.raises(ValueError, match="sliding window is null"):
             model_config_from_hf(model_config(family, layer_types=sliding))
+
+
+def test_partial_rotary_factor_only_for_the_families_whose_transformers_model_reads_it():
+    """Llama, Mistral, Qwen2 and Qwen3 rotate every dimension in transformers (5.23): their default RoPE ignores a
+    partial_rotary_factor (a random llama checkpoint with 0.5: posenc's partial rotation gave logits 18% off
+    transformers') and their scaled types fail on it (a shape error in apply_rotary_pos_emb). posenc refuses it."""
+    from posenc.hf import model_config_from_hf
+
+    for family in ("llama", "mistral", "qwen2", "qwen3"):
+        params = model_config(family)["rope_parameters"]
+        with pytest.raises(ValueError, match=f"the {family} config has partial_rotary_factor=0.5"):
+            model_config_from_hf(model_config(family, rope_parameters={**params, "partial_rotary_factor": 0.5}))
+        assert model_config_from_hf(model_config(family, rope_parameters={**params, "partial_rotary_factor": 1.0}))
+    llama = by_name("llama2")["config"]
+    with pytest.raises(ValueError, match="the llama config has partial_rotary_factor=0.25"):
+        rope_from_hf_config({**llama, "partial_rotary_factor": 0.25})
+    assert model_config_from_hf(model_config("phi3")).rotary_dim == 6  # Phi-3 and GPT-NeoX rotate a part
+    assert model_config_from_hf(model_config("gpt_neox")).rotary_dim == 2
+
+
+def test_gpt_neox_hidden_act_defaults_to_transformers_gelu():
+    from posenc.hf import model_config_from_hf
+
+    assert model_config_from_hf(model_config("gpt_neox", hidden_act=DROP)).mlp_act == "gelu"  # GPTNeoXConfig's default
+    assert model_config_from_hf(model_config("llama", hidden_act=DROP)).mlp_act == "swiglu"  # LlamaConfig's silu

@@ -40,8 +40,16 @@ def test_the_families_exercise_their_features():
     assert cfgs["qwen2"].qkv_bias and cfgs["qwen2"].tie_embeddings and cfgs["qwen2"].rope_scaling.kind == "yarn"
     assert cfgs["qwen3"].qk_norm and cfgs["qwen3"].head_dim == 16
     assert cfgs["phi3"].rotary_dim == 6 and cfgs["phi3"].rope_scaling.kind == "longrope"
+    assert cfgs["phi3"].kv_heads == 2  # grouped-query heads through the fused qkv_proj
     neox = cfgs["gpt_neox"]
     assert neox.parallel_residual and neox.norm == "layer" and neox.mlp_act == "gelu" and neox.rotary_dim == 2
+    assert neox.qkv_bias and neox.out_bias and neox.mlp_bias
+    seq = cfgs["gpt_neox_sequential"]  # the other branch: sequential residual, gelu_new, no attention biases
+    assert not seq.parallel_residual and seq.mlp_act == "gelu_tanh" and not (seq.qkv_bias or seq.out_bias)
+    assert seq.rotary_dim == 4 and seq.head_dim == 8 and seq.rope_base == 500  # two pairs: base and pairing show
+    bias = cfgs["llama_bias"]
+    assert bias.qkv_bias and bias.out_bias and bias.mlp_bias and bias.tie_embeddings
+    assert bias.kv_heads == 1 and bias.head_dim == 16 and bias.head_dim * bias.num_heads != bias.d_model
     assert (DATA / "llama" / "model.safetensors.index.json").exists()  # the sharded case
 
 
