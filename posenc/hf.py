@@ -437,6 +437,16 @@ def load_tokenizer(path):
     return Tokenizer.from_file(str(file))
 
 
+def prompt_ids(tokenizer, text: str) -> tuple[np.ndarray, int]:
+    """(token ids `[n]` int32 of a generation prompt, the number of special tokens ahead of the text): the ids
+    are those of transformers' `tokenizer(text)`, with the special tokens the tokenizer's post-processor adds
+    (Llama's and Mistral's BOS; none for Qwen and GPT-NeoX), so that decoding starts from the context the model
+    was trained with; the count lets a caller print the text without them."""
+    enc = tokenizer.encode(text, add_special_tokens=True)
+    lead = next((i for i, m in enumerate(enc.special_tokens_mask) if not m), len(enc.ids))
+    return np.asarray(enc.ids, np.int32), lead
+
+
 def tokenize(tokenizer, text: str) -> tuple[np.ndarray, np.ndarray]:
     """(token ids `[n]` int32, UTF-8 bytes of the text each token covers `[n]`), without special tokens: the
     bytes sum to those of the text the tokens cover, so that Σ NLL / Σ bytes is bits per byte."""

@@ -5,7 +5,8 @@ r"""Sample a continuation from a trained run with a KV cache.
 
     python scripts/generate.py --hf_model=~/models/Qwen2.5-0.5B --prompt="Once upon a time" --temperature=0
 
-Prints the prompt and its continuation. With --scaling (RoPE runs), the frequencies are rescaled at
+Prints the prompt and its continuation. A --hf_model prompt is encoded as transformers' `tokenizer(prompt)`
+encodes it, with the special tokens its tokenizer adds (Llama's BOS), which are fed but not printed. With --scaling (RoPE runs), the frequencies are rescaled at
 inference time (factor default: (prompt + max_new_tokens) / L0, L0 the run's original length). With
 --method, a training-free method of posenc/training_free.py (its unset parameters defaulted for the run at
 prompt + max_new_tokens); `sinks` and `lm_infinite` decode with a cache of exactly S + R slots, so
@@ -15,7 +16,7 @@ prompt + max_new_tokens); `sinks` and `lm_infinite` decode with a cache of exact
 import numpy as np
 from absl import app, flags, logging
 
-from posenc import data, decode
+from posenc import data, decode, hf
 from posenc.evaluate import FACTOR_SCALINGS, SCALINGS, hf_run, load_run, scaling_for
 from posenc.training_free import Method
 
@@ -51,10 +52,12 @@ def main(argv):
         raise app.UsageError(f"--longrope is read only with --scaling=longrope, got --scaling={_SCALING.value} (the "
                              "default 'run' is the run's own scaling)")
     run = load_run(_WORKDIR.value) if _WORKDIR.value else hf_run(_HF.value)
+    lead = 0  # special tokens ahead of the prompt's text, fed to the model and not printed
     if run.tokenizer is None:
         prompt = data.encode(_PROMPT.value)[None]
     else:
-        prompt = np.asarray(run.tokenizer.encode(_PROMPT.value, add_special_tokens=False).ids, np.int32)[None]
+        ids, lead = hf.prompt_ids(run.tokenizer, _PROMPT.value)
+        prompt = ids[None]
     total = prompt.shape[1] + _MAX_NEW.value
     method = None
     if _METHOD.value:
@@ -70,7 +73,7 @@ def main(argv):
     out = decode.generate(run.graphdef, run.params, prompt, _MAX_NEW.value, temperature=_TEMPERATURE.value,
                           top_k=_TOP_K.value, seed=_SEED.value, scaling=scaling, cache_size=_CACHE.value,
                           method=method)
-    ids = np.asarray(out[0])
+    ids = np.asarray(out[0])[lead:]
     print(data.decode(ids) if run.tokenizer is None else run.tokenizer.decode(ids.tolist(), skip_special_tokens=False))
 
 

@@ -133,10 +133,31 @@ def test_scripts_take_hf_model(tmp_path):
                         cwd=root, capture_output=True, text=True, timeout=300)
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert "| llama | run | rerope |" in ev.stdout and "tokens" in ev.stdout
-    gen = subprocess.run([sys.executable, "scripts/generate.py", f"--hf_model={DATA / 'llama'}", "--prompt=Hello",
+    # a tokenizer whose post-processor adds a BOS ('#', as Llama's adds <s>): fed to the model, not printed
+    from tokenizers.processors import TemplateProcessing
+
+    from posenc import decode
+    from posenc.evaluate import hf_run, scaling_for
+    from posenc.training_free import Method
+
+    ckpt = tmp_path / "llama_bos"
+    shutil.copytree(DATA / "llama", ckpt)
+    tok = hf.load_tokenizer(ckpt)
+    bos = tok.token_to_id("#")
+    tok.post_processor = TemplateProcessing(single="# $A", special_tokens=[("#", bos)])
+    tok.save(str(ckpt / "tokenizer.json"))
+    ids, lead = hf.prompt_ids(hf.load_tokenizer(ckpt), "Hello")
+    assert lead == 1 and ids[0] == bos and ids[1:].tolist() == tok.encode("Hello", add_special_tokens=False).ids
+    gen = subprocess.run([sys.executable, "scripts/generate.py", f"--hf_model={ckpt}", "--prompt=Hello",
                           "--max_new_tokens=40", "--temperature=0", "--method=sinks,num_sinks=2,window=9"],
                          cwd=root, capture_output=True, text=True, timeout=300)
     assert gen.returncode == 0, gen.stderr[-2000:]
+    run = hf_run(str(ckpt))
+    method = Method.parse("sinks,num_sinks=2,window=9").resolve(run.base_len, len(ids) + 40)
+    scaling = scaling_for(run, "run", method.scaling_length(len(ids) + 40), None, None)
+    out = np.asarray(decode.generate(run.graphdef, run.params, ids[None], 40, temperature=0.0, scaling=scaling,
+                                     method=method)[0])
+    assert out[0] == bos and gen.stdout == tok.decode(out[1:].tolist(), skip_special_tokens=False) + "\n"
     assert gen.stdout.startswith("Hello")
 
 
