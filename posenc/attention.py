@@ -194,14 +194,18 @@ def implementation(requested: str, *, aligned: bool, has_bias: bool, plain: bool
     `auto` picks 'cudnn' on a GPU where the kernel applies — default positions 0 … T−1 for queries and keys
     (`is_causal` aligns the mask top-left, exact only then), no logit bias, no training-free method, bf16 or
     fp16 activations, head_dim ≤ 128 and a multiple of 8 (cuDNN's limits) — and 'posenc' everywhere else.
-    An explicit 'xla' or 'cudnn' where the kernel does not apply is a ValueError naming why.
+    An explicit 'xla' or 'cudnn' where the kernel does not apply (for 'cudnn' also: off a GPU) is a ValueError
+    naming why.
     """
     if requested not in IMPLEMENTATIONS:
         raise ValueError(f"model.attn_impl must be one of {IMPLEMENTATIONS}, got {requested!r}")
     if requested == "posenc":
         return "posenc"
+    on_gpu = (backend or jax.default_backend()) == "gpu"
     why = None
-    if not aligned:
+    if requested == "cudnn" and not on_gpu:
+        why = f"the {backend or jax.default_backend()} backend under cuDNN (an NVIDIA GPU's kernel)"
+    elif not aligned:
         why = "positions other than 0 … T−1 (a KV cache, chunks or explicit positions)"
     elif has_bias:
         why = "a logit bias (ALiBi, T5, KERPLE, FIRE, CoPE)"
@@ -209,7 +213,6 @@ def implementation(requested: str, *, aligned: bool, has_bias: bool, plain: bool
         why = "a training-free method"
     fused_ok = why is None and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16) and head_dim <= 128 and head_dim % 8 == 0
     if requested == "auto":
-        on_gpu = (backend or jax.default_backend()) == "gpu"
         return "cudnn" if on_gpu and fused_ok else "posenc"
     if why is None and requested == "cudnn" and not fused_ok:
         why = (f"dtype {jnp.dtype(dtype).name} with head_dim {head_dim} under cuDNN (it takes bfloat16 or float16 "

@@ -279,10 +279,20 @@ def test_one_place_chooses_the_fused_kernel():
     with pytest.raises(ValueError, match="attn_impl must be one of"):
         choose("flash")
     with pytest.raises(ValueError, match="attn_impl='cudnn'.*float32 with head_dim 64"):  # cuDNN's limits, said first
-        choose("cudnn", dtype=jnp.float32)
+        choose("cudnn", dtype=jnp.float32, backend="gpu")
     with pytest.raises(ValueError, match="attn_impl='cudnn'.*bfloat16 with head_dim 256"):
-        choose("cudnn", head_dim=256)
-    assert choose("cudnn") == "cudnn" and choose("xla", dtype=jnp.float32, head_dim=256) == "xla"
+        choose("cudnn", head_dim=256, backend="gpu")
+    assert choose("cudnn", backend="gpu") == "cudnn" and choose("xla", dtype=jnp.float32, head_dim=256) == "xla"
+
+
+def test_cudnn_requested_off_a_gpu_is_refused_naming_the_field():
+    """cuDNN's kernel runs only on an NVIDIA GPU: 'cudnn' asked for on a CPU is a ValueError naming
+    model.attn_impl and the backend, not jax's "cuDNN is not detected" at the first forward pass."""
+    choose = functools.partial(attention_mod.implementation, "cudnn", aligned=True, has_bias=False, plain=True,
+                               dtype=jnp.bfloat16, head_dim=64)
+    with pytest.raises(ValueError, match="attn_impl='cudnn'.*the cpu backend under cuDNN.*use 'auto' or 'posenc'"):
+        choose(backend="cpu")
+    assert choose(backend="gpu") == "cudnn"
 
 
 @pytest.mark.parametrize("kw", [{}, {"num_kv_heads": 1}, {"attn_window": 5}])
@@ -390,3 +400,50 @@ def test_a_far_branch_never_leaks_nan_from_pairs_it_may_not_score(kw):
     # a window of 4: the far pairs (keys 0 and 1) are scored, and a NaN far query shows where it is used
     out = np.asarray(attention(q, k, v, q_pos, k_pos, near_fn=within(4), far=far, **kw))
     assert np.isfinite(out[:, :4]).all() and np.isnan(out[:, 4:]).all()  # query 4 is the first to see key 0 far
+
+
+def test_the_model_takes_the_fused_kernel_on_a_gpu_exactly_where_it_applies(monkeypatch):
+    """The model's own arguments to the one choice, on a GPU (faked: `implementation` told backend='gpu', the
+    fused call run by its 'xla' implementation): a bf16 forward at default positions takes the fused kernel in
+    every layer, and its logits are posenc attention's to bf16 rounding; explicit positions, a KV cache, a
+    logit bias, a training-free method and float32 operands all stay with posenc's attention."""
+    from flax import nnx
+
+    from posenc import model as model_mod
+    from posenc.model import ModelConfig, Transformer
+    from posenc.training_free import Method
+
+    fused = []
+
+    def on_gpu(*args, **kw):
+        return attention_mod.implementation(*args, **kw, backend="gpu")
+
+    def fused_attention(q, k, v, *, impl, window=None):
+        fused.append(impl)
+        return attention_mod.fused_attention(q, k, v, impl="xla", window=window)
+
+    monkeypatch.setattr(model_mod, "implementation", on_gpu)
+    monkeypatch.setattr(model_mod, "fused_attention", fused_attention)
+    x = jnp.asarray(np.random.RandomState(0).randint(0, 256, (2, 16)))
+    cfg = ModelConfig(d_model=64, num_layers=2, num_heads=2, mlp_dim=64, dtype="bfloat16", act_dtype="float32")
+
+    def calls(c=cfg, **kw):
+        fused.clear()
+        out = Transformer(c, rngs=nnx.Rngs(0))(x, **kw)
+        return list(fused), out
+
+    got, logits = calls()
+    assert got == ["cudnn", "cudnn"]
+    posenc_logits = Transformer(dataclasses.replace(cfg, attn_impl="posenc"), rngs=nnx.Rngs(0))(x)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(posenc_logits), atol=0.05)
+    assert calls(positions=jnp.arange(16)[None])[0] == []
+    assert calls(dataclasses.replace(cfg, posenc="alibi"))[0] == []
+    assert calls(dataclasses.replace(cfg, dtype="float32"))[0] == []
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    fused.clear()
+    model(x, positions=jnp.arange(16)[None], cache=model.init_cache(2, 32))
+    assert fused == []
+    method = Method("lm_infinite", window=6, n_global=2).args(model.encoding)
+    fused.clear()
+    model(x, method=method)
+    assert fused == []
