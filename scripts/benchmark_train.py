@@ -12,11 +12,14 @@ in that count (`mfu`, PaLM's and nanoGPT's convention); `mfu_causal` uses 6·N +
 causal model attends (`posenc.timing.model_flops_per_token`).
 
 With --torch (needs `pip install torch==2.13.0`), the same model in PyTorch eager
-(`scaled_dot_product_attention`, AdamW) is timed in the same rounds, alternating with JAX so that both
-see the same machine load, and the median of the per-round ratios is printed.
+(`scaled_dot_product_attention`, posenc's GELU and norm epsilon, AdamW with posenc's betas, weight decay on the
+matrices only and the global gradient-norm clip: `torch_peer`, recorded as `torch_peer`) is timed in the same
+rounds, alternating with JAX so that both see the same machine load, and the median of the per-round ratios
+(JAX tokens/s / PyTorch tokens/s) is printed.
 
 With --dtype=bfloat16, posenc trains in mixed precision (`model.dtype=bfloat16`: float32 parameters and
-optimizer state, bf16 products and activations, float32 softmax, norms and loss), PyTorch under
+optimizer state, products on bf16 operands with float32 results, the activations between them in
+`--act_dtype`'s dtype — auto: float32 on a CPU, bf16 on a GPU —, float32 softmax, norms and loss), PyTorch under
 `torch.autocast("cpu", dtype=torch.bfloat16)`, and the peak is the bf16 matmul's (float32 accumulation).
 The CPU (lscpu's model name, `cpu`, and its family, model, stepping and bf16 instruction sets, `cpu_id`) and
 the commit are part of the JSON.
@@ -139,11 +142,36 @@ def count_params_of(cfg):
     return count_params(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
 
 
+def torch_peer(config) -> dict:
+    """What the PyTorch peer (`torch_runner`) takes from posenc's model and optimizer, so that both train the same
+    thing: the MLP's GELU (`torch.nn.functional.gelu(approximate=...)`: "tanh" for posenc's `gelu_tanh`, "none"
+    for the exact `gelu`), the norms' epsilon, and AdamW as `posenc.train.make_optimizer` builds it — betas,
+    epsilon (optax's default, torch's too), peak learning rate, decoupled weight decay on the parameters of two or
+    more axes only, the global gradient-norm clip applied before the update. posenc's warmup and cosine schedule
+    are left out: one scalar a step, no work to time. The peer is written for the reference model's architecture
+    (RMSNorm, no biases, untied head, half-layout RoPE); a config outside it is refused, naming the field."""
+    cfg = validate(config)
+    plain = {"norm": "rms", "qkv_bias": False, "out_bias": False, "mlp_bias": False, "qk_norm": False,
+             "parallel_residual": False, "tie_embeddings": False, "posenc": "rope", "rope_layout": "half",
+             "rope_fraction": 1.0, "head_size": 0, "attn_window": 0}
+    for field, value in plain.items():
+        if getattr(cfg, field) != value:
+            raise ValueError(f"--torch: the PyTorch peer has model.{field}={value!r} only, got {getattr(cfg, field)!r}")
+    if cfg.mlp_act not in ("gelu_tanh", "gelu") or cfg.kv_heads != cfg.num_heads:
+        raise ValueError(f"--torch: the PyTorch peer has a GELU MLP (gelu_tanh or gelu) and one key-value head per "
+                         f"head, got mlp_act={cfg.mlp_act!r}, {cfg.kv_heads} key-value heads for {cfg.num_heads}")
+    return {"gelu_approximate": "tanh" if cfg.mlp_act == "gelu_tanh" else "none", "norm_eps": cfg.norm_eps,
+            "lr": config.learning_rate, "betas": [config.b1, config.b2], "eps": 1e-8,
+            "weight_decay": config.weight_decay, "decayed": "parameters of 2 or more axes",
+            "grad_clip": config.grad_clip}
+
+
 def torch_runner(config):
-    """The same model in PyTorch eager: `run(steps) -> tokens/s`."""
+    """The same model in PyTorch eager, with posenc's settings (`torch_peer`): `run(steps) -> tokens/s`."""
     import torch  # noqa: PLC0415
     import torch.nn.functional as F  # noqa: PLC0415
 
+    peer = torch_peer(config)
     m = config.model
     d, h, t = m.d_model, m.num_heads, config.train_len
     hd = d // h
@@ -158,7 +186,7 @@ def torch_runner(config):
     class Block(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.n1, self.n2 = torch.nn.RMSNorm(d), torch.nn.RMSNorm(d)
+            self.n1, self.n2 = torch.nn.RMSNorm(d, eps=peer["norm_eps"]), torch.nn.RMSNorm(d, eps=peer["norm_eps"])
             self.qkv, self.o = torch.nn.Linear(d, 3 * d, bias=False), torch.nn.Linear(d, d, bias=False)
             self.fc, self.proj = torch.nn.Linear(d, m.mlp_dim, bias=False), torch.nn.Linear(m.mlp_dim, d, bias=False)
 
@@ -167,11 +195,14 @@ def torch_runner(config):
             q, k, v = self.qkv(self.n1(x)).view(b, t, 3, h, hd).permute(2, 0, 3, 1, 4)
             y = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True)
             x = x + self.o(y.transpose(1, 2).reshape(b, t, d))
-            return x + self.proj(F.gelu(self.fc(self.n2(x))))
+            return x + self.proj(F.gelu(self.fc(self.n2(x)), approximate=peer["gelu_approximate"]))
 
     model = torch.nn.Sequential(torch.nn.Embedding(256, d), *[Block() for _ in range(m.num_layers)],
-                                torch.nn.RMSNorm(d), torch.nn.Linear(d, 256, bias=False))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+                                torch.nn.RMSNorm(d, eps=peer["norm_eps"]), torch.nn.Linear(d, 256, bias=False))
+    params = list(model.parameters())
+    opt = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": peer["weight_decay"]},
+                             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
+                            lr=peer["lr"], betas=tuple(peer["betas"]), eps=peer["eps"])
     x = torch.randint(0, 256, (config.batch_size, t))
 
     def step():
@@ -180,6 +211,7 @@ def torch_runner(config):
         loss = F.cross_entropy(logits.float().view(-1, 256), x.view(-1))
         opt.zero_grad()
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, peer["grad_clip"])
         opt.step()
 
     def run(steps: int) -> float:
@@ -189,7 +221,7 @@ def torch_runner(config):
         return steps * config.batch_size * t / (time.perf_counter() - t0)
 
     run(2)
-    return run, torch.get_num_threads()
+    return run, torch.get_num_threads(), peer
 
 
 def main(argv):
@@ -204,7 +236,7 @@ def main(argv):
     flops_per_token = flops["palm"]
     peak = matmul_peak(dtype=_DTYPE.value)
     run_jax, step, state, batch = jax_runner(config)
-    run_torch, torch_threads = torch_runner(config) if _TORCH.value else (None, None)
+    run_torch, torch_threads, peer = torch_runner(config) if _TORCH.value else (None, None, None)
     jax_tps, torch_tps = [], []
     for _ in range(_ROUNDS.value):  # alternate, so both see the same machine load
         jax_tps.append(run_jax(_STEPS.value))
@@ -230,7 +262,7 @@ def main(argv):
         import torch  # noqa: PLC0415
 
         result.update(torch_tokens_per_s=float(np.median(torch_tps)), rounds_torch_tokens_per_s=torch_tps,
-                      jax_over_torch=ratio, torch=torch.__version__, torch_threads=torch_threads)
+                      jax_over_torch=ratio, torch=torch.__version__, torch_threads=torch_threads, torch_peer=peer)
         print(f"PyTorch eager ({torch_threads} threads): {result['torch_tokens_per_s']:.0f} tokens/s "
               f"(rounds: {', '.join(f'{r:.0f}' for r in torch_tps)}); JAX / PyTorch = {ratio:.2f} (median of rounds)")
     if _PROFILE.value:

@@ -97,7 +97,7 @@ def main(argv):
         float(metrics["loss"])
         return steps * config.batch_size * config.train_len / (time.perf_counter() - t0)
 
-    run_torch, torch_threads = bt.torch_runner(config) if bt._TORCH.value else (None, None)
+    run_torch, torch_threads, peer = bt.torch_runner(config) if bt._TORCH.value else (None, None, None)
     rounds = {name: [] for name in variants}
     torch_rounds = []
     for _ in range(bt._ROUNDS.value):
@@ -123,7 +123,7 @@ def main(argv):
         import torch  # noqa: PLC0415
 
         result.update(torch_tokens_per_s=float(np.median(torch_rounds)), rounds_torch_tokens_per_s=torch_rounds,
-                      torch=torch.__version__, torch_threads=torch_threads)
+                      torch=torch.__version__, torch_threads=torch_threads, torch_peer=peer)
         print(f"PyTorch eager ({torch_threads} threads): {result['torch_tokens_per_s']:.0f} tokens/s")
     emit(result, _OUT.value)
 
