@@ -90,6 +90,33 @@ def profile_table(rows, n=10):
     return "\n".join(out)
 
 
+def each(results, value) -> str:
+    """`value(result)` of every result, as the README states it: the one value where they agree, else each
+    distinct value in order, joined by "/"."""
+    seen = []
+    for r in results:
+        if r and value(r) not in seen:
+            seen.append(value(r))
+    return "/".join(map(str, seen)) or "not recorded"
+
+
+def peer_note(results) -> str:
+    """Whether PyTorch-peer results predate `torch_peer` (scripts/benchmark_train.py, which records the peer's GELU
+    and AdamW settings): then the peer ran torch's defaults, not posenc's."""
+    if not any(r and "torch_tokens_per_s" in r and "torch_peer" not in r for r in results):
+        return ""
+    return (" The PyTorch peer of these runs predates `torch_peer` (`scripts/benchmark_train.py`): it trained with "
+            "the exact GELU (posenc's is the tanh approximation) and torch's AdamW defaults (β₂ 0.999, weight decay "
+            "0.01 on every parameter, no gradient clipping) where posenc clips the gradient's norm and decays the "
+            "matrices only: not quite the step posenc takes. Rerun them for a like-for-like ratio.")
+
+
+def compare_runs(a: list[float], b: list[float]) -> str:
+    """Where runs `a` stand against runs `b`: "above" when every one of `a` exceeds every one of `b`, "below" when
+    every one is under every one of `b`, else "overlap" (no difference beyond the run-to-run spread)."""
+    return "above" if min(a) > max(b) else "below" if max(a) < min(b) else "overlap"
+
+
 def spread(values):
     return max(values) / min(values) - 1
 
@@ -151,11 +178,14 @@ def eval_verdict(bench) -> str:
     below = sorted(r["length"] for r in bench["rows"] if r["ratio"] < 1.0)
     missing = sorted(wanted - {r["length"] for r in bench["rows"]})
     parts = []
+    n = bench.get("head_groups", 1)
+    groups = f"the {n} head groups are" if n > 1 else "the one loop over the heads is"
     if below:
         parts.append(f"Below the target of 1.0 at L = {', '.join(map(str, below))}: not closed, and not profiled at "
                      "that length. What a profile at 16384 showed is left in attention: the tile products contract over "
-                     "head_dim only (64), and besides each product's own threads the two head groups are posenc's only "
-                     "parallelism, where PyTorch's CPU flash kernel spreads its blocks over the threads.")
+                     f"head_dim only ({bench.get('d_model', REFERENCE['d_model']) // 4}), and besides each product's own "
+                     f"threads {groups} posenc's only parallelism, where "
+                     "PyTorch's CPU flash kernel spreads its blocks over the threads.")
     if met:
         parts.append(f"The target of 1.0 is met by the median ratio at L = {', '.join(map(str, met))}.")
     noisy = sorted(r["length"] for r in bench["rows"] if r["ratio"] >= 1.0 and min(round_ratios(r)) < 1.0)
@@ -224,15 +254,18 @@ beyond the fixed ones in the scripts):
 bash experiments/benchmarks/run.sh
 ```
 
-Reference model (issue 3): bytes, d_model 256, 4 layers, 4 heads, MLP 1024, RoPE, train_len 512, batch 8,
-float32, AdamW. Each row is one `scripts/benchmark_train.py --torch --rounds={len(cur['rounds_tokens_per_s'])}` run
-({cur['steps']} timed steps per round, JAX and PyTorch eager alternating, medians of rounds; MFU against the
+Reference model (issue 3): bytes, d_model {each(res.values(), lambda r: r.get('d_model', REFERENCE['d_model']))}, \
+{each(res.values(), lambda r: r.get('num_layers', REFERENCE['num_layers']))} layers, 4 heads, MLP 1024, RoPE, \
+train_len {each(res.values(), lambda r: r['train_len'])}, batch {each(res.values(), lambda r: r['batch_size'])},
+{each(res.values(), lambda r: r.get('dtype', 'float32'))}, AdamW. Each row is one `scripts/benchmark_train.py --torch \
+--rounds={each(res.values(), lambda r: len(r['rounds_tokens_per_s']))}` run
+({each(res.values(), lambda r: r['steps'])} timed steps per round, JAX and PyTorch eager alternating, medians of rounds; MFU against the
 best float32 2048² matmul of the same run, {cur['matmul_peak_gflops']:.0f} GFLOP/s in the first row). Model FLOPs
 a token, two counts: PaLM's 6N + 12·L·d·T ({cur_counts['palm'] / 1e6:.1f} M; PaLM's and nanoGPT's convention,
 attention over all T×T query-key pairs) and the causal count 6N + 6·L·d·T ({cur_counts['causal'] / 1e6:.1f} M;
 only the pairs a causal model attends, what block-causal attention computes). Machine:
 {machine_of(cur, top_cpu)} ({cores}), jax {cur['jax']}, torch {cur.get('torch', '?')}
-({cur.get('torch_threads', '?')} threads). Raw output: `*.log`, `*.json`.
+({cur.get('torch_threads', '?')} threads). Raw output: `*.log`, `*.json`.{peer_note(res.values())}
 
 {top_level_machines()}
 {chr(10).join(table)}
@@ -251,7 +284,7 @@ Found with `scripts/benchmark_train.py --profile` (a `jax.profiler` trace of the
    of a {step_ms(cur):.0f} ms step). XLA:CPU fused the elementwise backward that produces dy (GELU's derivative,
    in the MLP) with a copy of dy transposed to `[d_out, tokens]`, the layout its YNNPACK dot wants for
    dW = xᵀ dy, and that strided write is slow: in the profile of the run without the fix, the
-   {len(copies)} such fusions (`copy_*`, one per layer, `f32[1024,4096]`) take {copy_ms:.0f} ms per step (their
+   {len(copies)} such fusions (`copy_*`, one per layer, `{each(copies, lambda row: row['shape'].split('{')[0])}`) take {copy_ms:.0f} ms per step (their
    times overlap with other ops). An `optimization_barrier` on dy before the weight-gradient product (a custom
    VJP that is otherwise autodiff's) keeps dy in its natural layout and the product contracts over the tokens
    directly. The matmuls themselves were not the problem (the profile below: the dense products take most of
@@ -273,7 +306,7 @@ within noise), as FINDINGS.md had found for the older flags.
 ## Where the time goes now
 
 The ops with the most time in one step of the current version (they overlap: XLA runs independent ops
-concurrently on the two cores, so they add up to more than the step):
+concurrently on the {cores}, so they add up to more than the step):
 
 {prof}
 
@@ -281,7 +314,7 @@ The dense products (`ynn_fusion` with `[4096, ·]` shapes) dominate, as they sho
 
 ## RoPE on its own (`scripts/benchmark_rope.py`, `rope.log`)
 
-`apply_rope` on `[4, 2048, 16, 128]`, jitted, against a jitted elementwise pass over the same bytes (the same
+`apply_rope` on `[{', '.join(map(str, rope['shape'])) if rope else '?'}]`, jitted, on {machine_of(rope, top_cpu)}, against a jitted elementwise pass over the same bytes (the same
 reads and writes, no trigonometry) and NumPy's in-place copy (the memory bound; a jitted pass allocates a fresh
 output, which is part of why it is far from it):
 
@@ -289,7 +322,7 @@ output, which is part of why it is far from it):
 
 ## Decoding with the KV cache (`scripts/benchmark_decode.py`, `decode.log`)
 
-Default model, batch 1, RoPE: per-token time with the cache against one full forward pass over the context
+Default model, batch 1, RoPE, on {machine_of(decode, top_cpu)}: per-token time with the cache against one full forward pass over the context
 (what each token costs without a cache). The cached time grows with the context, as attention over it must.
 
 {chr(10).join(decode_rows)}
@@ -400,13 +433,13 @@ def activations_ab_lines() -> str:
         by = {arm: [r["tokens_per_s"] for r in ab["runs"] if r["arm"] == arm] for arm in ab if arm in (
             "float32", "bfloat16", "bfloat16_activations")}
         spans = {arm: f"{min(v):,.0f}–{max(v):,.0f}" for arm, v in by.items()}
-        overlap = min(by["bfloat16"]) <= max(by["bfloat16_activations"])
+        side = compare_runs(by["bfloat16_activations"], by["bfloat16"])
         out.append(f"- {machine_of(ab['runs'][0], ab['cpu'], article=False)} (`{path.relative_to(HERE)}`, one core, one XLA thread, {len(by['float32'])} "
                    f"alternating runs an arm, commit {ab['commit']}): float32 {spans['float32']} tokens/s, bf16 products "
                    f"{spans['bfloat16']}, bf16 activations too {spans['bfloat16_activations']}: bf16 activations "
                    f"{ab['bfloat16_activations'] / ab['bfloat16']:.2f}× float32 activations (medians; "
-                   + ("the ranges overlap" if overlap else "every run slower" if max(by["bfloat16_activations"]) <
-                      min(by["bfloat16"]) else "every run faster") + ").")
+                   + {"overlap": "the ranges overlap", "below": "every run slower", "above": "every run faster"}[side]
+                   + ").")
     if not out:
         return ""
     return ("\nbf16 activations on a CPU (`python experiments/benchmarks/dtype_ab.py OUT.json 3` under `taskset -c 1` "
@@ -424,7 +457,7 @@ PyTorch with `scaled_dot_product_attention(is_causal=True)`, {evalbench['rounds'
 {machine_of(evalbench)} (torch {evalbench['torch']}, {evalbench['torch_threads']} threads). The ratio is the median of the
 rounds' ratios; the next column is their range. "One head group" is the same benchmark with `--head_groups=1`
 (every head in one loop; `eval_throughput_one_head_group.json`, measured in the same sitting), and "without key
-tiles" with `--attn_chunk=1024 --attn_key_block=0` (each chunk of queries against every key, the future
+tiles" with `--attn_chunk={(evalbench_untiled or {}).get('attn_chunk', '?')} --attn_key_block={(evalbench_untiled or {}).get('attn_key_block', '?')}` (each chunk of queries against every key, the future
 masked, the softmax over whole rows; `eval_throughput_without_key_tiles.json`, an older sitting):
 
 | configuration | L | posenc tokens/s | PyTorch SDPA tokens/s | ratio | rounds' ratios | NLLs agree to |
@@ -490,8 +523,10 @@ def xla_flags_ab(folder: pathlib.Path) -> str | None:
                 commits = [json.loads(f.read_text()).get("commit", "not recorded") for f in (path, other)]
                 if commits[0] != commits[1]:
                     mixed.append(f"`{path.name}` ({commits[0]}) against `{other.name}` ({commits[1]})")
+    rounds = each([r for v in runs for what in whats for r in runs[v][what]],
+                  lambda r: len(r["rounds_tokens_per_s"]) if "rounds_tokens_per_s" in r else r.get("rounds", "?"))
     return (f"\n  XLA:CPU's dot library (`xla_flags_ab.sh`, `{shown(ab)}/`: the default (YNNPACK) and oneDNN "
-            f"(`XLA_FLAGS=\"{' '.join(sorted(flags))}\"`) alternated in one sitting, 3 rounds a run), "
+            f"(`XLA_FLAGS=\"{' '.join(sorted(flags))}\"`) alternated in one sitting, {rounds} rounds a run), "
             f"JAX / PyTorch: float32 training default {train['default', 'float32']} against oneDNN "
             f"{train['onednn', 'float32']}; bf16 training {train['default', 'bfloat16']} against "
             f"{train['onednn', 'bfloat16']}; "
@@ -548,8 +583,9 @@ def xla_options_ab(folder: pathlib.Path) -> str | None:
                      f"{opts['xla']}, =onednn {opts['onednn']}): "
                      + "; ".join(f"L = {n}: XLA's defaults {', '.join(f'{x:.2f}' for x in r['xla'])}, oneDNN "
                                  f"{', '.join(f'{x:.2f}' for x in r['onednn'])}"
-                                 + (" (oneDNN higher in every run)" if min(r["onednn"]) > max(r["xla"]) else
-                                    " (the ranges overlap)") for n, r in per.items()) + ".")
+                                 + {"above": " (oneDNN higher in every run)", "below": " (oneDNN lower in every run)",
+                                    "overlap": " (the ranges overlap)"}[compare_runs(r["onednn"], r["xla"])]
+                                 for n, r in per.items()) + ".")
     whole = ab / "run_cpu_kind_onednn"
     if whole.is_dir():
         f32, b16, ev = (json.loads((whole / name).read_text()) for name in
@@ -641,7 +677,7 @@ def by_cpu_kind() -> str:
                             f"best of {gemm['rounds']} alternating rounds; float32 JAX / PyTorch "
                             f"{min(f32_rows):.2f}–{max(f32_rows):.2f} over the layer's products; JAX with "
                             f"{options_text(gemm.get('compiler_options'))}, PyTorch with "
-                            f"{gemm.get('torch_threads', 2)} threads; in the bf16 rows JAX's products have float32 "
+                            f"{gemm.get('torch_threads', 'a number of')} threads; in the bf16 rows JAX's products have float32 "
                             "results, as posenc's layers, and PyTorch's bf16 results, as under autocast, its CPU "
                             "matmul having no float32 output for bf16 operands):\n\n  "
                             + "\n  ".join(table) + "\n")
@@ -653,14 +689,17 @@ def by_cpu_kind() -> str:
             verdicts.append(k["profile"])
     left_out = "(top level, run.sh)" not in kinds and not (top_id and any(same_kind(top_id, k["identity"])
                                                                            for k in kinds.values()))
+    trains = [k[dtype] for k in kinds.values() for dtype in ("f32", "bf16") if k[dtype]]
+    rounds = (f"{each(trains, lambda r: len(r['rounds_tokens_per_s']))} alternating rounds a training run, "
+              f"{each([k['eval'] for k in kinds.values()], lambda r: r['rounds'])} an evaluation run")
     return ("\n## By CPU kind (`bash experiments/benchmarks/run_cpu_kind.sh`, issue 16)\n\n"
-            "Reference model, 5 alternating rounds each; \"evaluation ratio\" is posenc's evaluation forward "
+            f"Reference model, {rounds}; \"evaluation ratio\" is posenc's evaluation forward "
             "against PyTorch SDPA (the section below); `commit` is the code measured (\"+changes\": with "
             "uncommitted changes). \"CPU\" is lscpu's model name with the family, model and stepping from the "
             "folder's results or, where they predate recording them, from the `lscpu.txt` run_cpu_kind.sh wrote "
             "beside them. Raw output: the `*.log` and `*.json` files of each folder, `lscpu.txt`."
             + (" The top-level files (the sections above) are not in this table: they record no CPU family, so "
-               "which kind they ran on is unknown." if left_out else "") + "\n\n"
+               "which kind they ran on is unknown." if left_out else "") + peer_note(trains) + "\n\n"
             + "\n".join(rows) + "\n\n" + "\n".join(verdicts) + "\n")
 
 
@@ -694,6 +733,7 @@ def gpu_section() -> str:
     stacks = [line.split(":", 1)[1].split(" devices")[0].strip() for line in log.splitlines()
               if line.startswith("python stack:")]  # the last: after the pinned-wheel fallback, if it ran
     steps = sorted({str(run.get("steps", 20)) for run in runs.values()})  # 20: the default before it was recorded
+    gpt2_params = each([r for _, _, r in rows if r["model"] == "gpt2_small"], lambda r: f"{r['params'] / 1e6:.0f}M")
     text = head + (
         f"On one {run0['device']} (host CPU {run0['host_cpu']}; the machine's own Python stack, "
         + (stacks[-1] if stacks else f"jax {run0['jax']}") + ", not this project's pins"
@@ -703,7 +743,7 @@ def gpu_section() -> str:
         f"{max(r['measured_bf16_matmul_tflops'] for r in runs.values()):.0f} TFLOP/s in the same runs. MFU counts "
         "6·N + 12·layers·d_model·T FLOPs a token (PaLM's count, nanoGPT's convention, in which issue 16's goal is "
         "judged: attention over all T×T query-key pairs; N without the input embedding; the output head is untied, "
-        "so the 124M-sized model has 162M parameters in all); the causal count, 6·N + 6·layers·d_model·T, counts only "
+        f"so the 124M-sized model has {gpt2_params} parameters in all); the causal count, 6·N + 6·layers·d_model·T, counts only "
         "the pairs the causal model attends, which is what cuDNN's causal kernel computes. Each row: the median of "
         f"{'–'.join(sorted({str(len(r['rounds_tokens_per_s'])) for _, _, r in rows}))} rounds of {'/'.join(steps)} "
         "steps, compilation excluded.\n\n" + "\n".join(table) + "\n\n")
@@ -723,13 +763,14 @@ def gpu_section() -> str:
     ab = {act: [r for n, _, r in rows if n.startswith(f"gpu_gpt2_{act}_activations_")] for act in ("f32", "bf16")}
     if ab["f32"] and ab["bf16"]:
         ratio = statistics.mean(r["tokens_per_s"] for r in ab["bf16"]) / statistics.mean(r["tokens_per_s"] for r in ab["f32"])
-        apart = min(r["mfu"] for r in ab["bf16"]) > max(r["mfu"] for r in ab["f32"])
+        side = compare_runs([r["mfu"] for r in ab["bf16"]], [r["mfu"] for r in ab["f32"]])
         text += (f"- Activations (`model.act_dtype`; `auto` is bf16 on a GPU): float32 and bf16 alternated in one "
                  f"sitting, {len(ab['f32'])} and {len(ab['bf16'])} runs at batch {ab['f32'][0]['batch_size']}: MFU "
                  + ", ".join(f"{r['mfu']:.1%}" for r in ab["f32"]) + " against "
                  + ", ".join(f"{r['mfu']:.1%}" for r in ab["bf16"]) + f"; bf16 activations train {ratio:.3f}× as fast "
-                 + ("(every bf16 run above every float32 run)" if apart
-                    else "(the runs overlap: no difference beyond the run-to-run spread)") + ".\n")
+                 + {"above": "(every bf16 run above every float32 run)",
+                    "below": "(every bf16 run below every float32 run)",
+                    "overlap": "(the runs overlap: no difference beyond the run-to-run spread)"}[side] + ".\n")
     plain = [(r, run) for _, run, r in rows if not run["xla_flags"] and r["model"] == "gpt2_small"]
     pairs = [(r, p) for r, _ in plain for p, _ in plain if r["attention"] == "cudnn" and p["attention"] == "posenc"
              and r["batch_size"] == p["batch_size"] and r["activations"] == p["activations"]]
