@@ -141,7 +141,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.sinusoidal_base = 10000.0  # base of the sinusoidal encoding
     config.model.attn_chunk = 0  # attention query chunk (0 = whole sequence); bounds memory at long lengths
     config.model.attn_impl = "auto"  # auto: cuDNN's fused attention on a GPU where it applies (posenc/attention.py)
-    config.model.attn_block = 128  # block-causal attention block (skips future key blocks; 0 = off): +19% train speed
+    config.model.attn_block = 128  # block-causal attention block (skips future key blocks; 0 = off); its speed-up: experiments/benchmarks
     config.model.attn_key_block = 512  # with attn_chunk: key tiles, online softmax, invisible tiles skipped (0 = off)
     config.model.dtype = "float32"  # products' operands: float32 | bfloat16 (mixed precision)
     config.model.act_dtype = "auto"  # activations between products: auto (dtype on a GPU, else float32) | float32 | dtype

@@ -9,7 +9,8 @@ defaults at that length. Rounds alternate between the methods (plain first in ev
 method's time is the median of its rounds. A method's bound is 2× plain per pass: the two-branch methods
 (a second q·kᵀ at the far positions) get 2 × 2 = 4×, log-n alone 2×; each row prints its ratio to plain,
 the bound and whether it holds. The last line is JSON, with every round's time (`rounds_seconds`,
-`plain_rounds_seconds`), the CPU (`posenc.timing.cpu_record`) and the commit.
+`plain_rounds_seconds`), the CPU (`posenc.timing.cpu_record`), the cores this process may run on (`cores`:
+its affinity, as `taskset` sets it) and the commit.
 """
 
 import os
@@ -69,7 +70,7 @@ def main(argv):
               f"{'ok' if r['within_bound'] else 'OVER'}")
     result = {"length": length, "attn_chunk": _CHUNK.value, "d_model": _D_MODEL.value, "plain_seconds": plain,
               "plain_rounds_seconds": times["none"], "rounds": _ROUNDS.value, "rows": rows, **cpu_record(),
-              "commit": code_version(), "cores": os.cpu_count(),
+              "commit": code_version(), "cores": len(os.sched_getaffinity(0)),  # the cores it may run on (taskset)
               "jax": jax.__version__}
     emit(result, _OUT.value)
 

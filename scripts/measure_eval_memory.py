@@ -4,18 +4,22 @@ r"""Peak memory of evaluating the default model at long lengths, with and withou
 
 Each measurement runs in a fresh subprocess (one forward pass of the default model on one window of
 random bytes at length L) and reports the process's peak resident memory (`ru_maxrss`), so the numbers
-include the Python/JAX baseline, which is printed too. The README's memory figures come from this script.
+include the Python/JAX baseline, which is printed too. The last line is JSON, with the CPU
+(`posenc.timing.cpu_record`), the cores this process may run on (its affinity) and the commit. The README's
+memory figures come from this script.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 from absl import app, flags
 
 from posenc.evaluate import ATTN_CHUNK  # the evaluation's query chunk (the child process measures)
+from posenc.timing import code_version, cpu_record
 
 _LENGTHS = flags.DEFINE_list("lengths", ["4096", "16384", "32768"], "Lengths to measure.")
 _CHUNK = flags.DEFINE_integer("attn_chunk", ATTN_CHUNK, "Query chunk used by the evaluation.")
@@ -57,7 +61,7 @@ def main(argv):
         mib = measure(length, 0)
         rows[f"L{length}_unchunked_mib"] = mib
         print(f"L={length:6d} unchunked:      peak {mib:7.0f} MiB")
-    print(json.dumps(rows))
+    print(json.dumps({**rows, **cpu_record(), "cores": len(os.sched_getaffinity(0)), "commit": code_version()}))
 
 
 if __name__ == "__main__":

@@ -231,10 +231,18 @@ def cpu_kinds() -> str:
 
 
 def memory() -> str:
+    """The peak-memory table of scripts/measure_eval_memory.py's log (experiments/quickstart/memory.log), after
+    the machine it was measured on: its cores and CPU (`posenc.timing.cpu_description`) where the log records
+    them."""
+    from posenc.timing import cpu_description  # noqa: PLC0415
+
     m = _json("experiments/quickstart/memory.log")
+    where = (f"{m['cores']} core{'s' if m['cores'] > 1 else ''} of {cpu_description(m['cpu'], m.get('cpu_id'))}, "
+             f"commit {m['commit']}" if m.get("cpu") else "a machine the log does not record")
     chunked = sorted((int(k[1:].split("_")[0]), v) for k, v in m.items() if k.endswith("_chunked_mib"))
     unchunked = {int(k[1:].split("_")[0]): v for k, v in m.items() if k.endswith("_unchunked_mib")}
-    lines = [f"| length | query chunks of {m['attn_chunk']}, key tiles of {m['attn_key_block']} | no chunking |",
+    lines = [f"Measured on {where}:", "",
+             f"| length | query chunks of {m['attn_chunk']}, key tiles of {m['attn_key_block']} | no chunking |",
              "|---|---|---|", f"| (imports only) | {m['baseline_mib']:.0f} MiB | |"]
     for n, v in chunked:
         full = f"{unchunked[n]:.0f} MiB" if n in unchunked else f"(≈ {4 * 4 * n * n / 2**30:.0f} GiB of scores per layer)"

@@ -73,3 +73,22 @@ def test_lm_study_summary_renders_the_summary_file(tmp_path, monkeypatch):
     assert "| n-gram floor | — | 2.200 | 2.190 |" in text and "208,896 bytes" in text
     assert "At 1× 2 of 3 encodings beat the floor by ≥ 0.25 bpb on the mean over seeds" in text
     assert text.rstrip().endswith(": learned (0.400 ± 0.010), rope (0.300).")  # each margin, with its spread
+
+
+def test_memory_table_names_the_machine_its_log_records(tmp_path, monkeypatch):
+    """The memory region says where scripts/measure_eval_memory.py measured (cores, CPU family, commit), or that
+    the log does not record it: no machine is typed into the README by hand."""
+    import json  # noqa: PLC0415
+
+    monkeypatch.setattr(render_readme, "ROOT", tmp_path)
+    log = tmp_path / "experiments/quickstart/memory.log"
+    log.parent.mkdir(parents=True)
+    rows = {"attn_chunk": 512, "attn_key_block": 512, "baseline_mib": 199.0, "L4096_chunked_mib": 517.5,
+            "L4096_unchunked_mib": 1226.5}
+    log.write_text("L=4096 ...\n" + json.dumps(rows) + "\n")
+    assert render_readme.memory().startswith("Measured on a machine the log does not record:\n\n| length |")
+    amd = {"cpu": "AMD EPYC", "cpu_id": {"vendor": "AuthenticAMD", "family": 26, "model": 2, "stepping": 1}}
+    log.write_text(json.dumps({**rows, **amd, "cores": 2, "commit": "abc1234"}) + "\n")
+    text = render_readme.memory()
+    assert text.startswith("Measured on 2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1), commit abc1234:")
+    assert "| 4,096 | 518 MiB | 1226 MiB |" in text

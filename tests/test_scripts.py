@@ -98,6 +98,32 @@ def test_benchmark_train_prints_mfu(without, dtype, act):
     assert result["profile"] and all(row["ms"] >= 0 and "[" in row["shape"] for row in result["profile"])
 
 
+def test_benchmark_train_s_pytorch_peer_takes_posenc_s_gelu_norm_and_adamw():
+    """The PyTorch peer trains the model posenc trains (tanh GELU, the norms' epsilon) with posenc's AdamW
+    (posenc.train.make_optimizer: betas, weight decay on the matrices only, the gradient-norm clip), and a model
+    outside the peer's architecture is refused, naming the field."""
+    proc = script_call("benchmark_train", """import json
+from absl import flags
+flags.FLAGS(["benchmark_train.py"])
+config = m.reference_config()
+out = {"peer": m.torch_peer(config), "config": [config.learning_rate, config.b1, config.b2, config.weight_decay,
+                                                config.grad_clip]}
+config.model.posenc = "alibi"
+try:
+    m.torch_peer(config)
+except ValueError as e:
+    out["refused"] = str(e)
+print(json.dumps(out))""")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    lr, b1, b2, weight_decay, grad_clip = out["config"]
+    assert out["peer"] == {"gelu_approximate": "tanh", "norm_eps": 1e-6, "lr": lr, "betas": [b1, b2], "eps": 1e-8,
+                           "weight_decay": weight_decay, "decayed": "parameters of 2 or more axes",
+                           "grad_clip": grad_clip}
+    assert (b2, weight_decay, grad_clip) == (0.95, 0.1, 1.0)  # not torch's AdamW defaults (0.999, 0.01, no clip)
+    assert "model.posenc='rope' only, got 'alibi'" in out["refused"]
+
+
 def test_benchmark_xla_options_compiles_each_variant_with_its_options():
     """The variant without YNNPACK fusions really runs none (its options reach the compiler), and a malformed
     variant is an error naming the expected form."""
@@ -210,9 +236,24 @@ def test_a_config_field_of_configs_tasks_py_on_default_py_names_that_config():
             "`positions` sections exist only in configs/tasks.py") in result.stderr
 
 
-def test_benchmark_methods_prints_ratios_against_plain_attention():
-    out = run("scripts/benchmark_methods.py", "--length=64", "--rounds=2", "--attn_chunk=32", "--d_model=32")
+def test_measure_eval_memory_records_the_machine_and_code():
+    """Its JSON has the peak of each measurement, the CPU, the cores it may run on and the commit (the README's
+    memory table names them)."""
+    out = run("scripts/measure_eval_memory.py", "--lengths=64", "--unchunked_lengths=64", "--attn_chunk=32")
     result = json.loads(out.strip().splitlines()[-1])
+    assert result["baseline_mib"] > 0 and result["L64_chunked_mib"] > 0 and result["L64_unchunked_mib"] > 0
+    assert result["cores"] == len(os.sched_getaffinity(0))
+    assert_records_the_machine_and_code(result)
+
+
+def test_benchmark_methods_prints_ratios_against_plain_attention():
+    """Each method's ratio to plain attention and its verdict, from the rounds' raw times; the result names the
+    cores the benchmark ran on: the affinity it was given (here one core), not the machine's count."""
+    core = min(os.sched_getaffinity(0))
+    out = run("scripts/benchmark_methods.py", "--length=64", "--rounds=2", "--attn_chunk=32", "--d_model=32",
+              preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["cores"] == 1
     by = {r["method"]: r for r in result["rows"]}
     assert set(by) == {"none+logn(256)", "self_extend", "rerope", "leaky_rerope", "lm_infinite", "sinks"}
     assert by["self_extend"]["bound"] == 4.0 and by["none+logn(256)"]["bound"] == 2.0
@@ -323,6 +364,24 @@ m.check_keep_applied({"system": [{"applied": False}], "keep": [{"applied": True}
     assert proc.returncode != 0 and "keep arm's settings did not apply in round(s) [2]" in proc.stderr
 
 
+def test_bf16_quality_records_the_cpu_kind_and_code_it_ran_on(tmp_path):
+    """bf16_quality.sh's result names its CPU as every benchmark result does (model name and lscpu's family,
+    model, stepping: cpu_record) and the commit: its folder's name alone was once all that said which AMD EPYC
+    it came from. Its Python part is run here with the runs' summaries stubbed."""
+    script = (ROOT / "experiments/benchmarks/bf16_quality.sh").read_text()
+    code = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    stub = "import posenc.train\nposenc.train.run_summary = lambda path: {'val_bpb': 2.0 + len(path) / 1000}\n"
+    env = {**os.environ, "SEEDS": "0 1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-c", stub + code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [path] = (tmp_path / "experiments/benchmarks/cpu").glob("*/bf16_quality.json")
+    result = json.loads(path.read_text())
+    assert_records_the_machine_and_code(result)
+    assert result["differences"]["bfloat16"] == {"0": pytest.approx(0.005), "1": pytest.approx(0.005)}
+
+
 def _benchmarks_report():
     """experiments/benchmarks/report.py as a module: importing it renders the README's text without writing it."""
     spec = importlib.util.spec_from_file_location("benchmarks_report", ROOT / "experiments/benchmarks/report.py")
@@ -339,6 +398,107 @@ def test_benchmarks_readme_is_rendered_from_the_committed_results():
     assert report.text == (ROOT / "experiments/benchmarks/README.md").read_text()
     assert "AMD EPYC machine whose CPU family was not recorded" in report.text
     assert "| AMD EPYC of CPU family 26 (model 2, stepping 1) | `cpu/amd-epyc-family-26-model-2/` |" in report.text
+
+
+def _report_of_a_copy(tmp_path, edit) -> str:
+    """experiments/benchmarks/report.py's text, rendered from a copy of the folder (and of the
+    scripts/benchmark_gpu.py it reads) after `edit(folder)` changed the copy's results."""
+    import shutil  # noqa: PLC0415
+
+    folder = tmp_path / "experiments/benchmarks"
+    shutil.copytree(ROOT / "experiments/benchmarks", folder)
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts/benchmark_gpu.py", tmp_path / "scripts")
+    edit(folder)
+    spec = importlib.util.spec_from_file_location("benchmarks_report_copy", folder / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.text
+
+
+def _edit_json(path: pathlib.Path, change) -> None:
+    """Applies `change(result)` to a result file: one JSON document, or a log whose last line is the JSON."""
+    lines = path.read_text().strip().splitlines()
+    try:
+        result = json.loads("\n".join(lines))
+        lines = []
+    except json.JSONDecodeError:
+        result = json.loads(lines.pop())
+    change(result)
+    path.write_text("\n".join([*lines, json.dumps(result)]) + "\n")
+
+
+def test_benchmarks_readme_s_figures_follow_the_results_they_describe(tmp_path):
+    """Every figure the README states of a run — shape, rounds, steps, flags, parameters, the machine — is read from
+    the result files, not typed into report.py: changed in a copy of the results, the text follows; and runs whose
+    PyTorch peer predates `torch_peer` are said to have trained with torch's AdamW defaults."""
+    amd = {"cpu": "AMD EPYC", "cpu_id": {"vendor": "AuthenticAMD", "family": 26, "model": 2, "stepping": 1,
+                                         "bf16": []}}
+    intel = "cpu/intel-xeon-processor-family-6-model-207"
+
+    def edit(folder):
+        _edit_json(folder / "rope.log", lambda r: r.update(shape=[2, 1024, 8, 64], **amd))
+        _edit_json(folder / "decode.log", lambda r: r.update(**amd))
+        _edit_json(folder / "eval_throughput_without_key_tiles.json", lambda r: r.update(attn_chunk=2048))
+        _edit_json(folder / "eval_throughput.json", lambda r: r.update(head_groups=4, d_model=512))
+        _edit_json(folder / "baseline.json", lambda r: r.update(steps=20))
+        _edit_json(folder / f"{intel}/train_float32.json", lambda r: r.update(rounds_tokens_per_s=[1.0, 2.0, 3.0]))
+        _edit_json(folder / f"{intel}/eval_throughput.json", lambda r: r.update(rounds=4))
+        _edit_json(folder / f"{intel}/xla_flags/default_train_float32_1.json",
+                   lambda r: r.update(rounds_tokens_per_s=[1.0, 2.0]))
+
+        def more_parameters(run):  # 10M more, with the FLOPs a token that follow (6 a parameter)
+            row = next(r for r in run["rows"] if r["model"] == "gpt2_small")
+            row.update(params=row["params"] + 10_000_000, flops_per_token=row["flops_per_token"] + 60_000_000)
+
+        _edit_json(folder / "gpu/gpu.json", more_parameters)
+
+    text = _report_of_a_copy(tmp_path, edit)
+    rope = text.split("## RoPE on its own")[1].split("##")[0]
+    assert "`apply_rope` on `[2, 1024, 8, 64]`, jitted, on an AMD EPYC of CPU family 26 (model 2, stepping 1)" in rope
+    decoding = text.split("## Decoding with the KV cache")[1].split("##")[0]
+    assert "RoPE, on an AMD EPYC of CPU family 26 (model 2, stepping 1):" in decoding
+    assert "`--attn_chunk=2048 --attn_key_block=0`" in text
+    assert "contract over head_dim only (128), and besides each product's own threads the 4 head groups are" in text
+    assert "(10/20 timed steps per round" in text
+    assert "Reference model, 5/3 alternating rounds a training run, 5/4 an evaluation run;" in text
+    assert "alternated in one sitting, 2/3 rounds a run)" in text
+    assert "so the 124M-sized model has 172M/162M parameters in all" in text
+    assert text.count("predates `torch_peer`") == 2  # the top-level runs and the per-kind ones
+
+    peer = {"gelu_approximate": "tanh"}
+
+    def with_peer(folder):
+        for path in [*folder.glob("*.json"), *folder.glob("cpu/*/train_*.json")]:
+            _edit_json(path, lambda r: r.update(torch_peer=peer) if "torch_tokens_per_s" in r else None)
+
+    assert "predates `torch_peer`" not in _report_of_a_copy(tmp_path / "peer", with_peer)
+
+
+def test_benchmarks_report_says_on_which_side_separated_runs_fall(tmp_path):
+    """Where one arm's runs all lie above or all below the other's, the README says which, in each of its run-by-run
+    comparisons (bf16 activations on one core, bf16 activations on the GPU, oneDNN's evaluation forward), and
+    never that the ranges overlap."""
+    intel = "cpu/intel-xeon-processor-family-6-model-207"
+
+    def edit(folder):
+        def faster(ab):
+            for r in ab["runs"]:
+                if r["arm"] == "bfloat16_activations":
+                    r["tokens_per_s"] = 1e6
+
+        _edit_json(folder / "cpu/amd-epyc-family-26-model-2/dtype_ab_one_core.json", faster)
+        for i in (1, 2):
+            _edit_json(folder / f"gpu/gpu_gpt2_bf16_activations_{i}.json",
+                       lambda run: [r.update(mfu=0.10) for r in run["rows"]])
+            _edit_json(folder / f"{intel}/xla_options/eval_onednn_{i}.json",
+                       lambda run: [r.update(ratio=0.01) for r in run["rows"]])
+
+    text = _report_of_a_copy(tmp_path, edit)
+    assert "float32 activations (medians; every run faster)." in text
+    assert "(every bf16 run below every float32 run)" in text
+    evals = text.split("Evaluation forward against PyTorch SDPA (`eval_{xla,onednn}_<i>.json`")[1].split("\n")[0]
+    assert evals.count("(oneDNN lower in every run)") == 2 and "overlap" not in evals
 
 
 def test_benchmarks_report_judges_the_dot_library_ab_per_length_and_shows_each_variant_s_options(tmp_path):
