@@ -75,9 +75,11 @@ def _materialize(cos, sin):
     """Returns (cos, sin) unchanged, computed once as small `[..., T, r]` tables.
 
     Left alone, XLA fuses sin/cos into the big elementwise loop over x and recomputes them for every head
-    and batch row: 2-3x slower on CPU (scripts/benchmark_rope.py). `lax.optimization_barrier` is removed
-    before fusion on CPU; a dot is never fused into a loop, so an exact identity matmul (one 1 and one 0
-    per output, `precision='highest'`) pins the tables in memory for the cost of 4 flops per entry.
+    and batch row. scripts/benchmark_rope.py times `apply_rope` with the tables pinned (against an elementwise
+    pass over the same bytes: experiments/benchmarks/rope.log); no committed result times it without them.
+    `lax.optimization_barrier` is removed before fusion on CPU; a dot is never fused into a loop, so an exact
+    identity matmul (one 1 and one 0 per output, `precision='highest'`) pins the tables in memory for the cost of
+    4 flops per entry.
     """
     cs = jnp.stack([cos, sin], axis=-1)
     eye = jnp.eye(2, dtype=cs.dtype)

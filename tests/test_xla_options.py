@@ -93,3 +93,36 @@ def test_a_run_records_the_compiler_options_it_trained_with(trained_run):
     sittings = json.loads((trained_run / "run.json").read_text())["compiler_options"]
     assert sittings[0] == {"from_step": 0, "options": expected, "xla_flags": os.environ.get("XLA_FLAGS", "")}
     assert all(s["options"] == expected for s in sittings)
+
+
+def test_the_docstring_s_measured_ratios_are_those_of_the_files_it_names():
+    """Every speed ratio the module docstring quotes is recomputed from the committed result it names (a figure
+    with no committed result behind it fails here), rounded as quoted; the CPU kinds it names are the folders'."""
+    import pathlib  # noqa: PLC0415
+    import re  # noqa: PLC0415
+
+    from posenc import xla_options  # noqa: PLC0415
+
+    doc = " ".join(xla_options.__doc__.split())
+    root = pathlib.Path(__file__).resolve().parents[1] / "experiments/benchmarks/cpu"
+    intel = root / "intel-xeon-processor-family-6-model-207" / "xla_options"
+    load = lambda name: json.loads((intel / name).read_text())  # noqa: E731
+    span = lambda v: f"{min(v):.2f}–{max(v):.2f}"  # noqa: E731
+    trains = [load(f"train_float32_{i}.json")["rows"] for i in (1, 2, 3)]
+    default = [r["over_torch"] for rows in trains for r in rows if r["variant"] == "default"]
+    onednn = [r["over_first"] for rows in trains for r in rows if r["variant"].startswith("onednn")]
+    one_core = next(r["over_first"] for r in load("train_float32_one_core.json")["rows"] if r["variant"] == "onednn")
+
+    def at_4096(arm):
+        return [next(r["ratio"] for r in load(f"eval_{arm}_{i}.json")["rows"] if r["length"] == 4096) for i in (1, 2)]
+
+    amd = json.loads((root / "amd-epyc-family-26-model-2" / "matmul.json").read_text())
+    amd_f32 = [r["ratio"] for r in amd["rows"] if r["dtype"] == "float32"]
+    assert "compiler_options" not in amd and amd["cpu"] == "AMD EPYC"  # XLA's defaults (auto on AMD)
+    quoted = {f"at {span(default)} of PyTorch eager's speed", f"oneDNN dots {span(onednn)}× as fast",
+              f"{one_core:.2f}× on one core", f"from {span(at_4096('xla'))} of PyTorch SDPA",
+              f"to {span(at_4096('onednn'))} with the fused type", f"at {span(amd_f32)}× PyTorch's"}
+    for text in quoted:
+        assert text in doc, text
+    ratios = re.findall(r"(?<![\d.])\d\.\d\d(?:–\d\.\d\d)?×?(?!\.\d)", doc)  # each ratio quoted (not jax 0.10.2)
+    assert len(ratios) == len(quoted), ratios

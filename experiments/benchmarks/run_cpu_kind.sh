@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The comparisons issue 16 asks for on each CPU kind these machines come in (AMD EPYC, Intel Xeon Sapphire
+# The comparisons issue 16 asks for on each CPU kind these machines come in (AMD EPYC, Intel Xeon Emerald
 # Rapids): float32 and bf16 training against PyTorch eager (bf16: torch.autocast), posenc bf16 against
 # posenc float32, and the evaluation forward against PyTorch SDPA. Writes experiments/benchmarks/cpu/<kind>/
 # (<kind> from lscpu's model name, CPU family and model: posenc.timing.cpu_slug), then the README.
