@@ -18,30 +18,34 @@ lm run is tested on passkey: --filler sets it there); min_len, lm_ratio and prom
 tokens; the validation metrics add `val_accuracy`, the teacher-forced exact match of the answers.
 
 Defaults (chosen by the pilot runs in experiments/length_generalization/pilot/, rendered in that folder's
-README): a smaller model than configs/default.py (2 layers, d_model 128, MLP 512). Passkey at learning rate
-1e-3, which learned retrieval faster than 3e-3; 2 layers learn it in about the same steps as 4 (55% against
-59% validation exact match at step 2000; pilot pk-2l) at 1.8x the tokens per second. Passkey trains on an
-8000-step schedule and stops at the first validation with 99% exact match (`task.stop_accuracy`; on the 64
-validation examples of `eval_windows`, all 64): on a
-3000-step schedule, seed 0 of RoPE, ALiBi and sinusoidal passed 90% at steps 2000–2800, but seed 1 of RoPE
-ended at 20% and seed 1 of ALiBi stayed on a plateau (answer loss 1.6) throughout; on the 8000-step schedule
-those two seeds stopped at steps 4000 and 1900 (pilots pk-8000-rope-s1, pk-8000-alibi-s1; 95% and 97% test
-exact match at 256). Stopping at the criterion gives every encoding the same in-range competence before its
-extrapolation is compared, at the cost of unequal steps (the results record them). The algorithmic tasks
-train on examples of at most 32 tokens: 4 layers on lengths up to 64 needed 4000 steps (15 minutes a run on
-2 cores) and still fell below the 90% in-range bar at 64 in 2 of 3 copy runs. At 32, 2 layers at 1e-3 for
-2500 steps put RoPE over the bar (91% at 32) but not ALiBi (0%) or randomized positions (17%) (pilot rows
-copy32-*-2500); ALiBi at 2e-3 for 6000 steps reached 87% at 32 (copy32-alibi-lr2e-3-6000), so the default is
-2e-3 for 8000 steps:
+README; the pilot rows named below are its runs.json and <row>.jsonl): a smaller model than configs/default.py
+(2 layers, d_model 128, MLP 512). Passkey at learning rate 1e-3, at which the validation answer loss fell
+further than at 3e-3 (pilot row pkC against pk-default, pkA and pkB); 2 layers learn it in about the same steps
+as 4 (55% against 59% validation exact match at step 2000; pilot rows pk-2l and passkey-rope-4l) at 1.8x the
+tokens per second (the medians of their logged tokens_per_s, both on the AMD EPYC that runs.json names, its CPU
+family not recorded). Passkey trains on an 8000-step schedule and stops at the first validation with 99% exact
+match (`task.stop_accuracy`; on the 64 validation examples of `eval_windows`, all 64): on a 3000-step schedule
+(experiments/length_generalization/results/passkey-3000/), seed 0 of RoPE, ALiBi and sinusoidal passed 90% at
+steps 2000–2800, but seed 1 of RoPE ended at 20% and seed 1 of ALiBi stayed on a plateau (answer loss 1.6)
+throughout; on the 8000-step schedule those two seeds stopped at steps 4000 and 1900 (pilots pk-8000-rope-s1,
+pk-8000-alibi-s1; 95% and 97% test exact match at 256). Stopping at the criterion gives every encoding the same
+in-range competence before its extrapolation is compared, at the cost of unequal steps (the results record
+them). The algorithmic tasks train on examples of at most 32 tokens: 4 layers on lengths up to 64 for 4000
+steps (the pilot's step-time column has each run's time) still fell below the 90% in-range bar at 64 in 3 of
+the 4 copy runs (pilot rows copy-*-4000, test exact match). At 32, 2 layers at 1e-3 for 2500 steps put RoPE
+over the bar (91% at 32) but not ALiBi (0%) or randomized positions (17%) (pilot rows copy32-*-2500); ALiBi at
+2e-3 for 6000 steps reached 87% at 32 (copy32-alibi-lr2e-3-6000), so the default is 2e-3 for 8000 steps:
   passkey                 train_len 256, batch 16, lr 1e-3, 8000 steps, stopping at 99% validation exact match
   recall, copy, reverse   train_len 32 (examples of every length from the task's minimum to 32), batch 32,
                           lr 2e-3, 8000 steps; tested to 4x (128). Randomized positions are drawn from
                           [0, 512). The test range alone, [0, 128), learned copying slower with RoPE (28%
-                          validation exact match at step 3600 against 69% at [0, 512); pilot row
-                          copy-rope-rp-maxpos128).
+                          validation exact match at step 3600, pilot row copy-rope-rp-maxpos128, against
+                          69% at [0, 512): experiments/length_generalization/results/2layers/
+                          copy-rope-rp-s0.json).
 The length-generalization experiment trains recall, copy and reverse with 4 layers instead
 (experiments/length_generalization/config.py): at 2 layers, NoPE and randomized positions stayed below the
-in-range bar (pilot rows copy-none-4l, copy-rope-rp-4l). It trains recall at 5e-4 (its RECALL_LR): at 2e-3
+in-range bar (experiments/length_generalization/results/2layers/; at 4 layers, pilot rows copy-none-4l,
+copy-rope-rp-4l). It trains recall at 5e-4 (its RECALL_LR): at 2e-3
 recall stays on a plateau without key matching (pilot rows recall3-rope-4l*).
 """
 

@@ -753,3 +753,61 @@ def test_layout_step_is_where_an_example_fills_its_length_without_padding(task):
         else:
             tasks.check_input_lengths(task, [n], exact=True)
     assert tasks.layout_step("passkey") == 1
+
+
+def test_the_config_docstring_s_pilot_numbers_are_those_of_the_runs_it_names():
+    """configs/tasks.py gives its defaults' reasons in numbers: each is recomputed from the committed pilot row or
+    result it names (experiments/length_generalization/pilot/, results/passkey-3000/, results/2layers/), so a
+    number with nothing behind it, or a count that does not match its rows, fails here."""
+    import importlib.util  # noqa: PLC0415
+
+    from posenc.jobs import result_curve  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location("tasks_config_doc", ROOT / "configs" / "tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    doc = " ".join(module.__doc__.split())
+    lg = ROOT / "experiments" / "length_generalization"
+    pilots = {p["name"]: p for p in json.loads((lg / "pilot" / "runs.json").read_text())["runs"]}
+    def curve(name):
+        return [json.loads(line) for line in (lg / "pilot" / f"{name}.jsonl").read_text().splitlines()]
+
+    def val_at(rows, step):
+        return next(r["val_accuracy"] for r in rows if r["step"] == step and "val_accuracy" in r)
+
+    result = lambda path: json.loads((lg / "results" / path).read_text())  # noqa: E731
+    pct = lambda v: f"{round(100 * v)}%"  # noqa: E731
+    test_acc = lambda name, n: pilots[name]["test_accuracy_by_length"][str(n)]  # noqa: E731
+
+    tps = {n: statistics.median(r["tokens_per_s"] for r in curve(n) if "tokens_per_s" in r)
+           for n in ("pk-2l", "passkey-rope-4l")}
+    assert "cpu" not in pilots["pk-2l"] and "cpu" not in pilots["passkey-rope-4l"]  # runs.json's own CPU: AMD EPYC
+    assert (f"({pct(val_at(curve('pk-2l'), 2000))} against {pct(val_at(curve('passkey-rope-4l'), 2000))} "
+            f"validation exact match at step 2000; pilot rows pk-2l and passkey-rope-4l) at "
+            f"{tps['pk-2l'] / tps['passkey-rope-4l']:.1f}x the tokens per second") in doc
+
+    first_90 = {}
+    for enc in ("rope", "alibi", "sinusoidal"):
+        acc = [(r["step"], r["val_accuracy"]) for r in result_curve(result(f"passkey-3000/passkey-{enc}-s0.json"))
+               if "val_accuracy" in r]
+        first_90[enc] = next(step for step, a in acc if a >= 0.9)
+    rope_s1 = [r for r in result_curve(result("passkey-3000/passkey-rope-s1.json")) if "val_accuracy" in r]
+    alibi_s1 = [r for r in result_curve(result("passkey-3000/passkey-alibi-s1.json")) if "val_loss" in r]
+    assert (f"passed 90% at steps {min(first_90.values())}–{max(first_90.values())}, but seed 1 of RoPE ended at "
+            f"{pct(rope_s1[-1]['val_accuracy'])} and seed 1 of ALiBi stayed on a plateau (answer loss "
+            f"{alibi_s1[-1]['val_loss']:.1f})") in doc
+    assert max(r["val_accuracy"] for r in alibi_s1) < 0.9
+    stops = [max(r["step"] for r in curve(n) if "step" in r) for n in ("pk-8000-rope-s1", "pk-8000-alibi-s1")]
+    assert (f"stopped at steps {stops[0]} and {stops[1]} (pilots pk-8000-rope-s1, pk-8000-alibi-s1; "
+            f"{pct(test_acc('pk-8000-rope-s1', 256))} and {pct(test_acc('pk-8000-alibi-s1', 256))} test") in doc
+
+    copies = [n for n in pilots if n.startswith("copy-") and n.endswith("-4000")]
+    below = sum(test_acc(n, 64) < 0.9 for n in copies)
+    assert f"still fell below the 90% in-range bar at 64 in {below} of the {len(copies)} copy runs" in doc
+    assert (f"put RoPE over the bar ({pct(test_acc('copy32-rope-2500', 32))} at 32) but not ALiBi "
+            f"({pct(test_acc('copy32-alibi-2500', 32))}) or randomized positions "
+            f"({pct(test_acc('copy32-rope-rp-2500', 32))})") in doc
+    assert f"reached {pct(test_acc('copy32-alibi-lr2e-3-6000', 32))} at 32 (copy32-alibi-lr2e-3-6000)" in doc
+    two_layers = result_curve(result("2layers/copy-rope-rp-s0.json"))
+    assert (f"({pct(val_at(curve('copy-rope-rp-maxpos128'), 3600))} validation exact match at step 3600, pilot row "
+            f"copy-rope-rp-maxpos128, against {pct(val_at(two_layers, 3600))} at [0, 512)") in doc
