@@ -534,3 +534,33 @@ def test_longrope_experiment_sets_aside_searches_of_another_version(tmp_path):
     (old / "stage2_short.json").write_text(json.dumps({"meta": {"search_version": 2}}))
     assert module.set_aside_stale(old) == tmp_path / "shared_1024.search_v2.1"  # never over an earlier one
     assert module.set_aside_stale(tmp_path / "missing") is None
+
+
+def test_longrope_experiment_readme_is_rendered_from_the_committed_results(tmp_path):
+    """Fails when a result or run.py's report changed and experiments/longrope/README.md was not rerendered
+    (`write_report()` in experiments/longrope/run.py): the README is a function of results/ alone, the search's
+    population and generations read from the kept searches, not from the flags of the run that wrote it."""
+    import pathlib  # noqa: PLC0415
+
+    module = load_experiment()
+    here = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "longrope"
+    assert module.render(here / "results") == (here / "README.md").read_text()
+
+    results = tmp_path / "results"
+    shutil.copytree(here / "results", results)
+    timing = json.loads((results / "timing.json").read_text())
+    assert "on a machine whose CPU was not recorded" in module.render(results)  # the committed timing.json
+    amd = {"cpu": "AMD EPYC", "cpu_id": {"vendor": "AuthenticAMD", "family": 26, "model": 2, "stepping": 1}, "cores": 2}
+    timing["machines"] = {k: amd for k in timing if k.startswith("search/")}
+    (results / "timing.json").write_text(json.dumps(timing))
+    text = module.render(results).replace("\n", " ")
+    assert "on 2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1) (the last run;" in text
+    assert "2-core" not in text and "not recorded" not in text
+    module.write_report(results, tmp_path)
+    assert (tmp_path / "README.md").read_text().replace("\n", " ") == text
+
+    shared = json.loads((results / "longrope_shared_2048.json").read_text())
+    shared["stage1_shared"]["history"] = shared["stage1_shared"]["history"][:5]  # a search of 4 generations
+    (results / "longrope_shared_2048.json").write_text(json.dumps(shared))
+    with pytest.raises(ValueError, match="other populations or generations .*longrope_shared_2048.json"):
+        module.render(results)

@@ -4,7 +4,8 @@ r"""LongRoPE against hand-set scalings at 4x and 8x, without fine-tuning. From t
 
 Searches shared and per-layer LongRoPE factors (validation split) for targets 1024 and 2048 on a RoPE run
 trained at train_len 256 (the extrapolation study's seed-0 run), then scores PI, NTK, dynamic NTK, YaRN and
-both LongRoPE variants on the test split, and writes experiments/longrope/README.md. Resumable: the searches
+both LongRoPE variants on the test split, and writes experiments/longrope/README.md (`write_report`: rendered
+from results/ alone, the wall times naming the machine each was measured on). Resumable: the searches
 keep their populations under runs/longrope/, finished evaluations are kept in results/. A search folder holding
 a stage or result of another search version (posenc.longrope.SEARCH_VERSION), which search_run would refuse to
 resume, is moved aside to <folder>.search_v<versions> and searched again (`set_aside_stale`); the evaluations of
@@ -22,6 +23,7 @@ from posenc import evaluate as ev
 from posenc import jobs, malloc
 from posenc import tuning
 from posenc.longrope import SEARCH_VERSION, SearchConfig, saved_versions, search_run
+from posenc.timing import machine_record, machines_text
 
 HERE = pathlib.Path(__file__).resolve().parent
 _WORKDIR = flags.DEFINE_string("workdir", "runs/extrapolation/rope-s0", "RoPE run trained at 256.")
@@ -44,7 +46,6 @@ def main(argv):
     timing_path = results_dir / "timing.json"
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else {}
     cfg = SearchConfig(population=_POP.value, generations=_GENS.value, **SEARCH)
-    rows = []
     for target in map(int, _TARGETS.value):
         files = {}
         for variant in ("shared", "per_layer"):
@@ -63,14 +64,13 @@ def main(argv):
                        short_generations=max(1, _GENS.value // 2))
             if fresh:
                 timing[f"search/{variant}_{target}"] = time.time() - t0
+                timing.setdefault("machines", {})[f"search/{variant}_{target}"] = machine_record()
                 jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
             files[variant] = out / "longrope.json"
-            result = json.loads(files[variant].read_text())
             kept = results_dir / f"longrope_{variant}_{target}.json"  # the factors results/ was scored with
             if kept.exists() and kept.read_text() != files[variant].read_text():
                 (results_dir / f"eval_{target}.json").unlink(missing_ok=True)  # the search changed: score it again
             jobs.write_atomic(kept, files[variant].read_text())
-            rows.append({"target": target, "variant": variant, "search_val_ppl": result["stage1_per_layer" if variant == "per_layer" else "stage1_shared"]["ppl"]})
         cache = results_dir / f"eval_{target}.json"
         if not cache.exists():
             base = ev.evaluate([_WORKDIR.value], [256, target], ["none", "linear", "ntk", "dynamic_ntk", "yarn"],
@@ -102,9 +102,10 @@ def main(argv):
                             num_bytes=4 * target, test_lengths=[256], test_num_bytes=_NUM_BYTES.value,
                             budget_source=f"the per-layer LongRoPE search at {target}")
                 timing[f"tune/{rule}_{target}"] = time.time() - t0
+                timing.setdefault("machines", {})[f"tune/{rule}_{target}"] = machine_record()
                 jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
                 jobs.write_atomic(out, (root / f"{rule}_{target}.json").read_text())
-    write_report(rows, timing)
+    print(write_report())
 
 
 def set_aside_stale(out: pathlib.Path) -> pathlib.Path | None:
@@ -136,10 +137,41 @@ def row_label(scaling: str, row: dict) -> str:
     return scaling
 
 
-def write_report(search_rows, timing):
-    results_dir = HERE / "results"
+def search_settings(results_dir: pathlib.Path) -> dict:
+    """The searches' population and generations (stage 1 and stage 2) as their results recorded them (the sizes of
+    their histories), the same for every kept result, or a ValueError naming the files that differ."""
+    seen = {}
+    for path in sorted(results_dir.glob("longrope_*.json")):
+        result = json.loads(path.read_text())
+        stage1, stage2 = result["stage1_shared"]["history"], result["stage2_short"]["history"]
+        seen[path.name] = (stage1[0]["evaluated"], len(stage1) - 1, len(stage2) - 1)
+    if len(set(seen.values())) != 1:
+        raise ValueError(f"{results_dir}: the searches ran with other populations or generations "
+                         f"(population, generations, stage-2 generations): {seen}; rerun run.py")
+    population, generations, short_generations = next(iter(seen.values()))
+    return {"population": population, "generations": generations, "short_generations": short_generations}
+
+
+def write_report(results_dir: pathlib.Path = HERE / "results", out: pathlib.Path = HERE) -> str:
+    """Writes `out`/README.md, rendered (`render`) from `results_dir`; returns its text."""
+    text = render(results_dir)
+    (out / "README.md").write_text(text)
+    return text
+
+
+def render(results_dir: pathlib.Path = HERE / "results") -> str:
+    """The README from `results_dir` alone: the evaluations (eval_<target>.json), the kept searches
+    (longrope_*.json), the tuned rules (tuned_*.json) and the wall times with the machines they ran on
+    (timing.json)."""
+    timing = json.loads((results_dir / "timing.json").read_text()) if (results_dir / "timing.json").exists() else {}
+    settings = search_settings(results_dir)
+    targets = sorted(int(p.stem.split("_")[1]) for p in results_dir.glob("eval_*.json"))
+    num_bytes = {r["num_bytes"] for t in targets for r in json.loads((results_dir / f"eval_{t}.json").read_text())
+                 if r["split"] == "test"}
+    if len(num_bytes) != 1:
+        raise ValueError(f"{results_dir}: the test rows were scored on different numbers of bytes {sorted(num_bytes)}")
     lines = []
-    for target in sorted({r["target"] for r in search_rows}):
+    for target in targets:
         evals = json.loads((results_dir / f"eval_{target}.json").read_text())
         test = {(r["scaling"], r["length"]): r for r in evals if r["split"] == "test"}
         val = {r["scaling"]: r for r in evals if r["split"] == "validation"}
@@ -178,7 +210,9 @@ def write_report(search_rows, timing):
                      f"{best_hand[0]:.3f}): {min(t_shared, t_layer) - best_hand[0]:+.4f} bpb on test (each side's best "
                      "picked on test: optimistic for both).")
         lines.append("")
-    total = sum(v for k, v in timing.items() if k.startswith("search/"))
+    searches = [k for k in timing if k.startswith("search/")]
+    total = sum(timing[k] for k in searches)
+    timed_on = machines_text([timing.get("machines", {}).get(k) for k in searches])
     n_hats = ", ".join(map(str, SearchConfig().n_hat_choices))
     text = f"""# LongRoPE search against hand-set RoPE scalings
 
@@ -189,22 +223,22 @@ python experiments/longrope/run.py     # after experiments/extrapolation/run.py 
 ```
 
 **Setup.** The extrapolation study's seed-0 RoPE run (d_model 128, 4 layers, head_dim 32, train_len 256,
-400 steps). LongRoPE search (`posenc/longrope.py`): population {_POP.value}, {_GENS.value} generations,
+400 steps). LongRoPE search (`posenc/longrope.py`): population {settings['population']}, {settings['generations']} generations,
 {SEARCH['mutations']} mutations + {SEARCH['crossovers']} crossovers per generation, {SEARCH['parents']} parents,
 mutation probability {SEARCH['mutation_prob']}, seed {SEARCH['seed']} — smaller than the paper's 64 / 40 / 16 /
-16 / 32 to fit a 2-core CPU; λ within [1, 1.25·s], non-decreasing, continuous (the paper: a 0.01 grid); a mutation
+16 / 32 to fit a small CPU budget; λ within [1, 1.25·s], non-decreasing, continuous (the paper: a 0.01 grid); a mutation
 draws λ_i inside [λ_(i−1), λ_(i+1)], a crossover child that is not non-decreasing is drawn again (search
 version {SEARCH_VERSION}); n̂ ∈ {{{n_hats}}}, applied with the long factors only and without the attention
 factor, as microsoft/LongRoPE. Fitness:
 perplexity at the target length on 4 windows of the validation split. Per-layer search seeded from the best
-shared vector. Stage 2 searches short factors at 256 ({max(1, _GENS.value // 2)} generations) from all ones. On a flat
+shared vector. Stage 2 searches short factors at 256 ({settings['short_generations']} generations) from all ones. On a flat
 stretch of λ every inner pair's interval [λ_(i−1), λ_(i+1)] is a point, so a mutation can move only its ends
 and each generation frees at most about one more pair: with this budget the short factors stay ones but for
 the last pairs, and the long factors keep stretches of the seeds' flat values (the reference's search has the
 same structure, with 40 generations of 64). Evaluation: the first
-{_NUM_BYTES.value} test bytes, non-overlapping windows, no fine-tuning. Search wall time: {total / 60:.1f} min in
-all ({', '.join(f'{k.split("/")[1]}: {v:.0f} s' for k, v in timing.items() if k.startswith('search/'))}), on the
-same 2-core CPU (the last run; a shared machine, so it varies with the load).
+{num_bytes.pop()} test bytes, non-overlapping windows, no fine-tuning. Search wall time: {total / 60:.1f} min in
+all ({', '.join(f'{k.split("/")[1]}: {timing[k]:.0f} s' for k in searches)}), on {timed_on} (the last
+run; the machine may have been shared, so it varies with the load).
 
 {chr(10).join(lines)}
 The 256 column: LongRoPE at the original length uses its stage-2 short factors (and no n̂, as stage 2 searched
@@ -212,8 +246,7 @@ them) together with its attention factor sqrt(1 + ln s / ln 256), which (as in H
 cos and sin, so the logits by its square, at every length —
 hence slightly above `none` there. Factors and search histories: `results/longrope_*.json`.
 """
-    (HERE / "README.md").write_text(text)
-    print(text)
+    return text
 
 
 if __name__ == "__main__":
