@@ -98,6 +98,31 @@ def cpu_description(name: str, identity: dict | None = None, article: bool = Tru
     return ("an " if name[:1].lower() in "aeiou" else "a ") + text
 
 
+def machine_record() -> dict:
+    """What a wall time records of the machine it was measured on: `cpu_record` and "cores", the cores this process
+    may run on (its affinity: taskset or a container's CPU set, not the host's count)."""
+    return {**cpu_record(), "cores": len(os.sched_getaffinity(0))}
+
+
+def machines_text(records) -> str:
+    """The machines a report's wall times were measured on, from their `machine_record`s: each distinct one as
+    "2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1)" (`cpu_description`; "…, its cores not
+    recorded" without "cores"), joined by " and "; a time recorded without one (None, or no "cpu") as "a machine
+    whose CPU was not recorded"."""
+    texts = []
+    for record in records:
+        if not record or not record.get("cpu"):
+            text = "a machine whose CPU was not recorded"
+        elif record.get("cores"):
+            cores = record["cores"]
+            text = f"{cores} core{'s' if cores != 1 else ''} of {cpu_description(record['cpu'], record.get('cpu_id'))}"
+        else:
+            text = f"{cpu_description(record['cpu'], record.get('cpu_id'))}, its cores not recorded"
+        if text not in texts:
+            texts.append(text)
+    return " and ".join(texts) or "a machine whose CPU was not recorded"
+
+
 def device_record() -> dict:
     """What a job ran on beside its CPU, for its result: {} on a CPU; on an accelerator its kind ("NVIDIA H200"),
     the jax that drove it, the default precision of float32 products (`jax_default_matmul_precision`: "highest"

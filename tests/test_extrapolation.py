@@ -79,3 +79,39 @@ def test_the_pi_control_claim_follows_the_fine_tunes_bits_per_byte(tmp_path):
         assert f"PI fine-tuned {pi_1024:.3f}, fine-tuned without scaling {pi_1024 + shift:.3f} bpb" in claim[2], claim
         held = "holds" if shift > 0 else "fails"
         assert f"PI below the control {held} by {abs(shift):+.3f} (one run)" in claim[5], claim
+
+
+def test_the_wall_time_names_the_machine_each_run_was_timed_on(tmp_path, monkeypatch):
+    """run.py records with each wall time the machine it ran on (`posenc.timing.machine_record`), once per machine
+    across sittings; the report names those machines (cores, CPU model and family), and says so where a time
+    was recorded without one (the committed timing.json), instead of a machine typed into the template."""
+    spec = importlib.util.spec_from_file_location("extrapolation_run_timing", ROOT / "experiments/extrapolation/run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    amd = {"cpu": "AMD EPYC", "cpu_id": {"vendor": "AuthenticAMD", "family": 26, "model": 2, "stepping": 1,
+                                         "bf16": ["avx512_bf16"]}, "cores": 2}
+    intel = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_id": {"family": 6, "model": 207, "stepping": 2}, "cores": 1}
+    log = {}
+    for record in (amd, amd, intel):
+        monkeypatch.setattr(run, "machine_record", lambda r=record: r)
+        assert run._timed(log, "train/rope-s0", lambda: 7) == 7
+    assert log["machines"] == {"train/rope-s0": [amd, intel]}
+
+    here = tmp_path / "extrapolation"
+    shutil.copytree(ROOT / "experiments/extrapolation/results", here / "results")
+    shutil.copytree(ROOT / "experiments/longrope/results", tmp_path / "longrope" / "results")
+    (tmp_path / "quickstart").mkdir()
+    shutil.copy(ROOT / "experiments/quickstart/results.json", tmp_path / "quickstart")
+    text = report.write_report(here)
+    assert "on a machine whose CPU was not recorded" in text and "2-core" not in text
+    timing = json.loads((here / "results" / "timing.json").read_text())
+    timing["machines"] = {k: [amd] for k in timing if k.startswith(("train/", "eval/"))}
+    (here / "results" / "timing.json").write_text(json.dumps(timing))
+    setup = report.write_report(here).split("## Encodings")[0].replace("\n", " ")
+    assert "on 2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1), which" in setup
+    assert "not recorded" not in setup
+    timing["machines"]["eval/rope-s1"] = [intel]
+    (here / "results" / "timing.json").write_text(json.dumps(timing))
+    setup = report.write_report(here).split("## Encodings")[0].replace("\n", " ")
+    assert ("on 2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1) and 1 core of an Intel(R) Xeon(R) "
+            "Processor of CPU family 6 (model 207, stepping 2)") in setup

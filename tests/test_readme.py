@@ -92,3 +92,71 @@ def test_memory_table_names_the_machine_its_log_records(tmp_path, monkeypatch):
     text = render_readme.memory()
     assert text.startswith("Measured on 2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1), commit abc1234:")
     assert "| 4,096 | 518 MiB | 1226 MiB |" in text
+
+
+# The experiment READMEs that a report script renders when run, from the files in its folder (and the other
+# folders named: what it reads besides), with no drift test of their own elsewhere.
+SCRIPT_READMES = {
+    "experiments/quickstart": (),
+    "experiments/quickstart/training_free": (),
+    "experiments/rope_base_sweep": ("experiments/extrapolation/results",),
+    "experiments/extrapolation/pilot_budget": (),
+}
+
+
+def _render_in_copy(tmp_path: pathlib.Path, folder: str, edit=None) -> str:
+    """`folder`'s README as its report.py renders it in a copy of the folders it reads (`edit(copy)` first)."""
+    import os  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    for part in (folder, *SCRIPT_READMES[folder]):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("*.png"))
+    if edit:
+        edit(tmp_path / folder)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    subprocess.run([sys.executable, str(tmp_path / folder / "report.py")], check=True, capture_output=True,
+                   cwd=tmp_path, env={**os.environ, "PYTHONPATH": path, "MPLBACKEND": "Agg"})
+    return (tmp_path / folder / "README.md").read_text()
+
+
+@pytest.mark.parametrize("folder", SCRIPT_READMES)
+def test_experiment_readmes_are_rendered_from_their_committed_results(tmp_path, folder):
+    """Fails when a result or report.py changed and the README was not rerendered (python FOLDER/report.py); no
+    wall time in them names a machine the results do not record (a "2-core CPU" typed into the template)."""
+    text = _render_in_copy(tmp_path, folder)
+    assert text == (ROOT / folder / "README.md").read_text()
+    assert "2-core" not in text
+
+
+def test_script_rendered_wall_times_name_the_machine_their_results_record(tmp_path):
+    """The base sweep's, the training-free evaluation's and the budget pilot's wall times name the machine their
+    timing records (`posenc.timing.machine_record`: cores, CPU model and family), or say what it does not record."""
+    import json  # noqa: PLC0415
+
+    amd = {"cpu": "AMD EPYC", "cpu_id": {"vendor": "AuthenticAMD", "family": 26, "model": 2, "stepping": 1},
+           "cores": 2}
+    named = "2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1)"
+
+    def sweep(folder):
+        (folder / "timing.json").write_text(json.dumps({"wall_seconds": 484, "machine": amd}))
+
+    text = _render_in_copy(tmp_path / "sweep", "experiments/rope_base_sweep", sweep).replace("\n", " ")
+    assert f"Wall time 8.1 min on {named} (the last run;" in text
+
+    def training_free(folder):
+        info = json.loads((folder / "run_info.json").read_text())
+        (folder / "run_info.json").write_text(json.dumps({**info, **amd}))
+
+    text = _render_in_copy(tmp_path / "tf", "experiments/quickstart/training_free", training_free)
+    assert f"Evaluation took 865 s on {named} (jax" in text.replace("\n", " ")
+
+    text = _render_in_copy(tmp_path / "pb", "experiments/extrapolation/pilot_budget")  # cpu.txt: no family
+    assert "Run on 2 cores of an AMD EPYC machine whose CPU family was not recorded: " in text.replace("\n", " ")
+
+    def pilot_budget(folder):
+        (folder / "machine.json").write_text(json.dumps(amd))
+
+    text = _render_in_copy(tmp_path / "pb2", "experiments/extrapolation/pilot_budget", pilot_budget)
+    assert f"Run on {named}: " in text.replace("\n", " ")

@@ -135,3 +135,19 @@ def test_trace_op_times_counts_the_gpu_process_else_the_module_s_ops():
     assert rows[1]["shape"] == "f32[4]" and rows[0]["shape"] == ""
     rows = timing.trace_op_times(host, ops, repeats=1)  # a CPU trace (a bare list): the module's ops only
     assert [(r["op"], r["ms"], r["share"], r["shape"]) for r in rows] == [("fusion.2", 0.9, 1.0, "f32[4]")]
+
+
+def test_machines_text_names_each_machine_a_wall_time_was_measured_on(monkeypatch):
+    """A report's wall time names its machine (cores, CPU model and family) as each time recorded it, once per
+    distinct machine; a time recorded without one says so instead of borrowing another's."""
+    monkeypatch.setattr(timing, "lscpu_text", lambda: LSCPU_AMD.format(family=26))
+    record = timing.machine_record()
+    assert record == {**timing.cpu_record(), "cores": len(__import__("os").sched_getaffinity(0))}
+    amd = {**record, "cores": 2}
+    text = "2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1)"
+    assert timing.machines_text([amd, amd]) == text
+    assert timing.machines_text([{**amd, "cores": 1}]) == "1 core of an AMD EPYC of CPU family 26 (model 2, stepping 1)"
+    assert timing.machines_text([amd, None]) == text + " and a machine whose CPU was not recorded"
+    assert timing.machines_text([{"cpu": "AMD EPYC"}]) == (
+        "an AMD EPYC machine whose CPU family was not recorded, its cores not recorded")
+    assert timing.machines_text([]) == timing.machines_text([{}]) == "a machine whose CPU was not recorded"

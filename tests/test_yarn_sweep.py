@@ -26,3 +26,15 @@ def test_each_choice_is_the_validation_minimum_and_test_scores_the_choice():
         assert f"{r['chosen']['betas']['beta_fast']:g},{r['chosen']['betas']['beta_slow']:g}" == best
         assert set(r["test"]["temperature"]) == set(r["validation"]["temperature"])
         assert json.dumps(r["test"]["ngram_floor"]) == json.dumps(report.load()[0]["test"]["ngram_floor"])
+
+
+def test_the_sweeps_time_names_the_machine_and_cores_its_results_record():
+    """The timed seed's machine as its result recorded it (`posenc.timing.machine_record`: cores, CPU model and
+    family), not "one job on one core" typed into the template for results that record no cores."""
+    results = report.load()
+    text = " ".join(report.render(results).split())
+    assert "its cores not recorded" in text and "one core" not in text  # the committed results: no cores
+    for r in results:
+        r["timing"]["cores"] = 1
+    text = " ".join(report.render(results).split())
+    assert ", on 1 core of an AMD EPYC of CPU family 26 (model 2, stepping 1)." in text

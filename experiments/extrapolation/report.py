@@ -16,6 +16,7 @@ import sys
 import matplotlib
 import numpy as np
 
+from posenc.timing import machines_text
 from posenc.tuning import longrope_evaluations
 from posenc.verdicts import evidence, t95
 
@@ -479,6 +480,8 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
                         and r["length"] == 256)
     total_train = sum(v for k, v in timing.items() if k.startswith("train/"))
     total_eval = sum(v for k, v in timing.items() if k.startswith("eval/"))
+    timed_on = machines_text([record for k in timing if k.startswith(("train/", "eval/"))
+                              for record in timing.get("machines", {}).get(k) or [None]])
     text = f"""# Extrapolation study: which claims hold at small scale?
 
 Regenerate everything (resumable; trains {len(ENCODINGS) * len(seeds)} + {len(FINETUNE_ROWS) * len(seeds)} runs, then evaluates and writes this report):
@@ -492,10 +495,11 @@ python experiments/extrapolation/report.py         # this README and figures/ fr
 identical budget for every encoding (`experiments/extrapolation/config.py`): d_model 128, 4 layers, 4 heads
 (head_dim 32), MLP 512, train_len 256, batch 16, 400 AdamW steps (1.6 M training bytes), seeds {", ".join(map(str, seeds))}.
 RoPE base 10000, half layout. Fine-tuning: each seed's RoPE run, {args_ft_steps(timing)} at 4096 tokens a step
-(lr 1e-3, 15 warmup steps): {'; '.join(what for _, what, _ in FINETUNE_ROWS)}. Evaluation: the first 32,768 test bytes at every length
+(lr 1e-3, 15 warmup steps): {'; '.join(what for _, what, _ in FINETUNE_ROWS)}. Evaluation: the first {next(iter(results.values()))['num_bytes']:,} test bytes at every length
 (non-overlapping windows), per-position loss in 4096-token windows, and a sliding window of 256 with stride 128.
 Hardware: {timing.get('hardware', 'see results/timing.json')}. Wall time: training {total_train / 60:.1f} min,
-evaluation {total_eval / 60:.1f} min (results/timing.json). Numbers are bits per byte (lower is better),
+evaluation {total_eval / 60:.1f} min (results/timing.json, each run's sittings summed) on {timed_on}, which
+may have been shared: the times vary with its load. Numbers are bits per byte (lower is better),
 mean ± std over seeds.
 
 ## Encodings without scaling
@@ -530,7 +534,7 @@ decided by failed conditions is as firm as the firmest failure; an inconclusive 
 Small scale caveat: a 0.85 M-parameter byte model trained on 1.6 M bytes is far from the papers' 7B-parameter
 models and billions of tokens, and undertrained (the default model of the Quickstart, 3.3 M parameters, reaches
 {quick_1x} bits per byte at 1× with the same 400 steps); a verdict here says what happens at this scale, not that a
-paper is wrong. Wall times are those of the last run on this shared 2-core machine and vary with its load.
+paper is wrong.
 
 Pilots for the study's next budget (issue 15), on validation only: [`pilot_budget/`](pilot_budget/README.md) (the
 Quickstart's model trained 10× longer on this corpus, against the n-gram floor) and

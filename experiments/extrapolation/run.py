@@ -29,6 +29,7 @@ from absl import app, flags, logging
 
 from posenc import evaluate as ev
 from posenc import jobs, malloc
+from posenc.timing import machine_record
 from posenc.train import load_config_file, train_and_evaluate
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -68,9 +69,14 @@ def check_same_run(workdir: str, result: dict, tolerance: float = 1e-4) -> None:
 
 
 def _timed(log: dict, key: str, fn):
+    """`fn()`, its wall time added to `log[key]` and the machine it ran on (`posenc.timing.machine_record`) to
+    `log["machines"][key]`: a time summed over sittings lists each machine once."""
     t0 = time.time()
     out = fn()
     log[key] = log.get(key, 0.0) + time.time() - t0
+    machines = log.setdefault("machines", {}).setdefault(key, [])
+    if (record := machine_record()) not in machines:
+        machines.append(record)
     return out
 
 

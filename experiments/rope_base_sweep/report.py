@@ -4,6 +4,8 @@ import csv
 import json
 import pathlib
 
+from posenc.timing import machines_text
+
 HERE = pathlib.Path(__file__).resolve().parent
 LENGTHS = (256, 512, 1024, 2048, 4096)
 
@@ -54,7 +56,8 @@ bash experiments/rope_base_sweep/run.sh
 Each point trains the extrapolation study's model (`experiments/extrapolation/config.py`: d_model 128,
 4 layers, head_dim 32, train_len 256, 400 steps, seed 0) with RoPE base b, and scores the first 16,384 test
 bytes with non-overlapping windows at 1×–16× the training length, without any scaling. Wall time
-{timing.get('wall_seconds', float('nan')) / 60:.1f} min on the 2-core CPU (the last run; a shared machine, so it varies with the load).
+{timing.get('wall_seconds', float('nan')) / 60:.1f} min on {machines_text([timing.get('machine')])} (the last run; the machine may have been
+shared, so it varies with the load).
 Bits per byte (lower is better):
 
 {chr(10).join(lines)}

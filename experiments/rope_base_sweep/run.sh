@@ -10,5 +10,8 @@ start=$(date +%s)
   --axis=model.rope.base=100,1000,10000,100000,1000000 --lengths=256,512,1024,2048,4096 --num_bytes=16384 --split=test
 end=$(date +%s)
 cp "$root"/results.csv "$root"/results.md "$root"/sweep.png experiments/rope_base_sweep/
-echo "{\"wall_seconds\": $((end - start))}" > experiments/rope_base_sweep/timing.json
+# the wall time and the machine it was measured on (posenc.timing.machine_record), which the report names
+.venv/bin/python -c 'import json, sys; from posenc.timing import machine_record
+print(json.dumps({"wall_seconds": int(sys.argv[1]), "machine": machine_record()}))' "$((end - start))" \
+  > experiments/rope_base_sweep/timing.json
 .venv/bin/python experiments/rope_base_sweep/report.py

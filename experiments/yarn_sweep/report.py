@@ -42,8 +42,9 @@ def mean_sd(values) -> str:
 def render(results: list[dict]) -> str:
     seeds = [r["seed"] for r in results]
     n = len(results)
-    cpus = sorted({timing.cpu_description(r["timing"]["cpu"], r["timing"].get("cpu_id")) for r in results})
     timed = {r["seed"]: r["timing"]["sweeps_s"] for r in results if r["timing"].get("resumed") is False}
+    # the machines the quoted times ran on (all seeds' where none was timed): CPU model, family and cores
+    machines = timing.machines_text([r["timing"] for r in results if r["seed"] in timed or not timed])
     took = (f"sweeps took {min(timed.values()):.0f}–{max(timed.values()):.0f} s per seed" if len(timed) > 1 else
             f"seed {next(iter(timed))}'s sweeps took {next(iter(timed.values())):.0f} s" if timed else
             "no seed's sweeps were timed in one sitting")
@@ -106,7 +107,7 @@ Runs: RoPE runs of the extrapolation study's config (`experiments/extrapolation/
 {BASE_LEN}), seeds {", ".join(map(str, seeds))}, trained by run.py where their checkpoints were missing (training is not
 bitwise reproducible across CPU kinds, so these need not be the runs the study's own tables scored). Every setting is **chosen on the validation split** and **scored on the test split**,
 {results[0]["num_bytes"]:,} bytes of each (non-overlapping windows), YaRN applied at inference time (no
-retraining). {took[0].upper() + took[1:]}, on {" and ".join(cpus)}, one job on one core.
+retraining). {took[0].upper() + took[1:]}, on {machines}.
 
 ## Does the best attention factor follow 0.1·ln s + 1 for a byte-level model?
 

@@ -104,7 +104,7 @@ def run_seed(seed: int, runs: pathlib.Path, root: pathlib.Path) -> dict:
     result["test"]["ngram_floor"] = {str(n): floor[n]["bpb"] for n in lengths}
     result["test"]["ngram_context"] = floor[lengths[0]]["ngram_context"]
     result["timing"] = {"train_s": trained - start, "sweeps_s": time.time() - trained, "resumed": resumed,
-                        **timing.cpu_record()}
+                        **timing.machine_record()}
     return result
 
 

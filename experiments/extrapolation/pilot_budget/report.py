@@ -1,5 +1,6 @@
 r"""Writes this pilot's README.md from its committed outputs (run.sh): metrics.jsonl (the training curve),
-results.json (the validation split scored by document, with the n-gram floor), config.json and cpu.txt.
+results.json (the validation split scored by document, with the n-gram floor), config.json and machine.json (cpu.txt
+before it recorded the CPU family).
 
     python experiments/extrapolation/pilot_budget/report.py
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+
+from posenc.timing import machines_text
 
 HERE = pathlib.Path(__file__).resolve().parent
 MARGIN = 0.25  # issue 15: the models must beat the best n-gram by this many bits per byte at 1x
@@ -30,11 +33,20 @@ def band_means(per_position: list[float], bands=BANDS) -> list[float]:
     return [sum(per_position[lo:hi]) / (hi - lo) / math.log(2) for lo, hi in bands]
 
 
+def machine(here: pathlib.Path) -> dict:
+    """The machine the run was timed on: machine.json (`posenc.timing.machine_record`), else the older cpu.txt's
+    "MODEL NAME, N cores" (which has no CPU family)."""
+    if (here / "machine.json").exists():
+        return json.loads((here / "machine.json").read_text())
+    name, _, cores = (here / "cpu.txt").read_text().strip().rpartition(", ")
+    return {"cpu": name, "cores": int(cores.split()[0])}
+
+
 def write_report(here: pathlib.Path = HERE) -> str:
     config = json.loads((here / "config.json").read_text())
     metrics = [json.loads(line) for line in (here / "metrics.jsonl").read_text().splitlines() if line]
     result = json.loads((here / "results.json").read_text())
-    cpu = (here / "cpu.txt").read_text().strip()
+    cpu = machines_text([machine(here)])
     train_len, batch = config["train_len"], config["batch_size"]
     tokens_per_step = train_len * batch
     from posenc import data  # noqa: PLC0415

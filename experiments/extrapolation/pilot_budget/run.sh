@@ -13,5 +13,7 @@ run=${RUN:-runs/pilot_budget}
 .venv/bin/python scripts/eval_extrapolation.py --workdir="$run" --split=validation --documents \
   --lengths=256,1024 --scalings=none --out="$here"
 cp "$run/config.json" "$run/metrics.jsonl" "$here/"
-echo "$(lscpu | grep 'Model name' | cut -d: -f2 | xargs), $(nproc) cores" > "$here/cpu.txt"
+# the machine the training's time was measured on (posenc.timing.machine_record: CPU model, family, cores)
+.venv/bin/python -c 'import json; from posenc.timing import machine_record; print(json.dumps(machine_record()))' \
+  > "$here/machine.json"
 .venv/bin/python "$here/report.py" > /dev/null

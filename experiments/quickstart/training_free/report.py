@@ -10,6 +10,7 @@ import json
 import math
 import pathlib
 
+from posenc.timing import machines_text
 from posenc.verdicts import t95
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -73,7 +74,7 @@ The quickstart model (`configs/default.py`: RoPE, train_len {L0}, 400 steps, see
 trained by the README's main job) evaluated by `scripts/eval_extrapolation.py` under every pair of scaling
 ({", ".join(scalings)}) and training-free method ({", ".join(methods)}), each method with its
 defaults at each length (the `method_params` column of `results.csv`), on the first {result['num_bytes']:,}
-test bytes. Evaluation took {info['eval_seconds']} s on a {info['cores']}-core {info['cpu']} (jax {info['jax']}).
+test bytes. Evaluation took {info['eval_seconds']} s on {machines_text([info])} (jax {info['jax']}).
 
 {table}
 

@@ -13,11 +13,11 @@ start=$(date +%s)
   --method=sinks --method=none,logn=256
 end=$(date +%s)
 .venv/bin/python - "$out" "$((end - start))" <<'PY'
-import json, os, platform, subprocess, sys, jax, pathlib
+import json, platform, sys, jax, pathlib
+from posenc.timing import machine_record
 out, eval_s = sys.argv[1], int(sys.argv[2])
-cpu = subprocess.run(["sh", "-c", "lscpu | grep 'Model name' | cut -d: -f2"], capture_output=True, text=True).stdout.strip()
-info = {"eval_seconds": eval_s, "cpu": cpu, "cores": os.cpu_count(), "jax": jax.__version__,
-        "python": platform.python_version()}
+# the machine the evaluation's wall time was measured on: CPU model, family and the cores it may run on
+info = {"eval_seconds": eval_s, **machine_record(), "jax": jax.__version__, "python": platform.python_version()}
 pathlib.Path(out, "run_info.json").write_text(json.dumps(info, indent=1) + "\n")
 PY
 .venv/bin/python experiments/quickstart/training_free/report.py
