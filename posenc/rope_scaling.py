@@ -14,6 +14,9 @@ The unscaled frequencies are θ_i = b^(-2i/d), i = 0 … d/2 − 1 (Su et al. 20
 |               | (s is a slope here: even s = 1 rescales past L, as in HF)             |                                |
 | `yarn`        | NTK-by-parts ramp between the dims of β_fast and β_slow;             | Peng et al., arXiv 2309.00071  |
 |               | attention factor 0.1·ln s + 1                                        |                                |
+|               | (the ramp is linear in the pair index i, as in the reference code    |                                |
+|               | and HF; the paper's γ is linear in r = L/λ_i, which interpolates the |                                |
+|               | middle pairs more: θ/θ' = 2.10 vs 1.30 at i = 12 for d = 64, s = 4)  |                                |
 | `longrope`    | θ_i / λ_i with λ = short_factor (T ≤ L) or long_factor (T > L);      | Ding et al., arXiv 2402.13753  |
 |               | attention factor sqrt(1 + ln s / ln L); with T > L, positions < n̂    |                                |
 |               | keep θ_i and no attention factor (`unscaled_positions`)              |                                |
@@ -81,14 +84,26 @@ _HF_REQUIRED = {
 }
 
 
-def _as_tuple(value: Any) -> Any:
-    """Lists / arrays of factors -> (nested) tuples of floats, so the dataclass stays hashable."""
+def _as_tuple(value: Any, name: str) -> Any:
+    """Lists / arrays of factors -> (nested) tuples of floats, so the dataclass stays hashable. `name` is the
+    field's, for the error on anything but a `[r]` vector or a `[num_layers, r]` matrix of numbers."""
     if value is None:
         return None
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim == 0:
-        raise ValueError(f"expected a vector of factors, got the scalar {value!r}")
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or arr.ndim not in (1, 2):
+        got = f"the scalar {value!r}" if arr is not None and arr.ndim == 0 else (
+            f"shape {arr.shape}" if arr is not None else f"{type(value).__name__} {value!r:.80}")
+        raise ValueError(f"RopeScaling.{name} must be a vector [rotary_dim // 2] or a matrix [num_layers, "
+                         f"rotary_dim // 2] of numbers, got {got}")
     return tuple(map(float, arr)) if arr.ndim == 1 else tuple(tuple(map(float, row)) for row in arr)
+
+
+def _is_number(value: Any) -> bool:
+    """A real number (Python or NumPy), not a bool."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +122,8 @@ class RopeScaling:
       truncate: YaRN: floor/ceil the correction range to whole dimensions (as the reference code does).
       attention_factor: overrides the kind's default attention factor (YaRN's sqrt(1/t), LongRoPE's).
       mscale, mscale_all_dim: DeepSeek-style YaRN attention factor
-        (0.1·mscale·ln s + 1) / (0.1·mscale_all_dim·ln s + 1), as in Hugging Face.
+        (0.1·mscale·ln s + 1) / (0.1·mscale_all_dim·ln s + 1), as in Hugging Face: only when both are set and
+        non-zero; one alone is not read (the factor is then 0.1·ln s + 1). Finite and >= 0.
       short_factor, long_factor: LongRoPE rescale factors λ_i, `[d/2]` or per layer `[num_layers, d/2]`.
       low_freq_factor, high_freq_factor: Llama 3.1 band edges (defaults 1 and 4).
       unscaled_positions: LongRoPE's n̂: positions below it keep the unscaled θ_i (the initial tokens
@@ -140,11 +156,17 @@ class RopeScaling:
 
     def __post_init__(self):
         for name in ("short_factor", "long_factor"):
-            object.__setattr__(self, name, _as_tuple(getattr(self, name)))
+            object.__setattr__(self, name, _as_tuple(getattr(self, name), name))
         if self.kind not in KINDS:
             raise ValueError(f"RopeScaling.kind must be one of {KINDS}, got {self.kind!r}")
-        if not (isinstance(self.factor, (int, float)) and math.isfinite(self.factor) and self.factor >= 1):
+        if not (_is_number(self.factor) and math.isfinite(self.factor) and self.factor >= 1):
             raise ValueError(f"RopeScaling.factor must be a finite number >= 1, got {self.factor!r}")
+        for name in ("dynamic", "truncate"):  # a bool: any non-empty string, 'no' included, is truthy
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"RopeScaling.{name} must be True or False, got {getattr(self, name)!r}")
+        for name in ("beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor"):
+            if not (_is_number(getattr(self, name)) and math.isfinite(getattr(self, name))):
+                raise ValueError(f"RopeScaling.{name} must be a finite number, got {getattr(self, name)!r}")
         if self.dynamic and self.kind not in DYNAMIC_KINDS:
             raise ValueError(
                 f"RopeScaling.dynamic=True is valid only for kind in {DYNAMIC_KINDS}, got kind={self.kind!r} "
@@ -165,8 +187,15 @@ class RopeScaling:
                 f"RopeScaling.beta_fast and beta_slow must satisfy 0 < beta_slow < beta_fast, "
                 f"got beta_fast={self.beta_fast!r}, beta_slow={self.beta_slow!r}"
             )
-        if self.attention_factor is not None and not self.attention_factor > 0:
-            raise ValueError(f"RopeScaling.attention_factor must be > 0 when given, got {self.attention_factor!r}")
+        if self.attention_factor is not None and not (_is_number(self.attention_factor)
+                                                      and math.isfinite(self.attention_factor)
+                                                      and self.attention_factor > 0):
+            raise ValueError(f"RopeScaling.attention_factor must be a finite number > 0 when given, got "
+                             f"{self.attention_factor!r}")
+        for name in ("mscale", "mscale_all_dim"):  # 0.1·m·ln s + 1 stays >= 1: no zero or negative attention factor
+            value = getattr(self, name)
+            if value is not None and not (_is_number(value) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"RopeScaling.{name} must be a finite number >= 0 when given, got {value!r}")
         if not (0 < self.low_freq_factor < self.high_freq_factor):
             raise ValueError(
                 "RopeScaling.low_freq_factor and high_freq_factor must satisfy 0 < low < high, "
@@ -183,8 +212,8 @@ class RopeScaling:
                 value = getattr(self, name)
                 if value is None:
                     raise ValueError(f"RopeScaling.{name} is required for kind='longrope'")
-                if not np.all(np.asarray(value) > 0):
-                    raise ValueError(f"RopeScaling.{name} must be all > 0, got {value!r}")
+                if not np.all((np.asarray(value) > 0) & np.isfinite(value)):
+                    raise ValueError(f"RopeScaling.{name} must be all finite and > 0, got {value!r}")
             if np.shape(self.short_factor) != np.shape(self.long_factor):
                 raise ValueError(
                     "RopeScaling.short_factor and long_factor must have the same shape, got "
@@ -270,6 +299,9 @@ class RopeScaling:
             raise ValueError(f"RopeScaling.from_hf: rope_type {hf_type!r} requires {missing} (as transformers does); "
                              f"got keys {sorted(d)}")
         original = d.get("original_max_position_embeddings", max_position_embeddings)
+        if original is not None and kind != "none" and not (_is_number(original) and float(original).is_integer()):
+            raise ValueError(f"RopeScaling.from_hf: original_max_position_embeddings (or max_position_embeddings) "
+                             f"must be a whole number of positions, got {original!r}")  # int() would truncate it
         kwargs: dict[str, Any] = {"kind": kind}
         if kind != "none":
             factor = d.get("factor")
@@ -280,15 +312,17 @@ class RopeScaling:
                         "max_position_embeddings / original_max_position_embeddings to take it from (yarn and "
                         "longrope only; pass max_position_embeddings=)")
                 factor = max_position_embeddings / original  # DeepSeek-V3, Phi-3: the ratio of the lengths
-            kwargs["factor"] = float(factor)
+            kwargs["factor"] = _hf_float("factor", factor)
         if original is not None and kind != "none":
             kwargs["original_max_len"] = int(original)
         for key in ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim",
                     "low_freq_factor", "high_freq_factor"):
             if d.get(key) is not None:
-                kwargs[key] = float(d[key])
+                kwargs[key] = _hf_float(key, d[key])
         for key in ("truncate",):
             if d.get(key) is not None:
+                if not isinstance(d[key], (bool, np.bool_)):  # a JSON bool: bool("false") is True
+                    raise ValueError(f"RopeScaling.from_hf: {key} must be true or false, got {d[key]!r}")
                 kwargs[key] = bool(d[key])
         for key in ("short_factor", "long_factor"):
             if d.get(key) is not None:
@@ -345,6 +379,13 @@ class RopeScaling:
         return out
 
 
+def _hf_float(key: str, value: Any) -> float:
+    """A number of a Hugging Face rope dict as a float; anything else (a string, a list) is an error naming `key`."""
+    if not _is_number(value):
+        raise ValueError(f"RopeScaling.from_hf: {key} must be a number, got {value!r}")
+    return float(value)
+
+
 def default_inv_freq(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
     """θ_i = base^(-2i/d), i = 0 … d/2 − 1, float64 `[d/2]` (RoFormer eq. 15)."""
     return 1.0 / (float(base) ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim))
@@ -356,7 +397,9 @@ def yarn_correction_range(rotary_dim: int, base: float, original_max_len: int, b
 
     The pair index whose wavelength fits `r` rotations in the original context:
     dim(r) = d · ln(L / (2π r)) / (2 ln b). low = dim(β_fast), high = dim(β_slow), floored / ceiled
-    when `truncate`, clipped to [0, d − 1] (YaRN reference code, `find_correction_range`).
+    when `truncate`, clipped to [0, d − 1] (YaRN reference code, `find_correction_range`). As there, when
+    low > d − 1 (every pair completes more than β_fast turns in L: L ≳ 2π·β_fast·b²) the clipped range is
+    inverted and the ramp interpolates every pair, where the paper's rule would keep them all.
     """
 
     def dim(rotations: float) -> float:

@@ -59,6 +59,89 @@ def oracle_llama3(s, low_ff=1.0, high_ff=4.0, d=D, base=BASE, orig=8192):
     return np.array(out)
 
 
+def transformers_formulas(rope_type, d, base, params, seq_len, max_position_embeddings):
+    """Hugging Face transformers' `modeling_rope_utils._compute_<type>_parameters`, transcribed to float64 NumPy
+    (the rotary dimension d is int(head_dim · partial_rotary_factor) there): (inv_freq, attention_factor)."""
+    exponent = np.arange(0, d, 2, dtype=np.float64) / d
+    inv = 1.0 / base ** exponent
+    f = params.get("factor")
+    if rope_type == "linear":
+        return inv / f, 1.0
+    if rope_type == "dynamic":
+        big_l = max_position_embeddings
+        t = max(seq_len, big_l) if seq_len is not None else big_l
+        return 1.0 / (base * ((f * t / big_l) - (f - 1)) ** (d / (d - 2))) ** exponent, 1.0
+    big_l = params["original_max_position_embeddings"]
+    if rope_type == "yarn":
+        def get_mscale(scale, mscale=1):
+            return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+        mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
+        af = params.get("attention_factor")
+        if af is None:
+            af = get_mscale(f, mscale) / get_mscale(f, mscale_all_dim) if mscale and mscale_all_dim else get_mscale(f)
+
+        def correction_dim(rotations):
+            return (d * math.log(big_l / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+        low, high = correction_dim(params.get("beta_fast") or 32), correction_dim(params.get("beta_slow") or 1)
+        if params.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, d - 1)
+        if low == high:
+            high += 0.001
+        extrapolation = 1 - np.clip((np.arange(d // 2) - low) / (high - low), 0, 1)
+        pos_freqs = base ** exponent
+        return 1.0 / (f * pos_freqs) * (1 - extrapolation) + 1.0 / pos_freqs * extrapolation, af
+    if rope_type == "longrope":
+        af = params.get("attention_factor")
+        if af is None:
+            af = 1.0 if f <= 1.0 else math.sqrt(1 + math.log(f) / math.log(big_l))
+        ext = np.asarray(params["long_factor"] if seq_len and seq_len > big_l else params["short_factor"])
+        return 1.0 / (ext * base ** exponent), af
+    assert rope_type == "llama3"
+    low_ff, high_ff = params["low_freq_factor"], params["high_freq_factor"]
+    wavelen = 2 * math.pi / inv
+    inv_llama = np.where(wavelen > big_l / low_ff, inv / f, inv)
+    smooth = (big_l / wavelen - low_ff) / (high_ff - low_ff)
+    smoothed = (1 - smooth) * inv_llama / f + smooth * inv_llama
+    medium = ~(wavelen < big_l / high_ff) & ~(wavelen > big_l / low_ff)
+    return np.where(medium, smoothed, inv_llama), 1.0
+
+
+def test_every_kind_equals_transformers_formulas_in_float64():
+    """Every Hugging Face rope type against its transcribed formulas over a grid of rotary dims (partial rotary is
+    just a smaller d), bases, factors (exactly 1 included), original lengths, sequence lengths below, at and past
+    the original, YaRN's betas, truncate and mscale pairs, Llama 3.1 band factors: to float64 rounding."""
+    rng = np.random.default_rng(1)
+    checked = 0
+    for d in (8, 24, 128):
+        for base in (100.0, 1e4, 5e5):
+            for f in (1.0, 2.5, 40.0):
+                for big_l in (128, 4096):
+                    cases = [("linear", {"factor": f}, None)]
+                    cases += [("dynamic", {"factor": f}, t) for t in (1, big_l, big_l + 1, 5 * big_l)]
+                    yarn = {"factor": f, "original_max_position_embeddings": big_l}
+                    cases += [("yarn", {**yarn, "beta_fast": bf, "beta_slow": bs, "truncate": tr}, None)
+                              for bf, bs in ((32.0, 1.0), (16.0, 2.0)) for tr in (True, False)]
+                    cases += [("yarn", {**yarn, "mscale": m, "mscale_all_dim": ma}, None)
+                              for m, ma in ((1.0, 1.0), (0.707, 0.707), (1.0, 0.5), (0.5, 0.0))]
+                    cases += [("yarn", {**yarn, "attention_factor": 1.3}, None)]
+                    longrope = {"factor": f, "original_max_position_embeddings": big_l,
+                                "short_factor": list(rng.uniform(0.5, 2, d // 2)),
+                                "long_factor": list(rng.uniform(1, 40, d // 2))}
+                    cases += [("longrope", longrope, t) for t in (1, big_l, big_l + 1)]
+                    cases += [("llama3", {"factor": f, "original_max_position_embeddings": big_l, "low_freq_factor": lo,
+                                          "high_freq_factor": hi}, None) for lo, hi in ((1.0, 4.0), (0.5, 2.0), (2.0, 32.0))]
+                    for rope_type, params, seq_len in cases:
+                        sc = RopeScaling.from_hf({"rope_type": rope_type, **params}, max_position_embeddings=big_l)
+                        inv, af = rope_frequencies(d, base=base, scaling=sc, seq_len=seq_len)
+                        ref_inv, ref_af = transformers_formulas(rope_type, d, base, params, seq_len, big_l)
+                        np.testing.assert_allclose(inv, ref_inv, rtol=1e-14, atol=0, err_msg=f"{rope_type} {params}")
+                        assert af == pytest.approx(ref_af, rel=1e-15), (rope_type, params)
+                        checked += 1
+    assert checked == 3 * 3 * 3 * 2 * 20
+
+
 def test_none_is_roformer():
     inv, af = rope_frequencies(D, base=BASE)
     np.testing.assert_allclose(inv, theta(), rtol=1e-15)
@@ -104,6 +187,29 @@ def test_yarn_published_values():
     np.testing.assert_allclose(inv[21:], t[21:] / 4, rtol=1e-15)  # 21.. interpolated
     ratio = t[8:22] / inv[8:22]
     assert np.all(np.diff(ratio) > 0)  # strictly ramping between
+
+
+@pytest.mark.parametrize("truncate", [True, False])
+@pytest.mark.parametrize("d,base,orig,betas", [(64, 1e4, 2048, (32, 1)), (128, 5e5, 8192, (32, 1)),
+                                               (32, 100.0, 256, (16, 2)), (16, 1e4, 4096, (64, 0.5)),
+                                               (64, 1e4, 128, (32, 1))])
+def test_yarn_keeps_short_wavelengths_and_interpolates_long_ones(d, base, orig, betas, truncate):
+    """Seeds/004, YaRN's piecewise rule in wavelengths λ_i = 2π/θ_i: θ_i is kept where λ_i < α·L, divided by s
+    where λ_i > β·L, and in between lies between θ_i/s and θ_i, the share interpolated growing with i
+    (α = 1/beta_fast, β = 1/beta_slow: a pair kept completes more than beta_fast turns in L, one interpolated
+    fewer than beta_slow). YaRN's temperature: attention factor 0.1·ln s + 1."""
+    s = 6.0
+    sc = RopeScaling("yarn", s, original_max_len=orig, beta_fast=betas[0], beta_slow=betas[1], truncate=truncate)
+    inv, af = rope_frequencies(d, base=base, scaling=sc)
+    t = theta(d, base)
+    wavelength = 2 * np.pi / t
+    short, long = wavelength < orig / betas[0], wavelength > orig / betas[1]
+    assert long.any() and (~short & ~long).any()
+    np.testing.assert_allclose(inv[short], t[short], rtol=1e-15)
+    np.testing.assert_allclose(inv[long], t[long] / s, rtol=1e-15)
+    ratio = t / inv  # 1 (kept) … s (interpolated)
+    assert np.all((ratio >= 1 - 1e-15) & (ratio <= s * (1 + 1e-15))) and np.all(np.diff(ratio) >= -1e-12)
+    assert af == pytest.approx(0.1 * math.log(s) + 1, rel=1e-15)
 
 
 @pytest.mark.parametrize("s,truncate,betas", [(4.0, True, (32, 1)), (8.0, False, (32, 1)), (2.5, True, (16, 2))])
@@ -418,6 +524,30 @@ def test_frequencies_work_under_jit():
         (lambda: RopeScaling.from_hf({"rope_type": "linear", "factr": 2.0}), "unknown keys"),
         (lambda: RopeScaling.from_hf({"rope_type": "longrope", "factor": 2.0, "short_factor": [1.0]}),
          r"requires \['long_factor'\]"),
+        # values that were accepted and read wrongly, or failed without naming the field
+        (lambda: RopeScaling("linear", True), "factor must be a finite number >= 1"),
+        (lambda: RopeScaling("yarn", 2.0, original_max_len=8, beta_fast=float("inf")), "beta_fast must be a finite"),
+        (lambda: RopeScaling("yarn", 2.0, original_max_len=8, attention_factor=float("inf")),
+         "attention_factor must be a finite number > 0"),
+        (lambda: RopeScaling("yarn", 2.0, original_max_len=8, mscale=float("nan"), mscale_all_dim=1.0),
+         "mscale must be a finite number >= 0"),
+        (lambda: RopeScaling("yarn", 2.0, original_max_len=8, mscale=1.0, mscale_all_dim=-10.0),
+         "mscale_all_dim must be a finite number >= 0"),
+        (lambda: RopeScaling("llama3", 2.0, original_max_len=8, high_freq_factor=float("inf")),
+         "high_freq_factor must be a finite number"),
+        (lambda: RopeScaling("linear", original_max_len=8, dynamic="no"), "dynamic must be True or False"),
+        (lambda: RopeScaling("yarn", 2.0, original_max_len=8, truncate="no"), "truncate must be True or False"),
+        (lambda: RopeScaling("longrope", 2.0, original_max_len=8, short_factor=[1.0], long_factor=[float("inf")]),
+         "long_factor must be all finite and > 0"),
+        (lambda: RopeScaling("longrope", 2.0, original_max_len=8, short_factor=[[[1.0]]], long_factor=[[[1.0]]]),
+         r"short_factor must be a vector \[rotary_dim // 2\] or a matrix .* got shape \(1, 1, 1\)"),
+        (lambda: RopeScaling("longrope", 2.0, original_max_len=8, short_factor=[[1.0], [1.0, 2.0]],
+                             long_factor=[[1.0], [2.0, 3.0]]), "short_factor must be a vector"),
+        (lambda: RopeScaling.from_hf({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 2048.5}),
+         "original_max_position_embeddings .* must be a whole number of positions, got 2048.5"),
+        (lambda: RopeScaling.from_hf({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 2048,
+                                      "truncate": "false"}), "truncate must be true or false, got 'false'"),
+        (lambda: RopeScaling.from_hf({"rope_type": "linear", "factor": "4"}), "factor must be a number, got '4'"),
     ],
 )
 def test_bad_values_raise_naming_the_field(make, match):
