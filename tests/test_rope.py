@@ -280,3 +280,156 @@ def test_rope_cos_sin_names_a_mismatched_argument():
         rope_cos_sin(np.arange(8), inv, inv_freq_lo=np.ones(3, np.float32))
     with pytest.raises(ValueError, match=r"rope_cos_sin .*original_inv_freq \(2,\) must match inv_freq \(4,\)"):
         rope_cos_sin(np.arange(8), inv, original_inv_freq=np.ones(2, np.float32), unscaled_positions=4)
+
+
+def complex_pairs(x, r, layout):
+    """The seeds' x_(i) = x_a + i·x_b of pair i: (2i, 2i + 1) interleaved, (i, i + r) half."""
+    if layout == "interleaved":
+        return x[..., 0:2 * r:2] + 1j * x[..., 1:2 * r:2]
+    return x[..., :r] + 1j * x[..., r:2 * r]
+
+
+@pytest.mark.parametrize("layout", posenc.LAYOUTS)
+@pytest.mark.parametrize("head_dim,rotary_dim", [(2, 2), (32, 32), (20, 12)])
+def test_score_is_the_seeds_sum_over_subspaces(layout, head_dim, rotary_dim):
+    """Seeds, property 1 written out: ⟨f(q, m), f(k, n)⟩ = Σ_i Re(q_(i) k̄_(i) e^{i(m−n)θ_i})
+    = Σ_i |q_(i)||k_(i)| cos((m−n)θ_i + φ_i), φ_i = ∠q_(i) − ∠k_(i) (in 2D: |q||k| cos(∠(q, k) + (m−n)θ)),
+    plus Σ_j q_j k_j over the pass-through features of a partial rotary."""
+    r = rotary_dim // 2
+    theta = posenc.rope_frequencies(rotary_dim)[0]
+    q, k = RNG.normal(size=(1, 1, head_dim)), RNG.normal(size=(1, 1, head_dim))
+    qc, kc = complex_pairs(q[0, 0], r, layout), complex_pairs(k[0, 0], r, layout)
+    tail = float(q[0, 0, rotary_dim:] @ k[0, 0, rotary_dim:])
+    for m, n in [(0, 0), (7, 3), (3, 7), (1000, 1), (12345, 54321)]:
+        score = float(np.sum(rope64(q, [m], theta, layout) * rope64(k, [n], theta, layout)))
+        via_complex = np.sum(np.real(qc * np.conj(kc) * np.exp(1j * (m - n) * theta))) + tail
+        phi = np.angle(qc) - np.angle(kc)
+        via_cosines = np.sum(np.abs(qc) * np.abs(kc) * np.cos((m - n) * theta + phi)) + tail
+        np.testing.assert_allclose(score, via_complex, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(score, via_cosines, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("head_dim,rotary_dim", [(16, 16), (12, 8)])
+def test_elementwise_forms_of_the_seeds(head_dim, rotary_dim):
+    """The seeds' O(d) implementations, float64. Interleaved (seeds/004): f(x, m) = x ⊙ cos(mθ) + x' ⊙ sin(mθ),
+    x' = (−x_1, x_0, −x_3, x_2, …), each angle repeated for its pair. Half (seeds/000 §5.1, HF):
+    q·cos + rotate_half(q)·sin with freqs concatenated twice and rotate_half(x_1, x_2) = (−x_2, x_1)."""
+    r = rotary_dim // 2
+    theta = posenc.rope_frequencies(rotary_dim)[0]
+    x = RNG.normal(size=(6, 2, head_dim))
+    positions = np.array([0, 1, 5, 100, 4097, 77777])
+    angles = positions[:, None, None] * theta  # [T, 1, r]
+    rot = x[..., :rotary_dim]
+
+    x_prime = np.stack([-rot[..., 1::2], rot[..., 0::2]], axis=-1).reshape(rot.shape)
+    want = rot * np.repeat(np.cos(angles), 2, axis=-1) + x_prime * np.repeat(np.sin(angles), 2, axis=-1)
+    got = rope64(x, positions, theta, "interleaved")
+    np.testing.assert_allclose(got[..., :rotary_dim], want, atol=1e-12)
+    np.testing.assert_array_equal(got[..., rotary_dim:], x[..., rotary_dim:])
+
+    rotate_half = np.concatenate([-rot[..., r:], rot[..., :r]], axis=-1)
+    emb = np.concatenate([angles, angles], axis=-1)
+    want = rot * np.cos(emb) + rotate_half * np.sin(emb)
+    got = rope64(x, positions, theta, "half")
+    np.testing.assert_allclose(got[..., :rotary_dim], want, atol=1e-12)
+    np.testing.assert_array_equal(got[..., rotary_dim:], x[..., rotary_dim:])
+
+
+def test_decay_bound_is_roformers_curve_and_bounds_the_scores():
+    """RoFormer §3.4.3 (seeds, property 2): with h_i = q_(i) k̄_(i) and h_{d/2} = 0, Abel summation gives
+    |⟨f(q, m), f(k, n)⟩| ≤ max_i |h_{i+1} − h_i| · Σ_{j=1}^{d/2} |S_j|, S_j = Σ_{k<j} e^{i(m−n)θ_k}, and
+    `relative_decay_bound` is the mean of the |S_j| (a float64 loop oracle here)."""
+    d = 32
+    theta = posenc.rope_frequencies(d)[0]
+    distances = np.array([0, 1, 2, 10, 100, 1000, 5000])
+    oracle = [np.mean([abs(sum(np.exp(1j * dist * theta[k]) for k in range(j))) for j in range(1, d // 2 + 1)])
+              for dist in distances]
+    bound = posenc.rope.relative_decay_bound(distances, d)
+    np.testing.assert_allclose(bound, oracle, rtol=1e-12)
+    for _ in range(20):
+        q, k = RNG.normal(size=(1, 1, d)), RNG.normal(size=(1, 1, d))
+        h = complex_pairs(q[0, 0], d // 2, "half") * np.conj(complex_pairs(k[0, 0], d // 2, "half"))
+        step = np.abs(np.diff(np.append(h, 0.0))).max()
+        scores = [float(np.sum(rope64(q, [dist], theta) * rope64(k, [0], theta))) for dist in distances]
+        assert np.all(np.abs(scores) <= step * (d // 2) * bound * (1 + 1e-12)), (scores, step * (d // 2) * bound)
+
+
+def test_scores_of_matching_content_decay_on_average():
+    """Seeds, property 2 as stated: not monotone, but on average (over random q, with k = q) the score
+    ⟨f(q, m), f(q, n)⟩ = Σ_i |q_(i)|² cos((m−n)θ_i) falls with the distance: window means at
+    r ∈ [0, 10), [10, 100), [100, 1000), [1000, 4000) decrease, the last below a sixth of the r = 0 score."""
+    d, samples = 64, 256
+    theta = posenc.rope_frequencies(d)[0]
+    q = RNG.normal(size=(1, samples, d))
+    at_zero = rope64(q, [0], theta)
+    distances = np.unique(np.geomspace(1, 3999, 120).astype(int))
+    rotated = rope64(np.broadcast_to(q, (len(distances), samples, d)), distances, theta)
+    mean_score = np.sum(rotated * at_zero, axis=-1).mean(axis=-1)  # [distances]
+    at_0 = np.sum(at_zero * at_zero, axis=-1).mean()
+    windows = [mean_score[(distances >= lo) & (distances < hi)].mean() for lo, hi in
+               [(0, 10), (10, 100), (100, 1000), (1000, 4000)]]
+    assert at_0 > windows[0] > windows[1] > windows[2] > windows[3], (at_0, windows)
+    assert windows[3] < at_0 / 6
+    assert np.any(np.diff(mean_score) > 0)  # and not monotone
+
+
+@pytest.mark.parametrize("head_dim,rotary_dim", [(16, 16), (20, 12)])
+def test_half_and_interleaved_give_the_same_scores_up_to_a_permutation(head_dim, rotary_dim):
+    """The two pairings are one rotation in permuted features, so q·k agree when q and k are permuted alike,
+    with partial rotary (only the rotary block is permuted) and scaled frequencies (YaRN with its attention
+    factor); without the permutation the scores differ."""
+    r = rotary_dim // 2
+    theta, af = posenc.rope_frequencies(rotary_dim, scaling=posenc.RopeScaling("yarn", 4.0, original_max_len=64))
+    perm = np.concatenate([np.stack([np.arange(r), np.arange(r) + r], axis=-1).reshape(-1),
+                           np.arange(rotary_dim, head_dim)])  # half -> interleaved
+    q, k = RNG.normal(size=(9, 2, head_dim)), RNG.normal(size=(9, 2, head_dim))
+    positions = np.arange(9) * 37
+
+    def scores(q, k, layout):
+        qr = rope64(q, positions, theta, layout, attention_factor=af)
+        kr = rope64(k, positions, theta, layout, attention_factor=af)
+        return np.einsum("tnh,snh->nts", qr, kr)
+
+    np.testing.assert_allclose(scores(q, k, "half"), scores(q[..., perm], k[..., perm], "interleaved"), atol=1e-10)
+    assert not np.allclose(scores(q, k, "half"), scores(q, k, "interleaved"))
+
+
+def test_yarn_temperature_scales_the_rotary_part_of_the_scores_by_its_square():
+    """YaRN's temperature (seeds/004: scores scaled by 1/t): the attention factor sqrt(1/t) = 0.1·ln s + 1
+    multiplies cos and sin of q and of k, so the logits of the rotated features scale by (0.1·ln s + 1)²;
+    with partial rotary the pass-through features are not scaled (as Hugging Face's `apply_rotary_pos_emb`
+    leaves `q_pass`), so the whole score does not scale uniformly."""
+    s = 8.0
+    theta, af = posenc.rope_frequencies(16, scaling=posenc.RopeScaling("yarn", s, original_max_len=64))
+    assert af == pytest.approx(0.1 * np.log(s) + 1, rel=1e-15)
+    q, k = RNG.normal(size=(5, 2, 24)), RNG.normal(size=(5, 2, 24))
+    positions = np.array([0, 3, 64, 100, 511])
+
+    def parts(attention_factor):
+        qr = rope64(q, positions, theta, attention_factor=attention_factor)
+        kr = rope64(k, positions, theta, attention_factor=attention_factor)
+        return (np.einsum("tnh,snh->nts", qr[..., :16], kr[..., :16]),
+                np.einsum("tnh,snh->nts", qr[..., 16:], kr[..., 16:]))
+
+    (rot_t, tail_t), (rot_1, tail_1) = parts(af), parts(1.0)
+    np.testing.assert_allclose(rot_t, af ** 2 * rot_1, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(tail_t, tail_1)
+
+
+def test_absolute_encoding_scores_depend_on_absolute_position_rope_does_not():
+    """Seeds/000 §2.3 and §4.2: with an added APE, (x_i + p_i)·(x_j + p_j) mixes content and position, so at a
+    fixed offset i − j it changes with i (only the p_i·p_j term is relative for the sinusoidal table); RoPE's
+    q·k at that offset does not."""
+    d, offset = 16, 5
+    with jax.enable_x64(True):
+        pe = np.asarray(posenc.sinusoidal_table(400, d, dtype=jnp.float64))
+    q, k = RNG.normal(size=d), RNG.normal(size=d)
+    starts = np.array([0, 10, 100, 300])
+    ape = [(q + pe[i + offset]) @ (k + pe[i]) for i in starts]
+    pos_only = [pe[i + offset] @ pe[i] for i in starts]
+    np.testing.assert_allclose(pos_only, pos_only[0], rtol=1e-12)  # the position-position term is relative
+    assert np.ptp(ape) > 0.1  # the content-position cross terms are not
+    theta = posenc.rope_frequencies(d)[0]
+    rope = [float(np.sum(rope64(q[None, None], [i + offset], theta) * rope64(k[None, None], [i], theta)))
+            for i in starts]
+    np.testing.assert_allclose(rope, rope[0], rtol=1e-11)
