@@ -14,7 +14,8 @@ On an Intel Xeon of CPU family 6, model 207 (Emerald Rapids: AVX-512 + AMX), in
 experiments/benchmarks/cpu/intel-xeon-processor-family-6-model-207/xla_options/ (`scripts/benchmark_xla_options.py`,
 rounds alternating in one process; experiments/benchmarks/README.md renders them): with XLA:CPU's default library
 for dots, YNNPACK, the reference model trained in float32 at 0.84–0.90 of PyTorch eager's speed (the `default`
-rows' `over_torch` in train_float32_{1,2,3}.json); with oneDNN dots 1.10–1.12× as fast as that on 2 cores (fused
+rows' `over_torch` in train_float32_{1,2,3}.json; a PyTorch peer that predates `torch_peer`, with torch's
+AdamW defaults and exact GELU); with oneDNN dots 1.10–1.12× as fast as that on 2 cores (fused
 and individual dots alike: the other rows' `over_first` there) and, with fused dots, 1.04× on one core with one
 XLA thread (train_float32_one_core.json; individual dots unmeasured there). The evaluation forward at 4096 rose
 from 0.72–0.76 of PyTorch SDPA (eval_xla_{1,2}.json) to 0.83–0.88 with the fused type (eval_onednn_{1,2}.json),

@@ -166,13 +166,21 @@ def benchmarks() -> str:
     commit = cur.get("commit", "an unrecorded commit")
     return (f"Measured with the ablations (`experiments/benchmarks/run.sh`, {cores or 'cores not recorded'} of "
             f"{report.machine_of(cur, name)}, {commit}): training the reference model at "
-            f"{cur['jax_over_torch']:.2f}× PyTorch eager with MFU {100 * cur['mfu']:.0f}% (PaLM's 6N + 12·L·d·T count, "
+            f"{cur['jax_over_torch']:.2f}× PyTorch eager{old_peer(cur)} with MFU {100 * cur['mfu']:.0f}% (PaLM's 6N + 12·L·d·T count, "
             f"the target's convention; {100 * report.mfu_causal(cur, report.REFERENCE):.0f}% counting only causal "
             f"attention's pairs); the evaluation forward at {evals} of PyTorch SDPA (another run, on "
             f"{report.machine_of(ev)}); decoding with the KV cache {dec[256]['speedup']:.0f}× faster than "
             f"recomputation at a context of 256 and {dec[2048]['speedup']:.0f}× at 2048; `apply_rope` at "
             f"{rope['rope_half_vs_elementwise']:.2f} (half layout) and {rope['rope_interleaved_vs_elementwise']:.2f} "
             "(interleaved) of a jitted elementwise pass over the same bytes." + malloc_sentence() + cpu_kinds() + gpu_sentence())
+
+
+def old_peer(result: dict) -> str:
+    """A note after a JAX / PyTorch ratio whose PyTorch peer predates `torch_peer` (scripts/benchmark_train.py):
+    that peer trained with torch's AdamW defaults and the exact GELU, not posenc's step (experiments/benchmarks)."""
+    if "torch_tokens_per_s" not in result or "torch_peer" in result:
+        return ""
+    return " (against a PyTorch peer that predates `torch_peer`: torch's AdamW defaults and exact GELU)"
 
 
 def malloc_sentence() -> str:
@@ -224,8 +232,8 @@ def cpu_kinds() -> str:
         evals = ", ".join(f"{r['ratio']:.2f}× at {r['length']}" for r in ev["rows"])
         cpu = cpu_description(f32["cpu"], report.folder_identity(folder, [f32, b16, ev]))
         out.append(f" On {cpu}, in `{rel}` (commit {f32['commit']}): float32 training at "
-                   f"{f32['jax_over_torch']:.2f}× PyTorch eager, bf16 at {b16['jax_over_torch']:.2f}× PyTorch under "
-                   f"bf16 autocast and {ab['bfloat16'] / ab['float32']:.2f}× posenc's own float32; the evaluation "
+                   f"{f32['jax_over_torch']:.2f}× PyTorch eager{old_peer(f32)}, bf16 at {b16['jax_over_torch']:.2f}× "
+                   f"PyTorch under bf16 autocast{old_peer(b16)} and {ab['bfloat16'] / ab['float32']:.2f}× posenc's own float32; the evaluation "
                    f"forward at {evals}.")
     return "".join(out)
 
@@ -234,11 +242,10 @@ def memory() -> str:
     """The peak-memory table of scripts/measure_eval_memory.py's log (experiments/quickstart/memory.log), after
     the machine it was measured on: its cores and CPU (`posenc.timing.cpu_description`) where the log records
     them."""
-    from posenc.timing import cpu_description  # noqa: PLC0415
+    from posenc.timing import machines_text  # noqa: PLC0415
 
     m = _json("experiments/quickstart/memory.log")
-    where = (f"{m['cores']} core{'s' if m['cores'] > 1 else ''} of {cpu_description(m['cpu'], m.get('cpu_id'))}, "
-             f"commit {m['commit']}" if m.get("cpu") else "a machine the log does not record")
+    where = f"{machines_text([m])}, commit {m['commit']}" if m.get("cpu") else "a machine the log does not record"
     chunked = sorted((int(k[1:].split("_")[0]), v) for k, v in m.items() if k.endswith("_chunked_mib"))
     unchunked = {int(k[1:].split("_")[0]): v for k, v in m.items() if k.endswith("_unchunked_mib")}
     lines = [f"Measured on {where}:", "",
