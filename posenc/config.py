@@ -313,8 +313,8 @@ def check_scaling_fields(s: ml_collections.ConfigDict, where: str = "model.rope.
 def rope_scaling_from_config(s: ml_collections.ConfigDict) -> RopeScaling:
     """`config.model.rope.scaling` -> `RopeScaling` (LongRoPE factors read from `factors_file`)."""
     kwargs = dict(
-        kind=s.kind, factor=float(s.factor), original_max_len=s.original_max_len, dynamic=bool(s.dynamic),
-        beta_fast=float(s.beta_fast), beta_slow=float(s.beta_slow), truncate=bool(s.truncate),
+        kind=s.kind, factor=float(s.factor), original_max_len=s.original_max_len, dynamic=s.dynamic,
+        beta_fast=float(s.beta_fast), beta_slow=float(s.beta_slow), truncate=s.truncate,
         attention_factor=s.attention_factor, low_freq_factor=float(s.low_freq_factor),
         high_freq_factor=float(s.high_freq_factor),
     )
