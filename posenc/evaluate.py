@@ -357,12 +357,16 @@ class Evaluator:
         self.learned_beyond = learned_beyond or run.cfg.learned_beyond
         self._fns: dict[int, Any] = {}
 
+    def _graphdef(self, cfg):
+        """The run's parameters viewed through a model of static config `cfg` (chunking, learned_beyond)."""
+        return self.run.graphdef if cfg == self.run.cfg else checkpoint.abstract_model(cfg)[0]
+
     def _fn(self, length: int):
         if length not in self._fns:
             cfg = dataclasses.replace(self.run.cfg, attn_chunk=self.attn_chunk if length > self.attn_chunk else 0,
                                       learned_beyond=self.learned_beyond)
             # the same parameters viewed through a model with another static config (chunking, learned_beyond)
-            graphdef = self.run.graphdef if cfg == self.run.cfg else checkpoint.abstract_model(cfg)[0]
+            graphdef = self._graphdef(cfg)
             self._fns[length] = _nll_fn(graphdef, cfg)
         return self._fns[length]
 
@@ -448,7 +452,7 @@ class Evaluator:
         rotate = _rotate_at_use(cfg, scaling, method)
         key = ("streaming", chunk, n, size, rotate, method.method, method.logn is not None)
         if key not in self._fns:
-            graphdef = self.run.graphdef if cfg == self.run.cfg else checkpoint.abstract_model(cfg)[0]
+            graphdef = self._graphdef(cfg)
 
             def fn(params, xs, ys, rope, args):
                 model = nnx.merge(graphdef, params)

@@ -16,7 +16,7 @@ The unscaled frequencies are θ_i = b^(-2i/d), i = 0 … d/2 − 1 (Su et al. 20
 |               | attention factor 0.1·ln s + 1                                        |                                |
 |               | (the ramp is linear in the pair index i, as in the reference code    |                                |
 |               | and HF; the paper's γ is linear in r = L/λ_i, which interpolates the |                                |
-|               | middle pairs more: θ/θ' = 2.10 vs 1.30 at i = 12 for d = 64, s = 4)  |                                |
+|               | pairs inside the ramp more)                                          |                                |
 | `longrope`    | θ_i / λ_i with λ = short_factor (T ≤ L) or long_factor (T > L);      | Ding et al., arXiv 2402.13753  |
 |               | attention factor sqrt(1 + ln s / ln L); with T > L, positions < n̂    |                                |
 |               | keep θ_i and no attention factor (`unscaled_positions`)              |                                |

@@ -13,7 +13,6 @@ the bound and whether it holds. The last line is JSON, with every round's time (
 its affinity, as `taskset` sets it) and the commit.
 """
 
-import os
 import time
 
 import jax
@@ -24,7 +23,7 @@ from flax import nnx
 
 from posenc import evaluate
 from posenc.model import ModelConfig, Transformer
-from posenc.timing import code_version, cpu_record, emit
+from posenc.timing import code_version, emit, machine_record
 from posenc.training_free import Method
 from posenc.evaluate import ATTN_CHUNK
 
@@ -69,8 +68,8 @@ def main(argv):
         print(f"{r['method']:28s} {r['seconds'] * 1e3:8.0f} {r['ratio_to_plain']:7.2f} {r['bound']:6.1f} "
               f"{'ok' if r['within_bound'] else 'OVER'}")
     result = {"length": length, "attn_chunk": _CHUNK.value, "d_model": _D_MODEL.value, "plain_seconds": plain,
-              "plain_rounds_seconds": times["none"], "rounds": _ROUNDS.value, "rows": rows, **cpu_record(),
-              "commit": code_version(), "cores": len(os.sched_getaffinity(0)),  # the cores it may run on (taskset)
+              "plain_rounds_seconds": times["none"], "rounds": _ROUNDS.value, "rows": rows, **machine_record(),
+              "commit": code_version(),
               "jax": jax.__version__}
     emit(result, _OUT.value)
 

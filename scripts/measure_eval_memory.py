@@ -12,14 +12,13 @@ memory figures come from this script.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 from absl import app, flags
 
 from posenc.evaluate import ATTN_CHUNK  # the evaluation's query chunk (the child process measures)
-from posenc.timing import code_version, cpu_record
+from posenc.timing import code_version, machine_record
 
 _LENGTHS = flags.DEFINE_list("lengths", ["4096", "16384", "32768"], "Lengths to measure.")
 _CHUNK = flags.DEFINE_integer("attn_chunk", ATTN_CHUNK, "Query chunk used by the evaluation.")
@@ -61,7 +60,7 @@ def main(argv):
         mib = measure(length, 0)
         rows[f"L{length}_unchunked_mib"] = mib
         print(f"L={length:6d} unchunked:      peak {mib:7.0f} MiB")
-    print(json.dumps({**rows, **cpu_record(), "cores": len(os.sched_getaffinity(0)), "commit": code_version()}))
+    print(json.dumps({**rows, **machine_record(), "commit": code_version()}))
 
 
 if __name__ == "__main__":

@@ -124,7 +124,7 @@ def _render_in_copy(tmp_path: pathlib.Path, folder: str, edit=None) -> str:
 @pytest.mark.parametrize("folder", SCRIPT_READMES)
 def test_experiment_readmes_are_rendered_from_their_committed_results(tmp_path, folder):
     """Fails when a result or report.py changed and the README was not rerendered (python FOLDER/report.py); no
-    wall time in them names a machine the results do not record (a "2-core CPU" typed into the template)."""
+    wall time in them names a machine the results do not record."""
     text = _render_in_copy(tmp_path, folder)
     assert text == (ROOT / folder / "README.md").read_text()
     assert "2-core" not in text

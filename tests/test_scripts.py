@@ -366,8 +366,7 @@ m.check_keep_applied({"system": [{"applied": False}], "keep": [{"applied": True}
 
 def test_bf16_quality_records_the_cpu_kind_and_code_it_ran_on(tmp_path):
     """bf16_quality.sh's result names its CPU as every benchmark result does (model name and lscpu's family,
-    model, stepping: cpu_record) and the commit: its folder's name alone was once all that said which AMD EPYC
-    it came from. Its Python part is run here with the runs' summaries stubbed."""
+    model, stepping: cpu_record) and the commit, not only through its folder's name. Its Python part is run here with the runs' summaries stubbed."""
     script = (ROOT / "experiments/benchmarks/bf16_quality.sh").read_text()
     code = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
     stub = "import posenc.train\nposenc.train.run_summary = lambda path: {'val_bpb': 2.0 + len(path) / 1000}\n"

@@ -30,7 +30,7 @@ def test_each_choice_is_the_validation_minimum_and_test_scores_the_choice():
 
 def test_the_sweeps_time_names_the_machine_and_cores_its_results_record():
     """The timed seed's machine as its result recorded it (`posenc.timing.machine_record`: cores, CPU model and
-    family), not "one job on one core" typed into the template for results that record no cores."""
+    family); results that record no cores say so."""
     results = report.load()
     text = " ".join(report.render(results).split())
     assert "its cores not recorded" in text and "one core" not in text  # the committed results: no cores
