@@ -100,12 +100,17 @@ def each(results, value) -> str:
     return "/".join(map(str, seen)) or "not recorded"
 
 
-def peer_note(results) -> str:
-    """Whether PyTorch-peer results predate `torch_peer` (scripts/benchmark_train.py, which records the peer's GELU
-    and AdamW settings): then the peer ran torch's defaults, not posenc's."""
-    if not any(r and "torch_tokens_per_s" in r and "torch_peer" not in r for r in results):
+def predates_peer(result) -> bool:
+    """Whether a result's PyTorch peer predates `torch_peer` (scripts/benchmark_train.py, which records the peer's
+    GELU and AdamW settings): then the peer ran torch's defaults, not posenc's."""
+    return bool(result) and "torch_tokens_per_s" in result and "torch_peer" not in result
+
+
+def peer_note(results, which: str = "these runs") -> str:
+    """A note for PyTorch-peer results that predate `torch_peer` (`predates_peer`), naming `which`."""
+    if not any(predates_peer(r) for r in results):
         return ""
-    return (" The PyTorch peer of these runs predates `torch_peer` (`scripts/benchmark_train.py`): it trained with "
+    return (f" The PyTorch peer of {which} predates `torch_peer` (`scripts/benchmark_train.py`): it trained with "
             "the exact GELU (posenc's is the tanh approximation) and torch's AdamW defaults (β₂ 0.999, weight decay "
             "0.01 on every parameter, no gradient clipping) where posenc clips the gradient's norm and decays the "
             "matrices only: not quite the step posenc takes. Rerun them for a like-for-like ratio.")
@@ -647,7 +652,7 @@ def by_cpu_kind() -> str:
                                         "gemm": None, "cpu": top_cpu, "identity": top_id, "flags": None}
     rows = ["| CPU | results | commit | float32 posenc / PyTorch eager tokens/s | ratio | bf16 posenc / PyTorch autocast "
             "tokens/s | ratio | posenc bf16 / float32 | evaluation ratio (L: ratio) |", "|---|---|---|---|---|---|---|---|---|"]
-    verdicts = []
+    verdicts, old_peer = [], []
     for where, k in kinds.items():
         f32, b16, ab, ev = k["f32"], k["bf16"], k["ab"], k["eval"]
         cpu_name = cpu_description(k.get("cpu") or next((r["cpu"] for r in (f32, b16, ev) if r and "cpu" in r), "?"),
@@ -662,6 +667,8 @@ def by_cpu_kind() -> str:
         met = [name for name, r in (("float32", f32), ("bf16", b16)) if r and r["jax_over_torch"] >= 1.0]
         unmet = [name for name, r in (("float32", f32), ("bf16", b16)) if r and r["jax_over_torch"] < 1.0]
         stale = "not recorded" in commits
+        if predates_peer(f32) or predates_peer(b16):
+            old_peer.append(cpu_name)
         verdicts.append(f"- {cpu_name}: ≥ 1.0× PyTorch {'met for ' + ' and '.join(met) if met else 'met for neither'}"
                         + (f"; **not met** for {' and '.join(unmet)}" if unmet else "") + "."
                         + (" Results without a recorded commit predate commit e4c1a7b, which changed the bf16 path "
@@ -699,7 +706,7 @@ def by_cpu_kind() -> str:
             "folder's results or, where they predate recording them, from the `lscpu.txt` run_cpu_kind.sh wrote "
             "beside them. Raw output: the `*.log` and `*.json` files of each folder, `lscpu.txt`."
             + (" The top-level files (the sections above) are not in this table: they record no CPU family, so "
-               "which kind they ran on is unknown." if left_out else "") + peer_note(trains) + "\n\n"
+               "which kind they ran on is unknown." if left_out else "") + peer_note(trains, f"the training runs of {' and '.join(old_peer)}") + "\n\n"
             + "\n".join(rows) + "\n\n" + "\n".join(verdicts) + "\n")
 
 
