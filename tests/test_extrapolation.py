@@ -18,14 +18,21 @@ def _claims(text: str) -> list[list[str]]:
     return [[c.strip() for c in row.strip("|").split(" | ")] for row in rows if not row.startswith("|---")]
 
 
-def test_committed_report_is_rendered_from_the_results_and_inconclusive_verdicts_are_weak(tmp_path):
-    """The committed README is what the report renders from the committed results (a copy: the report writes its
-    figures next to them), and every inconclusive verdict is rated weak, whatever its conditions' margins."""
+def _copy_results(tmp_path):
+    """A copy of the results the report reads, in a study folder of its own (the report writes its figures next
+    to them): returns the study's folder."""
     here = tmp_path / "extrapolation"
     shutil.copytree(ROOT / "experiments/extrapolation/results", here / "results")
     shutil.copytree(ROOT / "experiments/longrope/results", tmp_path / "longrope" / "results")
     (tmp_path / "quickstart").mkdir()
     shutil.copy(ROOT / "experiments/quickstart/results.json", tmp_path / "quickstart")
+    return here
+
+
+def test_committed_report_is_rendered_from_the_results_and_inconclusive_verdicts_are_weak(tmp_path):
+    """The committed README is what the report renders from the committed results (a copy: the report writes its
+    figures next to them), and every inconclusive verdict is rated weak, whatever its conditions' margins."""
+    here = _copy_results(tmp_path)
     text = report.write_report(here)
     assert text == (ROOT / "experiments/extrapolation/README.md").read_text()
     claims = _claims(text)
@@ -61,11 +68,7 @@ def test_the_pi_control_claim_follows_the_fine_tunes_bits_per_byte(tmp_path):
     """A control fine-tune (no scaling, the same steps) of seed 0 made from PI's own result with its bits per byte at
     1024 moved by ±0.2: the claim is reproduced where PI's fine-tune is the lower, not reproduced where the control
     is, and its gain is the control's minus PI's."""
-    here = tmp_path / "extrapolation"
-    shutil.copytree(ROOT / "experiments/extrapolation/results", here / "results")
-    shutil.copytree(ROOT / "experiments/longrope/results", tmp_path / "longrope" / "results")
-    (tmp_path / "quickstart").mkdir()
-    shutil.copy(ROOT / "experiments/quickstart/results.json", tmp_path / "quickstart")
+    here = _copy_results(tmp_path)
     pi = json.loads((here / "results" / "rope-s0-ft-pi4x.json").read_text())
     pi_1024 = next(r["bpb"] for r in pi["rows"] if (r["scaling"], r["protocol"], r["length"]) == ("run", "nonoverlap", 1024))
     for shift, verdict in ((0.2, "reproduced"), (-0.2, "not reproduced")):
@@ -97,11 +100,7 @@ def test_the_wall_time_names_the_machine_each_run_was_timed_on(tmp_path, monkeyp
         assert run._timed(log, "train/rope-s0", lambda: 7) == 7
     assert log["machines"] == {"train/rope-s0": [amd, intel]}
 
-    here = tmp_path / "extrapolation"
-    shutil.copytree(ROOT / "experiments/extrapolation/results", here / "results")
-    shutil.copytree(ROOT / "experiments/longrope/results", tmp_path / "longrope" / "results")
-    (tmp_path / "quickstart").mkdir()
-    shutil.copy(ROOT / "experiments/quickstart/results.json", tmp_path / "quickstart")
+    here = _copy_results(tmp_path)
     text = report.write_report(here)
     assert "on a machine whose CPU was not recorded" in text and "2-core" not in text
     timing = json.loads((here / "results" / "timing.json").read_text())
