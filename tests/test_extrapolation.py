@@ -114,3 +114,25 @@ def test_the_wall_time_names_the_machine_each_run_was_timed_on(tmp_path, monkeyp
     setup = report.write_report(here).split("## Encodings")[0].replace("\n", " ")
     assert ("on 2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1) and 1 core of an Intel(R) Xeon(R) "
             "Processor of CPU family 6 (model 207, stepping 2)") in setup
+
+
+def test_setup_is_read_from_the_config_and_the_fine_tuning_recipe(tmp_path, monkeypatch):
+    """The report's setup line is rendered from experiments/extrapolation/config.py and run.py's fine-tuning
+    constants, so that a changed budget cannot leave a stale description: changing them changes the text."""
+    here = _copy_results(tmp_path)
+    setup = report.write_report(here).split("## Encodings")[0].replace("\n", " ")
+    assert "d_model 128, 4 layers, 4 heads (head_dim 32), MLP 512, train_len 256, batch 16, 400 AdamW steps" in setup
+    assert "(lr 0.001, 15 warmup steps)" in setup and "4096 tokens a step" in setup
+    assert "Hardware" not in setup  # the machines come from timing.json's machine records only
+    real = report.load_config_file
+
+    def wider(path, arg):
+        config = real(path, arg)
+        config.model.d_model, config.train_steps = 256, 800
+        return config
+
+    monkeypatch.setattr(report, "load_config_file", wider)
+    monkeypatch.setattr(report.run, "FT_WARMUP_STEPS", 30)
+    setup = report.write_report(here).split("## Encodings")[0].replace("\n", " ")
+    assert "d_model 256, 4 layers, 4 heads (head_dim 64)" in setup and "800 AdamW steps (3.3 M training bytes)" in setup
+    assert "30 warmup steps" in setup

