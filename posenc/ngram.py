@@ -20,6 +20,7 @@ of k are those of every k' ≤ k); `select_context` picks k on validation bytes.
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 
 import numpy as np
 
@@ -135,15 +136,17 @@ def fit_version() -> str:
 
 
 def save(model: NGram, path) -> None:
-    """Writes the counts to `path` (.npz), atomically (a temporary file, then a rename)."""
-    import os  # noqa: PLC0415
+    """Writes the counts to `path` (.npz), atomically (`jobs.write_bytes_atomic`: a temporary file of a name no
+    other writer has, then a rename)."""
+    import io  # noqa: PLC0415
 
-    path = str(path)
+    from posenc import jobs  # noqa: PLC0415
+
     arrays = {f"{name}_{k}": getattr(tab, name) for k, tab in enumerate(model.tables)
               for name in ("contexts", "context_count", "context_types", "joint", "joint_count")}
-    tmp = f"{path}.tmp.{os.getpid()}.npz"
-    np.savez(tmp, context=model.context, train_bytes=model.train_bytes, **arrays)
-    os.replace(tmp, path)
+    buffer = io.BytesIO()
+    np.savez(buffer, context=model.context, train_bytes=model.train_bytes, **arrays)
+    jobs.write_bytes_atomic(pathlib.Path(path), buffer.getvalue())
 
 
 def load(path) -> NGram:

