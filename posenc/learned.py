@@ -2,7 +2,9 @@
 
 Undefined past its table: asking for more positions is a `ValueError` unless `model.learned_beyond` is
 `interpolate`, which resamples the table linearly to the longer length (`interpolate_table`: Position
-Interpolation for a learned table, the "interpolation" of the seeds).
+Interpolation for a learned table, the "interpolation" of the seeds). The resampled table depends on that
+length (`seq_len`): every position's embedding changes with it, so a prefix's logits depend on the length
+the forward pass is asked for (in `posenc.decode`, the request's prompt + max_new_tokens).
 """
 
 from __future__ import annotations
@@ -67,7 +69,9 @@ class Learned(Encoding):
                     "table to the new length."
                 )
             table = interpolate_table(table, seq_len)
-        # mode='fill': an out-of-range position gives NaN, never JAX's silent clamp to the last row
+        # mode='fill': an out-of-range position gives NaN, never JAX's silent clamp to the last row; a negative
+        # one is sent past the table first (take would count it from the end, as NumPy does)
+        positions = jnp.where(positions < 0, table.shape[0], positions)
         return jnp.take(table, positions, axis=0, mode="fill", fill_value=jnp.nan)
 
     def context(self, positions, seq_len: int, rope=None):

@@ -20,16 +20,28 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from posenc.encoding import Encoding
 
 
 def t5_relative_bucket(relative_position, *, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128):
-    """T5's bucket of `relative_position = k_pos − q_pos` (int array) → int32 array of the same shape."""
-    if num_buckets < 2 or (bidirectional and num_buckets < 4):
-        raise ValueError(f"t5_relative_bucket: num_buckets must be >= {4 if bidirectional else 2}, got {num_buckets}")
-    n = jnp.asarray(relative_position, jnp.int32)
+    """T5's bucket of `relative_position = k_pos − q_pos` (int array) → int32 array of the same shape.
+
+    Raises:
+      ValueError: a relative position that is not an integer array (buckets are defined for whole distances;
+        a cast would truncate −2.5 to bucket 2 without a word), or num_buckets not an integer ≥ 2 (≥ 4
+        bidirectional), or max_distance ≤ the exact buckets.
+    """
+    minimum = 4 if bidirectional else 2
+    if isinstance(num_buckets, bool) or not isinstance(num_buckets, (int, np.integer)) or num_buckets < minimum:
+        raise ValueError(f"t5_relative_bucket: num_buckets must be an integer >= {minimum}, got {num_buckets!r}")
+    n = jnp.asarray(relative_position)
+    if not jnp.issubdtype(n.dtype, jnp.integer):
+        raise ValueError(f"t5_relative_bucket: relative_position must be integers (positions are whole numbers), "
+                         f"got dtype {n.dtype}")
+    n = n.astype(jnp.int32)
     buckets = jnp.zeros_like(n)
     if bidirectional:
         num_buckets //= 2

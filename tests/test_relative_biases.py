@@ -134,3 +134,31 @@ def test_fire_init_c_must_be_finite_and_positive(init_c):
     with pytest.raises(ValueError, match=r"model\.fire\.init_c must be a finite number > 0"):
         ModelConfig(posenc="fire", encoding_options=(("init_c", init_c),))
     ModelConfig(posenc="fire", encoding_options=(("init_c", 0.5),))
+
+
+def test_t5_buckets_refuse_fractional_positions_and_a_non_integer_bucket_count():
+    """A fractional relative position has no bucket (casting would truncate −2.5 toward zero, to bucket 2), and
+    num_buckets = 32.0 would give float buckets: both are ValueErrors naming the argument."""
+    with pytest.raises(ValueError, match="relative_position must be integers"):
+        t5_relative_bucket(np.array([-2.5, -300.0]), bidirectional=False)
+    for bad in (32.0, True):
+        with pytest.raises(ValueError, match="num_buckets must be an integer"):
+            t5_relative_bucket(np.arange(-3, 1), bidirectional=False, num_buckets=bad)
+    cfg = ModelConfig(posenc="t5", **TINY)
+    with pytest.raises(ValueError, match="relative_position must be integers"):
+        T5Bias(cfg, rngs=nnx.Rngs(0)).bias(jnp.arange(4.0)[None] / 2, jnp.arange(4.0)[None] / 2, None, None, None,
+                                           None, 0)
+
+
+def test_t5_per_layer_tables_are_read_by_layer():
+    """`model.t5.shared=False`: one table per layer, layer l reading its own."""
+    cfg = ModelConfig(posenc="t5", encoding_options=(("shared", False),), **TINY)
+    enc = T5Bias(cfg, rngs=nnx.Rngs(0))
+    table = np.asarray(enc.table[...])
+    assert table.shape == (2, 32, 2) and not np.allclose(table[0], table[1])
+    q_pos, k_pos = jnp.arange(150, 152)[None], jnp.arange(0, 152)[None]
+    for layer in (0, 1):
+        bias = np.asarray(enc.bias(q_pos, k_pos, None, None, None, None, layer))
+        for i, j in [(0, 0), (1, 151), (1, 140), (0, 148)]:
+            b = t5_bucket_oracle(int(k_pos[0, j] - q_pos[0, i]), False, 32, 128)
+            np.testing.assert_array_equal(bias[0, :, i, j], table[layer, b])

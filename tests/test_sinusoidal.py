@@ -67,3 +67,10 @@ def test_encoding_at_arbitrary_positions_matches_table():
 def test_bad_inputs_raise(args, match):
     with pytest.raises(ValueError, match=match):
         posenc.sinusoidal_table(*args)
+
+
+def test_model_config_refuses_an_odd_d_model_naming_the_field():
+    from posenc.model import ModelConfig
+
+    with pytest.raises(ValueError, match=r"model\.d_model must be even for posenc='sinusoidal', got 33"):
+        ModelConfig(posenc="sinusoidal", d_model=33, num_heads=1)
