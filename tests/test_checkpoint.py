@@ -92,6 +92,8 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(damage, copy_r
     assert [p.name.split(".")[0] for p in (workdir / "corrupt_checkpoints").iterdir()] == ["8"]
     after = losses(workdir)
     assert sorted(after) == sorted(before) and all(after[s] == pytest.approx(before[s], rel=1e-6) for s in before)
+    lines = (workdir / "metrics.jsonl").read_text().splitlines()  # steps 5..8 rewritten, not logged twice
+    assert [json.loads(line)["step"] for line in lines] == list(range(1, 9))
     _, _, _, _, step = checkpoint.restore_params(workdir)  # and the rewritten 8 verifies
     assert step == 8
 

@@ -74,6 +74,39 @@ def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(tiny_config, t
     assert losses(tmp_path) == losses(trained_run) and sorted(losses(tmp_path)) == list(range(1, 9))
 
 
+def test_a_run_interrupted_past_its_checkpoint_resumes_with_each_step_logged_once(tiny_config, tmp_path, trained_run,
+                                                                                 monkeypatch):
+    """Interrupted in step 7, after checkpoint 4 and the rows of steps 5 and 6: the rerun resumes from 4, rewrites
+    those rows instead of appending them again (metrics.jsonl's lines, not a dict of them, each step once), and
+    ends in the uninterrupted run's losses and checkpoint bit for bit."""
+    real_step = train.make_train_step
+
+    def interrupted(*args, **kwargs):
+        step, calls = real_step(*args, **kwargs), []
+
+        def counted(*a, **k):
+            calls.append(None)
+            if len(calls) == 7:
+                raise KeyboardInterrupt("interrupted in step 7")
+            return step(*a, **k)
+        return counted
+
+    monkeypatch.setattr(train, "make_train_step", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_and_evaluate(tiny_config("tiny"), str(tmp_path))
+    monkeypatch.setattr(train, "make_train_step", real_step)
+
+    def steps(workdir):
+        return [json.loads(line)["step"] for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+
+    assert checkpoint.manager(tmp_path, read_only=True).all_steps() == [4] and steps(tmp_path) == list(range(1, 7))
+    train.train_and_evaluate(tiny_config("tiny"), str(tmp_path))
+    assert steps(tmp_path) == steps(trained_run) == list(range(1, 9))
+    assert losses(tmp_path) == losses(trained_run)
+    saved = lambda w: json.loads((w / "checkpoints" / "8" / "meta" / "metadata").read_text())["sha256"]  # noqa: E731
+    assert saved(tmp_path) == saved(trained_run)
+
+
 def test_timed_curve_adds_up_each_sittings_mean_rate():
     """tokens_per_s is the mean rate of the row's sitting so far, so timed seconds come from the sitting's timed
     tokens over it, never from the step gap to the previous row; sittings add up. Rows without the sitting fields
