@@ -17,7 +17,8 @@ a learned table past its length (or xPos past its float range: `Encoding.max_pos
 randomized-positions run past `positions.max_position`, are reported `undefined`. A randomized-positions run is tested at positions drawn as in training (Ruoss et al. 2023),
 without scalings or methods (they index positions as if they were 0 … L−1). A Hugging Face checkpoint
 (`hf_models`) is scored on passkey in its own tokens: lengths count tokens and the answer " NNNNN" is its
-tokenization.
+tokenization. Exact match decodes exactly the answer's tokens: YaRN's passkey.py reads the first number in 10
+generated tokens, so a checkpoint that writes the key and more digits is wrong there and right here.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
 
 
 def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion k / n (Wilson 1927): the p with |k − np| ≤ z√(np(1−p))."""
+    """Wilson score interval of a binomial proportion k / n (Wilson 1927): the p with |k − np| ≤ z√(np(1−p)).
+    `k` and `n` are counts (integers): an accuracy passed as `k` is refused, not read as a fraction of one."""
+    if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in (k, n)):
+        raise ValueError(f"k (correct) and n (examples) must be integer counts, got k={k!r}, n={n!r}")
     if n <= 0 or not 0 <= k <= n:
         raise ValueError(f"need 0 <= k <= n and n > 0, got k={k}, n={n}")
     p = k / n

@@ -13,6 +13,11 @@ Tasks (`config.task.name`):
     its repeated filler), more filler, then "What is the pass key? The pass key is" on a new line, answered by
     " NNNNN" (5 digits). Filler (`task.filler`): `repeat`, the papers' repeated sentence, or
     `shakespeare`, a window of the bundled corpus' split (harder: digits and look-alike text occur).
+    Against their code (`generate_prompt` of epfml/landmark-attention llama/run_test.py, copied by
+    jquesnelle/yarn eval/passkey.py): no first line of task description ("There is an important info hidden
+    inside a lot of irrelevant text. ..."); the filler after the needle continues the stream where the part
+    before it was cut (theirs starts the sentence again); keys 10000–99999 (theirs randint(1, 50000)). At depth
+    0 and 1 a prompt is theirs without the task line, byte for byte.
   * `recall` — multi-query associative recall (MQAR, Arora et al. 2023, arXiv 2312.04927) in the Zoology
     layout: n key–value pairs of one byte each, "a3K7x0" (keys ASCII letters, distinct within a sequence;
     values digits), ";", then n keys drawn from the pairs with replacement, each answered by its value: "x"

@@ -3,6 +3,7 @@ decoding equal to the teacher-forced argmax, Wilson intervals, training and the 
 
 import json
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -63,6 +64,43 @@ def test_passkey_layout_and_depth():
         tasks.passkey(np.random.default_rng(0), 200, depth=1.5)
 
 
+def _landmark_prompt(n_prefix, n_suffix, pass_key, task_description=True):
+    """generate_prompt of Landmark Attention's llama/run_test.py, as YaRN's eval/passkey.py copies it, with the
+    prefix and suffix lengths (bytes of filler) and the key given instead of drawn."""
+    task = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. I will "
+            "quiz you about the important information there.")
+    garbage = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+    garbage_inf = " ".join([garbage] * 100)
+    lines = [task] if task_description else []
+    lines += [garbage_inf[:n_prefix], f"The pass key is {pass_key}. Remember it. {pass_key} is the pass key.",
+              garbage_inf[:n_suffix], "What is the pass key? The pass key is"]
+    return "\n".join(lines)
+
+
+def test_passkey_prompt_is_landmark_s_without_its_task_line_and_with_the_filler_continued():
+    """At depth 0 and 1 (all filler after, all before the needle) a prompt is byte for byte Landmark's / YaRN's
+    without its first line (the task description); at a depth inside, the filler after the needle continues the
+    stream where the part before it was cut (theirs starts the sentence again). The model reads L bytes: the
+    prompt and the answer but its last byte."""
+    length = 300
+    n = length + 1 - len(tasks.PASSKEY_NEEDLE.format(key="00000")) - len(tasks.PASSKEY_QUESTION) - 6
+    for depth in (0.0, 0.5, 1.0):
+        ex = tasks.eval_examples("passkey", length=length, n=1, seed=2, depth=depth)[0]
+        key = ex.key.decode()
+        assert len(ex.tokens) == length + 1 and 10000 <= int(key) <= 99999
+        text = data.decode(ex.tokens)
+        prompt, answer = text[:-6], text[-6:]
+        assert answer == " " + key and data.decode(ex.tokens[ex.answer]) == answer
+        cut = round(depth * n)
+        ours = _landmark_prompt(cut, n - cut, key, task_description=False)
+        if 0 < cut < n:  # the suffix continues the filler: garbage[cut:n], not garbage[:n - cut]
+            filler = tasks.PASSKEY_FILLER * 10
+            ours = ours.replace("\n" + filler[:n - cut] + "\n", "\n" + filler[cut:n] + "\n")
+        assert prompt == ours
+        assert _landmark_prompt(cut, n - cut, key).split("\n", 1)[1] == _landmark_prompt(
+            cut, n - cut, key, task_description=False)  # the one line left out
+
+
 def test_recall_copy_reverse_answers_are_right():
     for length in (9, 12, 97, 209):
         ex = tasks.recall(np.random.default_rng(length), length)
@@ -107,6 +145,47 @@ def test_test_keys_are_never_training_keys(task, corpus):
             assert bytes(pairs[q] for q in queries) == answer
         else:  # passkey's answer is " " + the key, copy's the key, reverse's the key reversed
             assert answer == {"passkey": b" " + e.key, "copy": e.key, "reverse": e.key[::-1]}[task]
+
+
+def _row_key(task: str, inputs: np.ndarray, targets: np.ndarray) -> bytes:
+    """The key a training row holds, read back from its bytes: the pass key in the needle, the pair list before
+    ";", the string before "|"."""
+    raw = bytes(np.concatenate([inputs[:1], targets]).astype(np.uint8))
+    if task == "passkey":
+        found = re.search(rb"The pass key is (\d{5})\. Remember it\. \1 is the pass key\.", raw)
+        assert found, raw
+        return found.group(1)
+    return raw.split(b";" if task == "recall" else b"|")[0]
+
+
+@pytest.mark.parametrize("task", tasks.TASKS)
+def test_training_and_validation_batches_over_many_seeds_and_steps_hold_no_test_key(task, corpus):
+    """Over 8 seeds × 30 steps of training batches (every length from the task's shortest example up, so
+    copy's one-character strings, 77 of 93 of them train keys, are drawn many times over) and the validation
+    batches of those seeds, every key read back from the rows lies in its own split; no test key is ever drawn
+    for training, where about 10% of keys drawn from every split would be test keys."""
+    length = 110 if task == "passkey" else 32
+    spec = tasks.TaskSpec(name=task)
+    train_keys, val_keys = set(), set()
+    drawn = 0
+    for seed in range(8):
+        for step in range(30):
+            b = tasks.train_batch(spec, corpus, seed=seed, step=step, batch_size=8, length=length)
+            train_keys |= {_row_key(task, x, y) for x, y in zip(b["inputs"], b["targets"])}
+            drawn += 8
+        v = tasks.validation_batch(spec, corpus, seed=seed, batch_size=8, length=length)
+        val_keys |= {_row_key(task, x, y) for x, y in zip(v["inputs"], v["targets"])}
+    assert len(train_keys) > 100 and drawn == 1920
+    assert {tasks.key_split(k) for k in train_keys} == {"train"}
+    assert {tasks.key_split(k) for k in val_keys} == {"validation"}
+    test_keys = {e.key for seed in range(8)
+                 for n in (max(length // 2, tasks.min_length(task) - 1), length)
+                 for e in tasks.eval_examples(task, length=n - n % tasks.layout_step(task), n=20, seed=seed)}
+    assert {tasks.key_split(k) for k in test_keys} == {"test"} and not test_keys & (train_keys | val_keys)
+    if task == "copy":  # the smallest key space: every one-character test key exists, and none was trained on
+        single = {k for k in train_keys if len(k) == 1}
+        tests = {bytes([c]) for c in tasks.COPY_ALPHABET if tasks.key_split(bytes([c])) == "test"}
+        assert len(single) > 40 and len(tests) == 6 and not single & tests
 
 
 def test_loss_counts_only_answer_tokens(corpus):
@@ -235,6 +314,15 @@ def test_wilson_interval_solves_its_defining_equation(k, n):
         wilson_interval(3, 2)
 
 
+def test_wilson_interval_takes_counts_and_refuses_an_accuracy():
+    """k and n are integer counts (Python or NumPy): an accuracy passed as k (0.8 of 50) would otherwise give the
+    interval of 0.8 correct answers, about [0.002, 0.1]."""
+    assert wilson_interval(np.int64(40), np.int64(50)) == wilson_interval(40, 50)
+    for k, n in ((0.8, 50), (40.0, 50), (True, 2), (1, 2.0), (1, True)):
+        with pytest.raises(ValueError, match="must be integer counts"):
+            wilson_interval(k, n)
+
+
 def _sharp_model(posenc="rope", **kw):
     model = Transformer(ModelConfig(posenc=posenc, d_model=32, num_layers=2, num_heads=2, mlp_dim=64, max_len=kw.pop(
         "max_len", 64), **kw), rngs=nnx.Rngs(0))
@@ -279,6 +367,7 @@ def test_greedy_decoding_equals_teacher_forced_argmax(posenc, scaling, method, r
     np.testing.assert_array_equal(forced[answer], out[answer])
     want = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits, -1))[:, :-1], out[:, 1:, None], -1)[..., 0]
     np.testing.assert_allclose(logp[answer], want[answer[:, 1:]], rtol=1e-4, atol=1e-5)
+    assert (logp[~answer] == 0).all() and (forced[~answer] == out[~answer]).all()  # a row's sum is its answer's
     # greedy decoding reads none of the answer tokens it is given: other answers decode to the same tokens
     other = toks.copy()
     other[answer] = (out[answer] + 1 + rng.integers(0, 255, size=int(answer.sum()))) % 256  # every one differs
@@ -385,9 +474,10 @@ def test_randomized_positions_train_with_a_table_of_max_position(cache_dir, tmp_
 
 
 def test_scores_count_the_decoded_answers_at_the_run_s_randomized_positions(cache_dir, tmp_path, monkeypatch):
-    """Greedy decoding replaced by an oracle that answers every example right but the first of each batch (teacher
-    forcing the first two), and records the positions it is given: each cell counts n − 1 correct, teacher forcing
-    n − 2, and a randomized run is scored at sorted distinct positions of [0, max_position), not at 0…L."""
+    """Greedy decoding replaced by an oracle that answers every example right but the first of each batch, whose
+    last answer token alone is wrong (teacher forcing also the second, whose first alone is), and records the
+    positions it is given: each cell counts n − 1 correct, teacher forcing n − 2, and a randomized run is scored
+    at sorted distinct positions of [0, max_position), not at 0…L."""
     config = _tasks_config(cache_dir, "task=copy,posenc=rope,randomize,tiny")
     config.train_steps, config.warmup_steps = 1, 0
     workdir = tmp_path / "copy"
@@ -400,9 +490,10 @@ def test_scores_count_the_decoded_answers_at_the_run_s_randomized_positions(cach
     def oracle(graphdef, params, tokens, answer, *, positions=None, teacher_forced=False, **kwargs):
         seen.append(positions)
         out = np.array(tokens)
-        out[0][answer[0]] = (out[0][answer[0]] + 1) % 256
-        forced = out.copy()  # teacher forcing gets the second example wrong too
-        forced[1][answer[1]] = (forced[1][answer[1]] + 1) % 256
+        last, first = np.flatnonzero(answer[0])[-1], np.flatnonzero(answer[1])[0]
+        out[0, last] = (out[0, last] + 1) % 256  # only the last answer token wrong: the whole answer is compared
+        forced = out.copy()  # teacher forcing gets the second example wrong too, at its first answer token only
+        forced[1, first] = (forced[1, first] + 1) % 256
         return out, forced, np.where(answer, -0.5, 0.0)
 
     monkeypatch.setattr(decode, "greedy_answers", oracle)
