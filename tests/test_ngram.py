@@ -92,38 +92,13 @@ def test_one_pass_gives_every_context_and_a_saved_model_loads_the_same(tmp_path)
     np.testing.assert_array_equal(again.probs(test), model.probs(test))
 
 
-def test_writers_sharing_a_pid_both_save(tmp_path, monkeypatch):
-    """Two writers of one cached model with the same PID (processes on two hosts sharing the cache) both
-    finish, each through its own temporary file (both written before either is renamed here); the file
-    loads, no temporary file is left, and its mode is np.savez's (not mkstemp's 0600)."""
-    import os  # noqa: PLC0415
-    import threading  # noqa: PLC0415
-
+def test_save_writes_the_file_atomically_with_a_plain_mode(tmp_path):
+    """ngram.save goes through `jobs.write_bytes_atomic` (tests/test_jobs.py): the file loads, no temporary file
+    is left, and its mode is a plain open's (not mkstemp's 0600)."""
     from posenc import ngram  # noqa: PLC0415
 
     model = NGram.fit(TEXT, context=2)
-    barrier, real_replace, errors = threading.Barrier(2, timeout=60), os.replace, []
-    monkeypatch.setattr(os, "getpid", lambda: 1)  # the PID the writers share
-
-    def replace(a, b):  # both writers' files written before either is renamed (this directory's only)
-        if str(tmp_path) in str(b):
-            barrier.wait()
-        return real_replace(a, b)
-
-    monkeypatch.setattr(os, "replace", replace)
-
-    def save():
-        try:
-            ngram.save(model, tmp_path / "m.npz")
-        except Exception as e:  # noqa: BLE001  (reported below)
-            errors.append(e)
-
-    threads = [threading.Thread(target=save) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    ngram.save(model, tmp_path / "m.npz")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]
     assert (tmp_path / "m.npz").stat().st_mode & 0o777 == 0o666 & ~jobs._UMASK
     np.testing.assert_array_equal(ngram.load(tmp_path / "m.npz").probs(TEXT[None]), model.probs(TEXT[None]))
