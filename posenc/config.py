@@ -40,26 +40,54 @@ IMPLIED_FIELDS = {"task.version": 1}
 RECOVERY_FIELDS = ("learning_rate", "warmup_steps", "min_lr_ratio", "grad_clip")
 
 
+def missing_override(config: ml_collections.ConfigDict, field: str) -> str | None:
+    """Why `--config.<field>` names nothing in `config` (None if it does): the first component of the dotted
+    `field` its section lacks, with the fields and sections that section has."""
+    node, path = config, []
+    for part in field.split("."):
+        if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+            where = f"section {'.'.join(path)!r}" if path else "the config"
+            keys = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+            return (f"{where} has no field or section {part!r} (it has: {', '.join(keys)})" if keys else
+                    f"{'.'.join(path)!r} is a field, not a section: it has no {part!r}")
+        node, path = node[part], path + [part]
+    return None
+
+
 def parse_config_flags(argv: list[str]) -> list[str]:
     """absl's flag parsing for a script with `--config` (`app.run(main, flags_parser=parse_config_flags)`): an
-    override of a field the config lacks (`--config.positions.randomize=True` on configs/default.py) is a
-    KeyError inside ml_collections; this turns it into a flags error naming the flag and, for the sections only
-    configs/tasks.py has (`task`, `positions`), that config."""
+    override of a field the config lacks (`--config.model.posenk=rope`, `--config.positions.randomize=True` on
+    configs/default.py) is a KeyError or AttributeError inside ml_collections; this turns it into a flags error
+    naming the flag, the missing component and the fields its section has (`missing_override`), and for the
+    sections only configs/tasks.py has (`task`, `positions`), that config."""
     import sys  # noqa: PLC0415
 
-    from absl import app  # noqa: PLC0415
+    from absl import app, flags  # noqa: PLC0415
 
     try:
         return app.parse_flags_with_usage(argv)
-    except KeyError as e:
-        key = str(e.args[0] if e.args else e).strip("'\"")
-        given = [a.split("=")[0] for a in argv if a.startswith("--config.") and key in a.split("=")[0].split(".")]
-        if not given:  # not an override's missing field (a config file's own code raised it)
+    except (KeyError, AttributeError):
+        argv = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)  # as ml_collections reads the overrides
+        given = [a.split("=")[0] for a in argv if a.startswith("--config.")]
+        path = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+        if path is None and "--config" in argv[:-1]:
+            path = argv[argv.index("--config") + 1]
+        try:  # the config as --config loads it, without the overrides
+            config = flags.FLAGS["config"].parser.parse(path or flags.FLAGS["config"].default_as_str.strip("'\""))
+        except Exception:  # noqa: BLE001 — the config file itself fails: its own error below
+            config = None
+        missing = {g: missing_override(config, g[len("--config."):]) for g in given} if config is not None else {}
+        missing = {g: why for g, why in missing.items() if why}
+        if not missing:  # not an override's missing field (a config file's own code raised it)
             raise
-        where = ("; the `task` and `positions` sections exist only in configs/tasks.py: use "
-                 "--config=configs/tasks.py:task=<name>[,randomize]" if key in ("task", "positions") else "")
-        sys.stderr.write(f"FATAL Flags parsing error: {', '.join(given)}: the config has no field or "
-                         f"section {key!r}{where}\n")
+        lines = []
+        for flag, why in missing.items():
+            key = flag[len("--config."):].split(".")[0]
+            where = ("; the `task` and `positions` sections exist only in configs/tasks.py: use "
+                     "--config=configs/tasks.py:task=<name>[,randomize]" if key in ("task", "positions")
+                     and key not in config else "")
+            lines.append(f"FATAL Flags parsing error: {flag}: {why}{where}\n")
+        sys.stderr.write("".join(lines))
         sys.exit(1)
 
 
@@ -135,7 +163,8 @@ def with_fields(config: ml_collections.ConfigDict, fields: dict[str, Any] | Sequ
 
     Unlike `ConfigDict.update_from_flattened_dict`, which adds a missing leaf, an unknown field is an error;
     `what` names where the field came from ("sweep axis", "--set") in it. An int given for a float field
-    becomes a float.
+    becomes a float; a value of another type than the field's (a float for an int, a number for a str) is a
+    ValueError naming the field and both types.
     """
     config = copy.deepcopy(config)  # keeps each field's type, a placeholder's included
     for field, value in dict(fields).items():
@@ -150,7 +179,13 @@ def with_fields(config: ml_collections.ConfigDict, fields: dict[str, Any] | Sequ
             raise ValueError(f"{what} {field!r}: config has no field {leaf!r} (fields here: {sorted(node.keys())})")
         if isinstance(node[leaf], float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        node[leaf] = value
+        try:
+            node[leaf] = value
+        except TypeError:  # ml_collections keeps each field's type (a placeholder's too)
+            kind = node.get_type(leaf).__name__
+            raise ValueError(f"{what} {field}={value!r}: the field's type is {kind}, not {type(value).__name__}"
+                             + (" (a value that reads as a number or another Python literal is taken as one)"
+                                if kind == "str" else "")) from None
     return config
 
 

@@ -116,9 +116,20 @@ def _write(path: pathlib.Path, record: dict[str, Any]) -> None:
 
 
 def select(points: list[dict[str, Any]], names: Sequence[str] | None = None, shard: str | None = None):
-    """The points this command runs: all, the named ones, or shard i/n (points i, i+n, …)."""
+    """The points this command runs: all, the named ones, or shard i/n (points i, i+n, …).
+
+    `names` are point names, or the pieces a comma-separated list flag (`--points`) splits them into: a name
+    has one `field=value` part per axis (`factor=2,attention_factor=1.1` arrives as two pieces), so pieces that
+    are not names themselves are rejoined in groups of that many."""
     fields = list(points[0]) if points else []
     named = [(point_name(p, fields), p) for p in points]
+    known_names = {n for n, _ in named}
+    if names and len(fields) > 1 and not all(n in known_names for n in names):
+        pieces = [piece for n in names for piece in n.split(",")]
+        if len(pieces) % len(fields):
+            raise ValueError(f"--points: {','.join(names)!r} does not split into names of {len(fields)} "
+                             f"field=value parts (one per axis {fields}); points are {sorted(known_names)}")
+        names = [",".join(pieces[i:i + len(fields)]) for i in range(0, len(pieces), len(fields))]
     by_name: dict[str, list] = {}
     for n, p in named:
         by_name.setdefault(n, []).append(p)
@@ -127,10 +138,9 @@ def select(points: list[dict[str, Any]], names: Sequence[str] | None = None, sha
         raise ValueError("sweep points whose names coincide (values alike to 6 digits, or '/' read as '_'): "
                          + "; ".join(f"{n}: {ps}" for n, ps in same.items()))
     if names:
-        known = {n for n, _ in named}
-        unknown = [n for n in names if n not in known]
+        unknown = [n for n in names if n not in known_names]
         if unknown:
-            raise ValueError(f"unknown point(s) {unknown}; points are {sorted(known)}")
+            raise ValueError(f"unknown point(s) {unknown}; points are {sorted(known_names)}")
         named = [(n, p) for n, p in named if n in names]
     if shard:
         i, sep, n = shard.partition("/")
@@ -448,17 +458,24 @@ SHARED = {"train": ("scaling", "split", "num_bytes", "corpus", "base"),
           "eval": ("run", "scaling", "method", "split", "num_bytes", "corpus", "hf_model")}
 
 
-def gather(root: str, mode: str) -> list[dict[str, Any]]:
+def gather(root: str, mode: str, axes: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Every point record written under `root` (from any machine).
 
     Raises:
       ValueError: records made with other settings (SHARED: the scaling, the split, the corpus and the bytes
         scored; in train mode also the base config and train_steps, `base_digest`; in eval mode the run — its
-        parameters' SHA-256 and step —, the method and whether it is a Hugging Face checkpoint) — sweeps with
-        other settings belong under their own --root.
+        parameters' SHA-256 and step —, the method and whether it is a Hugging Face checkpoint), or, with
+        `axes`, over other axes than these fields in this order (a table over `axes` would show other axes'
+        points with None for its fields, and the same axes in another order name each point anew, so every
+        point would be in it twice) — sweeps with other settings belong under their own --root.
     """
     pattern = "*/sweep_point.json" if mode == "train" else "points/*.json"
     records = [json.loads(p.read_text()) for p in sorted(pathlib.Path(root).glob(pattern))]
+    other = [r["name"] for r in records if axes is not None and list(r.get("point", {})) != list(axes)]
+    if other:  # (the same axes in another order name every point anew: each would be in the table twice)
+        raise ValueError(f"{root} holds sweep points over other axes than {list(axes)} (or these in another order): "
+                         + ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+                         + " — give each sweep its own --root")
     values: dict[str, dict[Any, list[str]]] = {}
     for r in records:
         key = r.get("key", {})  # the run by its weights (a path is typed differently on each machine)

@@ -58,7 +58,8 @@ _SPLIT = flags.DEFINE_enum("split", "validation", ("validation", "test"),
 _NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Bytes (tokens with --hf_model) scored per length (default 8 x "
                                   "longest).")
 _PLOT_LENGTH = flags.DEFINE_integer("plot_length", None, "Length whose bits per byte fill the heatmap.")
-_POINTS = flags.DEFINE_list("points", None, "Run only these point names.")
+_POINTS = flags.DEFINE_list("points", None, "Run only these point names, comma-separated as written (a point of "
+                            "two axes: --points=factor=2,attention_factor=1.1).")
 _SHARD = flags.DEFINE_string("shard", None, "Run only shard i/n of the points.")
 _AGGREGATE = flags.DEFINE_bool("aggregate_only", False, "Only gather finished points into the table and plot.")
 
@@ -108,6 +109,7 @@ def main(argv):
     prepare_out_dir(_ROOT.value, "--root")
     ran = []
     try:  # the checks before any point is computed (a finished point of other settings, bytes the split lacks)
+        sweep.gather(_ROOT.value, _MODE.value, fields)  # points of another sweep's axes under --root
         if not _AGGREGATE.value and _MODE.value == "train":
             ran = sweep.run_train_sweep(_CONFIG.value, _ROOT.value, points, lengths=lengths,
                                         scaling=_SCALING.value or "none", num_bytes=_NUM_BYTES.value,
@@ -117,7 +119,7 @@ def main(argv):
                                        scaling=_SCALING.value or "yarn", num_bytes=_NUM_BYTES.value,
                                        split=_SPLIT.value, method=_METHOD.value, hf_model=bool(_HF.value),
                                        text=_TEXT.value)
-        records = sweep.gather(_ROOT.value, _MODE.value)
+        records = sweep.gather(_ROOT.value, _MODE.value, fields)
     except ValueError as e:
         sys.exit(f"error: {e}")
     paths = sweep.write_outputs(records, _ROOT.value, fields, lengths, _PLOT_LENGTH.value)

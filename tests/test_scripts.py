@@ -156,6 +156,35 @@ def test_entry_points_document_themselves(script):
     assert result.returncode == 1 and f"python {script}" in result.stdout and "flags:" in result.stdout
 
 
+def test_documented_commands_use_only_flags_their_scripts_define():
+    """Every `scripts/NAME.py --flag` written in README.md, the experiments' READMEs, the configs' and the scripts'
+    docstrings names a flag NAME.py defines (or a script it imports defines), a `--config.FIELD` override where
+    it has --config, or `--noFLAG` for a boolean: a renamed flag leaves no documented command that fails."""
+    import re  # noqa: PLC0415
+
+    texts = {p.stem: p.read_text() for p in (ROOT / "scripts").glob("*.py")}
+    defined = {stem: {m.group(2): m.group(1) for m in re.finditer(r'DEFINE_(\w+)\(\s*"(\w+)"', text)}
+               for stem, text in texts.items()}
+    for stem, text in texts.items():  # benchmark_xla_options takes benchmark_train's flags
+        for other in re.findall(r"^import (\w+)", text, re.M):
+            defined[stem] = {**defined.get(other, {}), **defined[stem]}
+    docs = [ROOT / "README.md", *sorted((ROOT / "experiments").glob("*/README.md")),
+            *sorted((ROOT / "configs").glob("*.py")), *sorted((ROOT / "scripts").glob("*.py"))]
+    seen, unknown = 0, []
+    for doc in docs:
+        text = re.sub(r"\\\n\s*", " ", doc.read_text())  # a command continued over lines is one line
+        for m in re.finditer(r"scripts/(\w+)\.py(\s[^`#\n]*)", text):
+            names = defined.get(m.group(1), {})
+            if not names:  # a script that reads sys.argv itself (render_readme.py --check)
+                continue
+            for flag in re.findall(r"(?<![\w-])--(\w[\w.]*)", m.group(2).split("&&")[0]):
+                seen += 1
+                if not (flag in names or (flag.startswith("config.") and "config" in names)
+                        or (flag.startswith("no") and names.get(flag[2:]) == "bool")):
+                    unknown.append(f"{doc.relative_to(ROOT)}: scripts/{m.group(1)}.py --{flag}")
+    assert seen > 100 and not unknown, unknown
+
+
 # (argv, the UsageError's text): flags that would be ignored, contradict each other or make no sense, each refused
 # before the script loads a run or compiles anything (the paths named here do not exist: MISSING, under the
 # temporary directory, is never created unless a script starts work it should have refused)
@@ -232,8 +261,8 @@ def test_a_config_field_of_configs_tasks_py_on_default_py_names_that_config():
                              f"--workdir={MISSING}/run", "--config.positions.randomize=True"], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert ("--config.positions.randomize: the config has no field or section 'positions'; the `task` and "
-            "`positions` sections exist only in configs/tasks.py") in result.stderr
+    assert "--config.positions.randomize: the config has no field or section 'positions' (it has: b1, " in result.stderr
+    assert "; the `task` and `positions` sections exist only in configs/tasks.py" in result.stderr
 
 
 def test_measure_eval_memory_records_the_machine_and_code():

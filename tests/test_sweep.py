@@ -54,6 +54,47 @@ def test_select_shards_and_named_points():
             sweep.select(sweep.expand(sweep.parse_axes(axes)))
 
 
+def test_points_of_a_multi_axis_sweep_can_be_named_through_the_list_flag():
+    """`--points` is a comma-separated list flag, and a point of two axes is named `factor=2,attention_factor=1.1`:
+    the flag hands select its pieces, which are rejoined one part per axis."""
+    points = sweep.expand(sweep.parse_axes(["factor=2,4", "attention_factor=1.0,1.1"]))
+    chosen = sweep.select(points, names=["factor=2", "attention_factor=1.1", "factor=4", "attention_factor=1"])
+    assert chosen == [("factor=2,attention_factor=1.1", {"factor": 2, "attention_factor": 1.1}),
+                      ("factor=4,attention_factor=1", {"factor": 4, "attention_factor": 1.0})]
+    whole = sweep.select(points, names=["factor=4,attention_factor=1.1"])  # a name as written, in a Python list
+    assert [n for n, _ in whole] == ["factor=4,attention_factor=1.1"]
+    with pytest.raises(ValueError, match=r"does not split into names of 2 field=value parts"):
+        sweep.select(points, names=["factor=2", "attention_factor=1.1", "factor=4"])
+    with pytest.raises(ValueError, match=r"unknown point\(s\) \['factor=3,attention_factor=1.1'\]"):
+        sweep.select(points, names=["factor=3", "attention_factor=1.1"])
+
+
+def test_script_names_points_of_two_axes_and_refuses_a_root_of_other_axes(tmp_path):
+    """--points with a two-axis name, and a --root whose points were swept over other axes: their table would
+    show those points with None for this sweep's axes (and the heatmap fails on them)."""
+    common = ["--mode=eval", f"--root={tmp_path}", "--axis=factor=2,4", "--axis=attention_factor=1.0,1.1",
+              "--lengths=32", "--aggregate_only"]
+    result = sweep_script(*common, "--points=factor=2,attention_factor=1.1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    (tmp_path / "points").mkdir()
+    record = {"name": "beta_fast=16", "point": {"beta_fast": 16}, "status": "done", "run": "/r", "split": "validation",
+              "scaling": "yarn", "num_bytes": 128, "key": {"corpus": "c"}, "bpb_L32": 2.0}
+    (tmp_path / "points" / "beta_fast=16.json").write_text(json.dumps(record))
+    result = sweep_script(*common)
+    assert result.returncode != 0 and "holds sweep points over other axes than ['factor', 'attention_factor'] (or " \
+        "these in another order): beta_fast=16" in result.stderr
+    with pytest.raises(ValueError, match="other axes"):
+        sweep.gather(str(tmp_path), "eval", ["factor", "attention_factor"])
+    assert [r["name"] for r in sweep.gather(str(tmp_path), "eval", ["beta_fast"])] == ["beta_fast=16"]
+    (tmp_path / "points" / "beta_fast=16.json").unlink()  # the same axes in another order: every point named anew
+    (tmp_path / "points" / "factor=2,attention_factor=1.json").write_text(json.dumps(
+        {**record, "name": "factor=2,attention_factor=1", "point": {"factor": 2, "attention_factor": 1.0}}))
+    assert len(sweep.gather(str(tmp_path), "eval", ["factor", "attention_factor"])) == 1
+    with pytest.raises(ValueError, match=r"other axes than \['attention_factor', 'factor'\] \(or these in another "
+                                         r"order\)"):
+        sweep.gather(str(tmp_path), "eval", ["attention_factor", "factor"])
+
+
 def test_gather_refuses_records_of_other_settings_under_one_root(tmp_path):
     """`--scaling=yarn --axis=factor=2,4`, then `--scaling=ntk --axis=factor=8` into the same root: one table
     would show factors 2, 4 and 8 as one series."""
@@ -98,8 +139,17 @@ def test_with_fields_copies_and_names_unknown_fields(tiny_config):
     config = with_fields(base, {"model.rope.base": 100, "train_len": 16}, "sweep axis")
     assert config.model.rope.base == 100.0 and isinstance(config.model.rope.base, float) and config.train_len == 16
     assert base.train_len != 16  # the original is untouched
-    with pytest.raises(TypeError):  # an unset field keeps its type
-        with_fields(base, {"schedule_steps": "many"})
+    # a value of another type than the field's: a ValueError naming the field (the script reports it as a usage
+    # error), an unset field's type included
+    with pytest.raises(ValueError, match=r"sweep axis schedule_steps='many': the field's type is int, not str"):
+        with_fields(base, {"schedule_steps": "many"}, "sweep axis")
+    with pytest.raises(ValueError, match=r"sweep axis train_len=32.0: the field's type is int, not float"):
+        with_fields(base, {"train_len": 32.0}, "sweep axis")
+    with pytest.raises(ValueError, match=r"eval.lengths=64: the field's type is str, not int \(a value that reads as a "
+                                         r"number or another Python literal is taken as one\)"):
+        with_fields(base, {"eval.lengths": 64}, "sweep axis")
+    assert with_fields(base, {"init_from": None}).init_from is None and with_fields(
+        base, {"model.rope.scaling.original_max_len": 64}).model.rope.scaling.original_max_len == 64
     with pytest.raises(ValueError, match="sweep axis 'model.rope.bse': config has no field 'bse'"):
         with_fields(base, {"model.rope.bse": 1}, "sweep axis")
     with pytest.raises(ValueError, match="--set 'modle.rope.base': config has no section 'modle'"):

@@ -152,8 +152,19 @@ def test_killed_run_resumes_to_the_same_losses(tiny_config, tmp_path, cache_dir)
 
 
 def test_misspelt_config_field_fails(tmp_path):
-    result = run_script(["--config=configs/default.py:tiny", f"--workdir={tmp_path}", "--config.model.posenk=rope"])
-    assert result.returncode != 0 and "posenk" in result.stderr
+    """A misspelt field or section is a flags error naming the flag and the fields its section has (ml_collections
+    raises an AttributeError for a field of an existing section, a KeyError for a section), not a traceback."""
+    for override, text in [
+        ("--config.model.posenk=rope", "--config.model.posenk: section 'model' has no field or section 'posenk' (it "
+                                       "has: act_dtype, attn_block"),
+        ("--config.model.rope.scaling.factr=2", "--config.model.rope.scaling.factr: section 'model.rope.scaling' "
+                                                "has no field or section 'factr' (it has: attention_factor, beta_fast, "
+                                                "beta_slow, dynamic, factor, factors_file"),
+        ("--config.modl.posenc=rope", "--config.modl.posenc: the config has no field or section 'modl' (it has: b1, "),
+    ]:
+        result = run_script(["--config=configs/default.py:tiny", f"--workdir={tmp_path}", override])
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        assert f"FATAL Flags parsing error: {text}" in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "checkpoints").exists()
 
 
