@@ -1,17 +1,25 @@
-"""Autoregressive decoding with a KV cache, equal to recomputing the full forward pass.
+"""Autoregressive decoding with a KV cache.
 
 Each new token is embedded at its absolute position (sinusoidal / learned), its q and k are rotated at its
 position (RoPE), and ALiBi's bias comes from positions: the cache stores keys, values and their positions.
+For every encoding and static scaling, cached decoding equals the full forward pass (`recompute_logits`).
 
 Scalings whose frequencies depend on the sequence length — `dynamic_ntk`, `dynamic=True`, and LongRoPE's
-switch from short to long factors past `original_max_len` — are exact here: posenc defines the logits at
-position p as those of the full forward pass over the prefix 0…p (seq_len = p + 1, the semantics of Hugging
-Face's recompute), and reproduces them with a cache by storing *unrotated* keys and rotating all of them
-with the current step's frequencies (`KVCache.rotate_at_use`). Hugging Face instead caches keys rotated
-with the frequencies of the step they were computed at, so its cached decoding drifts from the recompute
-once the factor changes (transformers issues #25104, #27227). The cost: one extra elementwise rotation of
-the cached keys per layer and step, O(S·d) — the same order as attending to them. Static scalings rotate
-each key once, before caching.
+switch from short to long factors past `original_max_len` — have the reference `recompute_logits`: the
+logits at position p are those of the full forward pass over the prefix 0…p (seq_len = p + 1, the semantics
+of Hugging Face's recompute), every layer's hidden states at earlier positions recomputed with the
+frequencies of seq_len p + 1. A cache cannot reproduce that past the first layer whose frequencies change:
+the keys and values of a later layer are projections of hidden states computed when their token was fed,
+with the frequencies of that step. What the cache does make exact is the rotation: it stores *unrotated*
+keys and rotates all of them with the current step's frequencies (`KVCache.rotate_at_use`), so a layer whose
+inputs do not depend on the length (the first layer; a global layer after local ones only) equals the
+recompute, and a one-layer model equals it throughout (tests/test_decode.py). Hugging Face instead caches
+keys rotated with the frequencies of the step they were computed at, so its cached decoding drifts from the
+recompute in the first layer already once the factor changes (transformers issues #25104, #27227). Deeper
+layers differ from the recompute by a part of the scaling's own effect on the logits (tests/test_decode.py,
+`test_a_deeper_layer_s_cache_holds_each_token_s_own_step`). The cost of rotating at use: one extra
+elementwise rotation of the cached keys per layer and step, O(S·d) — the same order as attending to them.
+Static scalings rotate each key once, before caching.
 
 The frequencies of every possible length are tabulated once (`rope_schedule`, `[S, r]`, float64 NumPy →
 float32 with their float64 residual; under `lm_infinite` / `sinks` only up to the method's span, past which
@@ -102,7 +110,14 @@ def _method_args(cfg: ModelConfig, method: Method | None, scaling: RopeScaling, 
 
 
 def _cache_size(method: Method | None, cache_size: int | None, total: int) -> int:
-    """The cache slots: S + R for a bounded method (lm_infinite, sinks), else `cache_size` or `total`."""
+    """The cache slots: S + R for a bounded method (lm_infinite, sinks), else `cache_size` or `total`.
+
+    Raises:
+      ValueError: `cache_size` is not a positive integer, or not S + R under a bounded method."""
+    if cache_size is not None and (not _is_int(cache_size) or cache_size <= 0):
+        raise ValueError(f"cache_size must be a positive number of slots (or unset for the {total} tokens asked "
+                         f"for), got {cache_size!r}")
+    cache_size = None if cache_size is None else int(cache_size)
     layout = None if method is None else method.cache_layout()
     if layout is None:
         return cache_size or total
@@ -147,6 +162,18 @@ def _check_tokens(cfg: ModelConfig, tokens, name: str) -> None:
                          f"such as {int(bad.flat[0])}")
 
 
+def _scaling(cfg: ModelConfig, scaling, method=None) -> RopeScaling:
+    """`scaling` (None: the run's own) checked with `method`: a `RopeScaling` that the encoding takes, a
+    resolved `training_free.Method` or None; raises a ValueError naming the argument otherwise."""
+    if scaling is not None and not isinstance(scaling, RopeScaling):
+        raise ValueError(f"scaling must be a posenc.RopeScaling or None (the run's own), got {scaling!r}")
+    if scaling is not None and scaling.kind != "none" and not cfg.encoding.takes_rope_scaling:
+        raise ValueError(f"a RoPE scaling does not apply to posenc={cfg.posenc!r}, got scaling kind={scaling.kind!r}")
+    if method is not None and not isinstance(method, Method):
+        raise ValueError(f"method must be a posenc.training_free.Method (resolved) or None, got {method!r}")
+    return cfg.rope_scaling if scaling is None else scaling
+
+
 def _rope(cfg, schedule: RopeSchedule, t):
     return schedule.at(t) if cfg.encoding.takes_rope_scaling else None
 
@@ -174,7 +201,11 @@ def teacher_forced_logits(graphdef, params, tokens, *, prefill_len: int, scaling
                           cache_size: int | None = None, method: Method | None = None) -> jax.Array:
     """Logits `[B, T, V]` of `tokens [B, T]` computed by prefilling `prefill_len` tokens and then feeding
     the rest one at a time through the cache (what generation computes, with known tokens). `method`: a
-    resolved training-free method (`lm_infinite` / `sinks` keep their bounded cache of S + R slots)."""
+    resolved training-free method (`lm_infinite` / `sinks` keep their bounded cache of S + R slots).
+
+    Under a length-dependent scaling the prefill is one forward pass at the frequencies of seq_len
+    `prefill_len`: the logits of its positions before the last (and, past the first layer, the cached states
+    of all of them) are those of that length, not of each position's own prefix (see the module docstring)."""
     cfg = _cfg(graphdef, params)
     if jnp.ndim(tokens) != 2:
         raise ValueError(f"tokens must be [batch, length] token ids, got shape {jnp.shape(tokens)}")
@@ -183,7 +214,7 @@ def teacher_forced_logits(graphdef, params, tokens, *, prefill_len: int, scaling
     if not _is_int(prefill_len) or not 1 <= prefill_len <= t:
         raise ValueError(f"prefill_len must be an integer in [1, T={t}] (the tokens prefilled at once), got "
                          f"{prefill_len!r}")
-    scaling = cfg.rope_scaling if scaling is None else scaling
+    scaling = _scaling(cfg, scaling, method)
     args = _method_args(cfg, method, scaling, t)
     cache_size = _cache_size(method, cache_size, t)
     _check_request(cfg, prefill_len, t, cache_size, method)
@@ -200,11 +231,12 @@ def teacher_forced_logits(graphdef, params, tokens, *, prefill_len: int, scaling
 
 
 def recompute_logits(graphdef, params, tokens, *, scaling: RopeScaling | None = None) -> jax.Array:
-    """The reference: logits at position p from the full forward pass over the prefix 0…p (seq_len p + 1).
+    """The reference: logits at position p from the full forward pass over the prefix 0…p (seq_len p + 1),
+    every layer recomputed with the frequencies of that length.
 
     For length-independent encodings this is one forward pass over all of `tokens` (causality)."""
     cfg = _cfg(graphdef, params)
-    scaling = cfg.rope_scaling if scaling is None else scaling
+    scaling = _scaling(cfg, scaling)
     model = nnx.merge(graphdef, params)
     t = tokens.shape[1]
     if not _rotate_at_use(cfg, scaling):
@@ -222,12 +254,16 @@ def _cfg(graphdef, params) -> ModelConfig:
 
 
 def sample(logits, key, temperature: float, top_k: int):
-    """Greedy if temperature == 0; otherwise softmax(logits / temperature) restricted to the top_k (0 = all)."""
+    """Greedy if temperature == 0 (argmax: the lowest token id among tied maxima); otherwise a draw from
+    softmax(logits / temperature) restricted to the top_k (0 = all; every token tied with the k-th largest
+    logit stays in, as in Hugging Face's `TopKLogitsWarper`). The logits are shifted by their maximum before
+    the division, so that a small temperature cannot overflow them to inf (inf − inf would be NaN)."""
     if temperature == 0:
         return jnp.argmax(logits, axis=-1)
     if top_k:
         kth = jax.lax.top_k(logits, top_k)[0][..., -1:]
         logits = jnp.where(logits < kth, -jnp.inf, logits)
+    logits = logits - jnp.max(logits, axis=-1, keepdims=True)
     return jax.random.categorical(key, logits / temperature, axis=-1)
 
 
@@ -261,11 +297,20 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     """Samples `max_new_tokens` after `prompt [B, P]` with a KV cache; returns `[B, P + max_new_tokens]`.
 
     One compiled program (prefill + `lax.scan` over the new tokens) per (P, max_new_tokens, cache_size).
-    `scaling` overrides the run's RoPE scaling (RoPE runs only). `method`: a resolved training-free method;
-    under `lm_infinite` and `sinks` the cache has exactly S + R slots whatever the length generated.
+    Every row's prompt has the same P tokens (there is no padding mask). `seed` (an integer) fixes the
+    draws: the same arguments give the same tokens. `scaling` overrides the run's RoPE scaling (RoPE runs
+    only). `method`: a resolved training-free method; under `lm_infinite` and `sinks` the cache has exactly
+    S + R slots whatever the length generated. The forward pass's `seq_len` is P + max_new_tokens: a
+    learned table with `learned_beyond='interpolate'` is resampled to that length, so past `max_len` the
+    continuation depends on `max_new_tokens` (as a static scaling's factor (P + max_new_tokens) / L0 does).
     """
     cfg = _cfg(graphdef, params)
-    if np.ndim(prompt) != 2:
+    try:
+        ndim = np.ndim(prompt)
+    except ValueError:  # rows of different lengths
+        raise ValueError("prompt must be [batch, length] token ids, every row of the same length (there is no "
+                         "padding mask: decode prompts of different lengths separately)") from None
+    if ndim != 2:
         raise ValueError(f"prompt must be [batch, length] token ids, got shape {np.shape(prompt)}")
     _check_tokens(cfg, prompt, "prompt")
     prompt = jnp.asarray(prompt, jnp.int32)
@@ -274,17 +319,16 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     if (isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, (int, float, np.integer, np.floating))
             or not (math.isfinite(temperature) and temperature >= 0)):
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+    if 0 < temperature < np.finfo(np.float32).tiny:  # a float32 subnormal: flushed to 0, logits / 0 is NaN
+        raise ValueError(f"temperature must be 0 (greedy) or at least {np.finfo(np.float32).tiny:.3g} (the smallest "
+                         f"normal float32), got {temperature!r}")
+    if not _is_int(seed):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
     if not _is_int(top_k) or not 0 <= top_k <= cfg.vocab_size:
         raise ValueError(f"top_k must be an integer in [0, vocab_size={cfg.vocab_size}] (0 = all), got {top_k!r}")
     max_new_tokens = int(max_new_tokens)
     total = prompt.shape[1] + max_new_tokens
-    if cache_size is not None and (not _is_int(cache_size) or cache_size <= 0):
-        raise ValueError(f"cache_size must be a positive number of slots (or unset for prompt + max_new_tokens = "
-                         f"{total}), got {cache_size!r}")
-    cache_size = None if cache_size is None else int(cache_size)
-    if scaling is not None and scaling.kind != "none" and not cfg.encoding.takes_rope_scaling:
-        raise ValueError(f"a RoPE scaling does not apply to posenc={cfg.posenc!r}")
-    scaling = cfg.rope_scaling if scaling is None else scaling
+    scaling = _scaling(cfg, scaling, method)
     args = _method_args(cfg, method, scaling, total)
     cache_size = _cache_size(method, cache_size, total)
     _check_request(cfg, prompt.shape[1], total, cache_size, method)
@@ -304,8 +348,8 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
         raise too_big(f"the device has {available / 2**30:.2f} GiB")
     rotate = _rotate_at_use(cfg, scaling, method)
     try:
-        schedule = rope_schedule(cfg, scaling, max(cache_size, total), _span(method))
-        out = _generate(graphdef, params, prompt, schedule, jax.random.key(seed),
+        schedule = rope_schedule(cfg, scaling, total, _span(method))  # positions 0 … total − 1
+        out = _generate(graphdef, params, prompt, schedule, jax.random.key(int(seed)),
                         args, max_new_tokens=max_new_tokens, cache_size=cache_size, rotate_at_use=rotate,
                         temperature=float(temperature), top_k=int(top_k))
         return np.asarray(out)
@@ -392,7 +436,7 @@ def greedy_answers(graphdef, params, tokens, answer, *, positions=None, scaling:
     positions = np.broadcast_to(np.arange(t) if positions is None else np.asarray(positions), (b, t)).astype(np.int32)
     if (np.diff(positions, axis=1) <= 0).any() or positions.min() < 0:
         raise ValueError("positions must be increasing and >= 0 along each row")
-    scaling = cfg.rope_scaling if scaling is None else scaling
+    scaling = _scaling(cfg, scaling, method)
     seq_len = int(positions[:, :-1].max()) + 1  # the last token is only a target: never an input
     if seq_len != t - 1 and (is_length_dependent(scaling) or (method is not None and method.method != "none")):
         raise ValueError("positions other than 0 … T−1 are decoded without a length-dependent scaling or a "

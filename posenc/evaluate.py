@@ -410,10 +410,12 @@ class Evaluator:
 
     def prefix_nll(self, x: np.ndarray, y: np.ndarray, scaling: RopeScaling) -> np.ndarray:
         """Per-position NLL `[n, L]` with each position scored by the frequencies of its own prefix (seq_len
-        t + 1 for target t): what cached decoding computes with unrotated keys (`decode.teacher_forced_logits`,
-        equal to recomputing the forward pass over every prefix), not one set of frequencies for the whole
-        window. The leading positions whose frequencies equal those at seq_len 1 are prefilled at once, the rest
-        fed one at a time through the cache."""
+        t + 1 for target t): what cached decoding computes with unrotated keys (`decode.teacher_forced_logits`),
+        not one set of frequencies for the whole window. Equal to recomputing the forward pass over every
+        prefix (`decode.recompute_logits`) in the first layer only: a deeper layer's cached keys and values
+        come from the hidden states of each token's own step (see `posenc.decode`). The leading positions
+        whose frequencies equal those at seq_len 1 are prefilled at once, the rest fed one at a time through
+        the cache."""
         from posenc import decode  # noqa: PLC0415
 
         length = x.shape[1]

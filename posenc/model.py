@@ -256,8 +256,10 @@ class Attention(nnx.Module):
         and the others share a ring of S − fixed: the new queries attend to the cache as it was plus the new
         keys, then the fixed and the newest ring-many of those enter it, so memory stays bounded and the
         result exact. `rotate_at_use` (static): the cache holds *unrotated* keys, rotated with the current
-        context at every step — exact for encodings whose frequencies change with the sequence length
-        (dynamic NTK, dynamic YaRN, LongRoPE's switch), and what the two-branch methods need (a key is
+        context at every step — the current frequencies for encodings whose frequencies change with the
+        sequence length (dynamic NTK, dynamic YaRN, LongRoPE's switch; the cached keys and values themselves
+        come from each token's own step, so past the first such layer this is not the recompute over the
+        prefix: `posenc.decode`), and what the two-branch methods need (a key is
         rotated at its near and at its far position; `sinks` re-indexes the near positions inside the
         cache, so that they stay below S + R + T however long generation runs); otherwise keys are rotated
         once, before caching.

@@ -495,10 +495,11 @@ def test_the_ngram_floor_scores_the_same_windows(runs):
 
 
 def test_prefix_dynamic_scaling_scores_each_position_with_its_own_prefix(runs):
-    """Protocol `prefix`: position t under the frequencies of seq_len t + 1 — equal to recomputing the forward
-    pass over every prefix (`decode.recompute_logits`, the definition), equal to the unscaled scores up to L0
-    (dynamic NTK does nothing there), and not the window-level row (the frequencies of L at every position);
-    static scalings get no such row."""
+    """Protocol `prefix`: position t under the frequencies of seq_len t + 1 — close to recomputing the forward
+    pass over every prefix (`decode.recompute_logits`, the definition; exact in the first layer, while a
+    deeper layer's cache holds each token's states from its own step: tests/test_decode.py), equal to the
+    unscaled scores up to L0 (dynamic NTK does nothing there), and not the window-level row (the frequencies
+    of L at every position); static scalings get no such row."""
     import jax.numpy as jnp
     import optax
 
@@ -526,7 +527,7 @@ def test_prefix_dynamic_scaling_scores_each_position_with_its_own_prefix(runs):
     prefix, window, plain = e.prefix_nll(x, y, sc), e.nll(x, y, sc), e.nll(x, y, ev.RopeScaling())
     logits = decode.recompute_logits(run.graphdef, run.params, jnp.asarray(x), scaling=sc)
     want = np.asarray(optax.softmax_cross_entropy_with_integer_labels(logits, jnp.asarray(y)))
-    np.testing.assert_allclose(prefix, want, rtol=1e-4, atol=2e-4)  # float32: cached vs whole forward
+    np.testing.assert_allclose(prefix, want, rtol=1e-4, atol=2e-4)  # cached vs whole forward: 2 layers, 6 steps
     np.testing.assert_allclose(prefix[:, :run.train_len], plain[:, :run.train_len], rtol=1e-4, atol=2e-4)
     assert np.abs(prefix - window).max() > 5e-4 and np.abs(prefix[:, run.train_len:] - plain[:, run.train_len:]).max() > 5e-4
 
