@@ -135,10 +135,12 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
          num_bytes: int | None = None, test_lengths: Sequence[int] | None = None, test_num_bytes: int | None = None,
          budget_source: str = "given", progress: bool = True) -> dict[str, Any]:
     """Tunes `rule` for run `workdir` at `target_len` on validation (`num_bytes` per evaluation), scores the
-    default and the winner on test (`test_num_bytes`, default `num_bytes`, at `test_lengths` and the target),
-    and writes `root/<rule>_<target_len>.json` (the trials, the choice and both test scores). The sweep's
-    point records go to `root/<rule>_<target_len>/` (a rerun resumes from them; a rerun with another budget or
-    seed is refused before any work, as is one whose points would overwrite finished ones of other settings)."""
+    default and the winner on test (`test_num_bytes`, default `num_bytes`, at `test_lengths` and the target:
+    bits per byte `test_bpb`, their 95% bootstrap interval over windows `test_ci` and the n-gram floor on the same
+    windows `test_floor`, each by length), and writes `root/<rule>_<target_len>.json` (the trials, the choice and
+    both test scores). The sweep's point records go to `root/<rule>_<target_len>/` (a rerun resumes from them; a
+    rerun with another budget or seed is refused before any work, as is one whose points would overwrite finished
+    ones of other settings)."""
     from posenc.evaluate import load_run  # noqa: PLC0415
 
     from posenc.evaluate import check_num_bytes, run_stream  # noqa: PLC0415
@@ -178,10 +180,13 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
                                                        scaling=kind, num_bytes=test_num_bytes or num_bytes, split="test",
                                                        progress=progress)}
 
-    def summary(trial):
+    def summary(trial):  # test bits per byte with their 95% bootstrap interval over windows and the n-gram floor
         record = test[trial["name"]]
         return {"name": trial["name"], "point": trial["point"], "val_bpb": trial["val_bpb"],
-                "test_bpb": {str(n): record.get(f"bpb_L{n}") for n in lengths}, "test_status": record["status"]}
+                "test_bpb": {str(n): record.get(f"bpb_L{n}") for n in lengths},
+                "test_ci": {str(n): None if record.get(f"ci_L{n}") is None else list(record[f"ci_L{n}"])
+                            for n in lengths},
+                "test_floor": {str(n): record.get(f"floor_L{n}") for n in lengths}, "test_status": record["status"]}
 
     result = {"rule": rule, "kind": kind, "run": workdir, "step": run.step, "train_len": run.base_len,
               "target_len": target_len, "s": s, "budget": budget, "budget_source": budget_source,

@@ -528,3 +528,27 @@ def test_committed_readme_and_summary_are_rendered_from_the_committed_results(tm
     report.write_report(here / "results", run.plan(list(run.SEEDS)), run.FULL, out=tmp_path)
     assert (tmp_path / "README.md").read_text() == (here / "README.md").read_text()
     assert (tmp_path / "results" / "summary.json").read_text() == (here / "results" / "summary.json").read_text()
+
+
+def test_a_paired_difference_over_one_window_has_no_interval():
+    """The paired differences from RoPE: the percentile bootstrap of the mean window difference over windows (2000
+    resamples, the 2.5% and 97.5% quantiles); one window has no spread to resample, and the cell says so instead of
+    a zero-width interval ([+0.300, +0.300] read as a certain difference)."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    def study(windows):
+        rows = {p: [{"scaling": "none", "length": 256, "protocol": "nonoverlap", "method": "none",
+                     "bpb": float(np.mean(w)), "window_bpb": list(w)}] for p, w in windows.items()}
+        results = {f"iambic-{p}-s0": {"job": {"seed": 0}, "eval": {"rows": r}} for p, r in rows.items()}
+        planned = [SimpleNamespace(name=f"iambic-{p}-s0", kind="main", corpus="iambic", posenc=p) for p in windows]
+        return report.Study(results, planned, SimpleNamespace(lengths=[256]))
+
+    text = report.paired_section(study({"rope": [2.0], "alibi": [2.3]}), "iambic", ["rope", "alibi"])
+    assert "| ALiBi − RoPE | +0.300 (one window: no interval); per seed +0.300 |" in text
+    rope, alibi = np.array([2.0, 2.1, 1.9, 2.2]), np.array([2.3, 2.2, 2.4, 2.6])
+    text = report.paired_section(study({"rope": rope, "alibi": alibi}), "iambic", ["rope", "alibi"])
+    d = alibi - rope
+    means = d[np.random.default_rng(0).integers(0, 4, size=(2000, 4))].mean(axis=1)
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    assert f"| ALiBi − RoPE | {d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]; per seed {d.mean():+.3f} |" in text
+    assert report._bootstrap_mean(np.array([0.3])) is None

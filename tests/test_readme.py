@@ -160,3 +160,37 @@ def test_script_rendered_wall_times_name_the_machine_their_results_record(tmp_pa
 
     text = _render_in_copy(tmp_path / "pb2", "experiments/extrapolation/pilot_budget", pilot_budget)
     assert f"Run on {named}: " in text.replace("\n", " ")
+
+
+def test_the_base_sweep_rates_its_one_seed_and_scales_the_noise_to_a_difference_of_two_runs(tmp_path):
+    """One run per base: the answer says its evidence is weak, with or without the extrapolation study's seeds to
+    estimate the noise. A difference between two bases of one run each has √2 times one run's standard deviation,
+    and its 95% band is Student's t at that estimate's degrees of freedom times it (the study's 3 seeds at 16×: sd
+    0.38, so ±2.33, wider than every difference between the bases; reading one run's sd as the threshold called
+    differences above 0.38 signal)."""
+    import json  # noqa: PLC0415
+    import math  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+    import statistics  # noqa: PLC0415
+
+    text = " ".join(_render_in_copy(tmp_path / "a", "experiments/rope_base_sweep").split())
+    vals = [r["bpb"] for p in sorted((ROOT / "experiments/extrapolation/results").glob("rope-s?.json"))
+            for r in json.loads(p.read_text())["rows"]
+            if r["scaling"] == "none" and r["protocol"] == "nonoverlap" and r["length"] == 4096]
+    assert len(vals) == 3  # df 2: Student's t quantile in closed form, t = (2p − 1) √(2 / (4p(1 − p)))
+    t95_df2 = 0.95 * math.sqrt(2 / (4 * 0.975 * 0.025))
+    sd = statistics.stdev(vals)
+    band = t95_df2 * math.sqrt(2) * sd
+    assert "One seed per base: the evidence is **weak**" in text
+    assert f"= {math.sqrt(2) * sd:.2f}, and a 95% band of ±{band:.2f} (Student t at 2 degrees of freedom)" in text
+    far = [float(line.split("|")[6]) for line in (ROOT / "experiments/rope_base_sweep/results.md").read_text().splitlines()
+           if line.startswith("| ") and line.split("|")[2].strip() == "done"]
+    outside = sum(abs(a - b) > band for i, a in enumerate(far) for b in far[i + 1:])
+    assert len(far) == 5 and f"{outside} of the 10 differences between bases at 16× lie outside it" in text
+    assert "smaller than that are within noise" not in text
+
+    def without_study(folder):
+        shutil.rmtree(folder.parent / "extrapolation" / "results")
+
+    text = " ".join(_render_in_copy(tmp_path / "b", "experiments/rope_base_sweep", without_study).split())
+    assert "One seed per base: the evidence is **weak**" in text and "95% band" not in text

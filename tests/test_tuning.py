@@ -80,6 +80,10 @@ def test_tune_selects_on_validation_and_scores_test(trained_run, tmp_path, monke
     again = sweep.run_eval_sweep(str(trained_run), str(tmp_path / "check"), [("x", result["best"]["point"])],
                                  lengths=[64], scaling="yarn", num_bytes=128, split="test", progress=False)[0]
     assert result["best"]["test_bpb"]["64"] == again["bpb_L64"]
+    # with their uncertainty and baseline: the bootstrap interval over the test windows and the n-gram floor on them
+    assert list(result["best"]["test_ci"]["64"]) == pytest.approx(list(again["ci_L64"]), rel=1e-12)
+    lo, hi = result["best"]["test_ci"]["64"]
+    assert lo <= result["best"]["test_bpb"]["64"] <= hi and result["best"]["test_floor"]["64"] == again["floor_L64"]
     assert json.loads((tmp_path / "yarn_64.json").read_text())["best"] == result["best"]
     monkeypatch.setattr(Evaluator, "nll", lambda *a, **k: pytest.fail("a rerun recomputed a finished point"))
     rerun = tuning.tune(str(trained_run), "yarn", 64, 4, str(tmp_path), num_bytes=128, progress=False)

@@ -461,8 +461,9 @@ def paired_section(st: Study, corpus: str, encs: list[str]) -> str:
                 cells.append("—")
                 continue
             d = np.mean(diffs, axis=0)
-            lo, hi = _bootstrap_mean(d)
-            cells.append(f"{d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]; per seed " + ", ".join(f"{x:+.3f}" for x in per_seed))
+            ci = _bootstrap_mean(d)
+            interval = "(one window: no interval)" if ci is None else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
+            cells.append(f"{d.mean():+.3f} {interval}; per seed " + ", ".join(f"{x:+.3f}" for x in per_seed))
         rows.append([f"{label(p)} − RoPE"] + cells)
     if not rows:
         return "No other encoding has a finished run on this corpus yet."
@@ -471,9 +472,11 @@ def paired_section(st: Study, corpus: str, encs: list[str]) -> str:
         "windows (it does not include the spread between seeds: read that from the per-seed differences).")
 
 
-def _bootstrap_mean(x: np.ndarray, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+def _bootstrap_mean(x: np.ndarray, resamples: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """The 95% percentile-bootstrap interval of the mean of `x` over its windows (resampled with replacement, a
+    pure function of the inputs); None for fewer than 2 windows, which have no spread to resample."""
     if x.size < 2:
-        return float(x.mean()), float(x.mean())
+        return None
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
     return tuple(float(q) for q in np.quantile(means, [0.025, 0.975]))

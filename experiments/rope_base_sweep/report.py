@@ -5,6 +5,7 @@ import json
 import pathlib
 
 from posenc.timing import machines_text
+from posenc.verdicts import t95
 
 HERE = pathlib.Path(__file__).resolve().parent
 LENGTHS = (256, 512, 1024, 2048, 4096)
@@ -29,6 +30,7 @@ if study.exists():
         rows = json.loads(f.read_text())["rows"]
         vals += [r["bpb"] for r in rows if r["scaling"] == "none" and r["protocol"] == "nonoverlap" and r["length"] == 4096]
     noise = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
+    noise_seeds = len(vals)
 spread = max(v[4096] for v in bpb.values()) - min(v[4096] for v in bpb.values())
 if monotone:
     answer = (f"Yes at this scale: the loss at 16× falls monotonically as the base grows (lowest on test at base {far_best:g}; a description, no base is chosen). "
@@ -42,9 +44,19 @@ else:
               "bits per byte there: with 400 steps at 256 tokens their slowest pairs barely rotate and carry little "
               "information. Without scaling every base still sees unseen angles past 256 in some pairs, so none "
               "extrapolates.")
+answer += " One seed per base: the evidence is **weak** (posenc/verdicts.py: one run)."
 if noise is not None:
-    answer += (f" One seed per base: the extrapolation study's seed-to-seed standard deviation of plain RoPE at 16× "
-               f"is {noise:.2f} bits per byte, so differences between bases smaller than that are within noise.")
+    # one run per base: a difference between two bases has √2 times one run's standard deviation, and its 95% band
+    # the Student t quantile at the noise estimate's degrees of freedom times that
+    diff_sd = 2 ** 0.5 * noise
+    band = t95(noise_seeds - 1) * diff_sd
+    far = [bpb[b][4096] for b in bpb]
+    outside = sum(abs(a - b) > band for i, a in enumerate(far) for b in far[i + 1:])
+    answer += (f" The extrapolation study's {noise_seeds} seeds of plain RoPE at 16× have a standard deviation of "
+               f"{noise:.2f} bits per byte, so a difference between two bases of one run each has one of about √2 × "
+               f"{noise:.2f} = {diff_sd:.2f}, and a 95% band of ±{band:.2f} (Student t at {noise_seeds - 1} degrees "
+               f"of freedom): {outside} of the {len(far) * (len(far) - 1) // 2} differences between bases at 16× lie "
+               "outside it (the bases' runs share seed 0, so their noise may be correlated and this band too wide).")
 text = f"""# RoPE base sweep: does a larger base extrapolate better without scaling?
 
 Regenerate (resumable; trains {len(bpb)} runs):
