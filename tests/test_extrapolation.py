@@ -136,3 +136,16 @@ def test_setup_is_read_from_the_config_and_the_fine_tuning_recipe(tmp_path, monk
     setup = report.write_report(here).split("## Encodings")[0].replace("\n", " ")
     assert "d_model 256, 4 layers, 4 heads (head_dim 64)" in setup and "800 AdamW steps (3.3 M training bytes)" in setup
     assert "30 warmup steps" in setup
+
+
+def test_encodings_with_different_seeds_are_refused(tmp_path):
+    """The claims' margins subtract one encoding's per-seed values from another's, seed by seed: results for
+    different seeds (learned missing seed 1) are refused, not paired by list position (numpy would broadcast a
+    lone seed against three)."""
+    import pytest  # noqa: PLC0415
+
+    here = _copy_results(tmp_path)
+    (here / "results" / "learned-s1.json").unlink()
+    (here / "results" / "learned-s2.json").unlink()
+    with pytest.raises(SystemExit, match=r"different seeds .*'learned': \[0\]"):
+        report.write_report(here)

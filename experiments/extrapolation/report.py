@@ -170,6 +170,10 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
     missing = [e for e, r in runs_of.items() if not r]
     if missing:
         raise SystemExit(f"results missing for {missing}: run experiments/extrapolation/run.py first")
+    seeds_of = {e: [int(r.rsplit("-s", 1)[1]) for r in runs] for e, runs in runs_of.items()}
+    if len({tuple(v) for v in seeds_of.values()}) > 1:  # the claims' margins pair encodings' runs seed by seed
+        raise SystemExit(f"the encodings have results for different seeds ({seeds_of}): the seed-paired claims need "
+                         "the same seeds for every encoding; run experiments/extrapolation/run.py to finish them")
     figs = here / "figures"
     figs.mkdir(exist_ok=True)
 
