@@ -77,6 +77,14 @@ def parse_arg(arg: str | None, valued: dict[str, str] | None = None, switches: t
     return out
 
 
+def check_posenc(posenc: str, where: str) -> str:
+    """`posenc`, the variant: an encoding (POSENCS) or a RoPE scaling (SCALINGS); else a ValueError naming
+    `where` (the config file the user gave) and the valid values."""
+    if posenc not in POSENCS + SCALINGS:
+        raise ValueError(f"{where}: posenc must be one of {POSENCS + SCALINGS}, got {posenc!r}")
+    return posenc
+
+
 def extend_config(arg: str | None, own: dict[str, str], get_config, where: str):
     """An experiment config's arg: its `own` variants ({key: description of the value}) and the rest, passed on
     as written to the `get_config` of the config it extends. Returns ({own key: value}, that config). A key of
@@ -86,6 +94,8 @@ def extend_config(arg: str | None, own: dict[str, str], get_config, where: str):
     for key, value in mine.items():
         if not value:
             raise ValueError(f"{where}: variant {key!r} needs a value, {key}=<{own[key]}>")
+    if variants.get("posenc"):
+        check_posenc(variants["posenc"], where)
     try:
         config = get_config(",".join(k if v is None else f"{k}={v}" for k, v in variants.items()))
     except UnknownVariantError as e:
@@ -185,13 +195,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval.methods = "none"  # training-free methods in that table, ';'-separated (posenc/training_free.py)
     config.eval.num_bytes = 16384  # test bytes scored at every length (a multiple of the longest length)
 
-    posenc = variants.get("posenc", "rope")
+    posenc = check_posenc(variants.get("posenc", "rope"), "configs/default.py")
     if posenc in SCALINGS:
         config.model.posenc, s.kind = "rope", posenc
-    elif posenc in POSENCS:
-        config.model.posenc = posenc
     else:
-        raise ValueError(f"configs/default.py: posenc must be one of {POSENCS + SCALINGS}, got {posenc!r}")
+        config.model.posenc = posenc
 
     if "tiny" in variants:
         config.train_steps = 8

@@ -68,6 +68,8 @@ def get_config(arg: str | None = None):
     task = variants.get("task", "passkey")
     if task not in TASKS + ("lm",):
         raise ValueError(f"configs/tasks.py: task must be one of {TASKS + ('lm',)}, got {task!r}")
+    if variants.get("posenc"):
+        default.check_posenc(variants["posenc"], "configs/tasks.py")
     base = ",".join(f"{k}={v}" if v else k for k, v in variants.items() if k in ("posenc", "tiny"))
     config = default.get_config(base)
 

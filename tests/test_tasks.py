@@ -579,6 +579,8 @@ def test_a_sitting_s_last_evaluation_off_the_cadence_does_not_stop_the_run(cache
 def test_task_config_errors_name_the_field(cache_dir, tmp_path):
     with pytest.raises(ValueError, match="task must be one of"):
         _tasks_config(cache_dir, "task=sort")
+    with pytest.raises(ValueError, match=r"^configs/tasks.py: posenc must be one of \('none', .*got 'rotary'"):
+        _tasks_config(cache_dir, "task=copy,posenc=rotary")  # the file given, not configs/default.py it extends
     config = _tasks_config(cache_dir, "task=copy,posenc=none,randomize,tiny")
     with pytest.raises(ValueError, match="positions.randomize needs an encoding that takes positions"):
         train.train_and_evaluate(config, str(tmp_path / "x"))

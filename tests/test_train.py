@@ -389,6 +389,8 @@ def test_experiment_configs_read_integer_variants_or_name_them(path):
         load_config_file(str(ROOT / path), "seed=1,tiny=")
     with pytest.raises(ValueError, match=r"variant 'posenc' needs a value, posenc=<"):
         load_config_file(str(ROOT / path), "posenc=")
+    with pytest.raises(ValueError, match=f"^{path}: posenc must be one of .*got 'rotary'"):
+        load_config_file(str(ROOT / path), "posenc=rotary")  # the file given, not configs/default.py it extends
     assert load_config_file(str(ROOT / path), "seed=1,tiny").batch_size == 4  # the switch, passed on
     # a typo is named with both configs' variants
     with pytest.raises(ValueError, match=f"{path}: unknown variant 'sed'; valid: .*posenc=<.*tiny.*seed=<integer>"):
