@@ -163,8 +163,8 @@ def with_fields(config: ml_collections.ConfigDict, fields: dict[str, Any] | Sequ
 
     Unlike `ConfigDict.update_from_flattened_dict`, which adds a missing leaf, an unknown field is an error;
     `what` names where the field came from ("sweep axis", "--set") in it. An int given for a float field
-    becomes a float; a value of another type than the field's (a float for an int, a number for a str) is a
-    ValueError naming the field and both types.
+    becomes a float; a value ml_collections refuses for the field's type (a float for an int, a number for a
+    str; it lets a bool pass for an int) is a ValueError naming the field and both types.
     """
     config = copy.deepcopy(config)  # keeps each field's type, a placeholder's included
     for field, value in dict(fields).items():

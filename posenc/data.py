@@ -228,7 +228,7 @@ def load_corpus(path: str = DEFAULT_CORPUS, cache_dir: str | None = None) -> Cor
             for name, arr in ((f"{s}.npy", arrays[s]), (f"{s}.starts.npy", starts[s])):
                 buffer = io.BytesIO()
                 np.save(buffer, arr)
-                jobs.write_bytes_atomic(cache / name, buffer.getvalue())  # a concurrent reader never sees half
+                jobs.write_bytes_atomic(cache / name, buffer.getbuffer())  # a concurrent reader never sees half
     return Corpus(**arrays, source=path, starts=starts)
 
 

@@ -20,11 +20,11 @@ look at, not a result to skip.
 from __future__ import annotations
 
 import base64
-import errno
 import fcntl
 import gzip
 import hashlib
 import json
+import logging
 import os
 import pathlib
 import re
@@ -48,13 +48,14 @@ def write_atomic(path: pathlib.Path, text: str) -> None:
     write_bytes_atomic(path, text.encode())
 
 
-def write_bytes_atomic(path: pathlib.Path, data: bytes) -> None:
+def write_bytes_atomic(path: pathlib.Path, data: bytes | memoryview) -> None:
     """write_atomic for bytes, through a temporary file in the same folder whose name no other writer has
     (`tempfile.mkstemp`: processes on hosts sharing the folder may share a PID) and whose mode is a plain
     open's (the umask's, not mkstemp's 0600). The data reach the disk before the rename (after a crash, the new
     name never holds an empty file), and the rename before this returns (the folder is synced: a crash after it
     never brings the old file back, whatever is written next). A write that fails (a full disk, SIGTERM's
-    SystemExit) leaves the old file and no temporary one."""
+    SystemExit) leaves the old file and no temporary one; a folder that cannot be synced after the rename is
+    logged, not raised (the new file is in place)."""
     path = pathlib.Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -67,14 +68,15 @@ def write_bytes_atomic(path: pathlib.Path, data: bytes) -> None:
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
         raise
-    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(folder)
-    except OSError as e:  # a file system that cannot sync a folder (some FUSE mounts): the rename is done
-        if e.errno not in (errno.EINVAL, errno.ENOTSUP):
-            raise
-    finally:
-        os.close(folder)
+    try:  # the rename is done: a folder that cannot be opened or synced (some FUSE and network mounts) is logged
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    except OSError as e:
+        logging.getLogger(__name__).warning("write_bytes_atomic: %s is written, but its folder was not synced (%s)",
+                                            path, e)
 
 
 def _read_umask() -> int:

@@ -146,7 +146,7 @@ def save(model: NGram, path) -> None:
               for name in ("contexts", "context_count", "context_types", "joint", "joint_count")}
     buffer = io.BytesIO()
     np.savez(buffer, context=model.context, train_bytes=model.train_bytes, **arrays)
-    jobs.write_bytes_atomic(pathlib.Path(path), buffer.getvalue())
+    jobs.write_bytes_atomic(pathlib.Path(path), buffer.getbuffer())
 
 
 def load(path) -> NGram:

@@ -112,7 +112,7 @@ def _read(path: pathlib.Path) -> dict[str, Any] | None:
 
 def _write(path: pathlib.Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    jobs.write_atomic(path, json.dumps(record, indent=1))  # its temporary file named by pid: sweeps may share points
+    jobs.write_atomic(path, json.dumps(record, indent=1))  # a temporary file of its own: sweeps may share points
 
 
 def select(points: list[dict[str, Any]], names: Sequence[str] | None = None, shard: str | None = None):

@@ -1,4 +1,6 @@
-"""Cached decoding equals the full forward pass for every encoding, static and dynamic scalings included."""
+"""Cached decoding equals the full forward pass for every encoding and static scaling; under a length-dependent
+scaling it equals the per-prefix recompute in the first layer (one-layer models) and, deeper, a layer-by-layer
+reference whose cached states come from each token's own step."""
 
 import dataclasses
 import functools

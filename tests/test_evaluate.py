@@ -525,9 +525,14 @@ def test_prefix_dynamic_scaling_scores_each_position_with_its_own_prefix(runs):
     sc = ev.scaling_for(run, "dynamic_ntk", 64, factor=4.0)  # a steep slope: prefix and window differ clearly
     e = ev.Evaluator(run)
     prefix, window, plain = e.prefix_nll(x, y, sc), e.nll(x, y, sc), e.nll(x, y, ev.RopeScaling())
-    logits = decode.recompute_logits(run.graphdef, run.params, jnp.asarray(x), scaling=sc)
-    want = np.asarray(optax.softmax_cross_entropy_with_integer_labels(logits, jnp.asarray(y)))
-    np.testing.assert_allclose(prefix, want, rtol=1e-4, atol=2e-4)  # cached vs whole forward: 2 layers, 6 steps
+    def nll(logits):
+        return np.asarray(optax.softmax_cross_entropy_with_integer_labels(logits, jnp.asarray(y)))
+
+    fed = decode.teacher_forced_logits(run.graphdef, run.params, jnp.asarray(x), prefill_len=1, scaling=sc)
+    np.testing.assert_allclose(prefix, nll(fed), rtol=1e-5, atol=1e-5)  # decoding token by token: its prefill exact
+    want = nll(decode.recompute_logits(run.graphdef, run.params, jnp.asarray(x), scaling=sc))
+    np.testing.assert_allclose(prefix[:, :run.train_len], want[:, :run.train_len], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(prefix, want, rtol=1e-4, atol=2e-4)  # past L0 the second layer's cache differs a little
     np.testing.assert_allclose(prefix[:, :run.train_len], plain[:, :run.train_len], rtol=1e-4, atol=2e-4)
     assert np.abs(prefix - window).max() > 5e-4 and np.abs(prefix[:, run.train_len:] - plain[:, run.train_len:]).max() > 5e-4
 
