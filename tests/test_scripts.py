@@ -468,8 +468,8 @@ def test_benchmarks_readme_s_figures_follow_the_results_they_describe(tmp_path):
         _edit_json(folder / "rope.log", lambda r: r.update(shape=[2, 1024, 8, 64], **amd))
         _edit_json(folder / "decode.log", lambda r: r.update(**amd))
         _edit_json(folder / "eval_throughput_without_key_tiles.json", lambda r: r.update(attn_chunk=2048))
-        _edit_json(folder / "eval_throughput.json", lambda r: r.update(head_groups=4, d_model=512))
-        _edit_json(folder / "baseline.json", lambda r: r.update(steps=20))
+        _edit_json(folder / "eval_throughput.json", lambda r: r.update(head_groups=4, d_model=512, num_heads=8))
+        _edit_json(folder / "baseline.json", lambda r: r.update(steps=20, num_heads=8, mlp_dim=2048))
         _edit_json(folder / f"{intel}/train_float32.json", lambda r: r.update(rounds_tokens_per_s=[1.0, 2.0, 3.0]))
         _edit_json(folder / f"{intel}/eval_throughput.json", lambda r: r.update(rounds=4))
         _edit_json(folder / f"{intel}/xla_flags/default_train_float32_1.json",
@@ -487,8 +487,8 @@ def test_benchmarks_readme_s_figures_follow_the_results_they_describe(tmp_path):
     decoding = text.split("## Decoding with the KV cache")[1].split("##")[0]
     assert "RoPE, on an AMD EPYC of CPU family 26 (model 2, stepping 1):" in decoding
     assert "`--attn_chunk=2048 --attn_key_block=0`" in text
-    assert "contract over head_dim only (128), and besides each product's own threads the 4 head groups are" in text
-    assert "(10/20 timed steps per round" in text
+    assert "contract over head_dim only (64), and besides each product's own threads the 4 head groups are" in text
+    assert "(10/20 timed steps per round" in text and "4 layers, 4/8 heads, MLP 1024/2048, RoPE" in text
     assert "Reference model, 5/3 alternating rounds a training run, 5/4 an evaluation run;" in text
     assert "alternated in one sitting, 2/3 rounds a run)" in text
     assert "so the 124M-sized model has 172M/162M parameters in all" in text

@@ -18,7 +18,7 @@ from posenc.xla_options import ONEDNN_DOTS
 
 HERE = pathlib.Path(__file__).resolve().parent
 # The shape of scripts/benchmark_train.py's reference model (reference_config), for results that do not record it
-REFERENCE = {"vocab_size": 256, "d_model": 256, "num_layers": 4}
+REFERENCE = {"vocab_size": 256, "d_model": 256, "num_layers": 4, "num_heads": 4, "mlp_dim": 1024}  # results that record no shape
 ROWS = [
     ("current", "current (all of the below)", "(none)"),
     ("without_dense_vjp", "without the dense layers' backward", "--without=dense_vjp"),
@@ -188,7 +188,8 @@ def eval_verdict(bench) -> str:
     if below:
         parts.append(f"Below the target of 1.0 at L = {', '.join(map(str, below))}: not closed, and not profiled at "
                      "that length. What a profile at 16384 showed is left in attention: the tile products contract over "
-                     f"head_dim only ({bench.get('d_model', REFERENCE['d_model']) // 4}), and besides each product's own "
+                     f"head_dim only ({bench.get('d_model', REFERENCE['d_model']) // bench.get('num_heads', REFERENCE['num_heads'])}), "
+                     "and besides each product's own "
                      f"threads {groups} posenc's only parallelism, where "
                      "PyTorch's CPU flash kernel spreads its blocks over the threads.")
     if met:
@@ -260,7 +261,9 @@ bash experiments/benchmarks/run.sh
 ```
 
 Reference model (issue 3): bytes, d_model {each(res.values(), lambda r: r.get('d_model', REFERENCE['d_model']))}, \
-{each(res.values(), lambda r: r.get('num_layers', REFERENCE['num_layers']))} layers, 4 heads, MLP 1024, RoPE, \
+{each(res.values(), lambda r: r.get('num_layers', REFERENCE['num_layers']))} layers, \
+{each(res.values(), lambda r: r.get('num_heads', REFERENCE['num_heads']))} heads, \
+MLP {each(res.values(), lambda r: r.get('mlp_dim', REFERENCE['mlp_dim']))}, RoPE, \
 train_len {each(res.values(), lambda r: r['train_len'])}, batch {each(res.values(), lambda r: r['batch_size'])},
 {each(res.values(), lambda r: r.get('dtype', 'float32'))}, AdamW. Each row is one `scripts/benchmark_train.py --torch \
 --rounds={each(res.values(), lambda r: len(r['rounds_tokens_per_s']))}` run
