@@ -624,6 +624,20 @@ def bootstrap_interval(window_bits: np.ndarray, window_bytes: np.ndarray, level:
     return float(lo), float(hi)
 
 
+def paired_interval(window_bpb_a, window_bpb_b, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
+                    seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the difference a − b of two evaluations' bits per byte over the same
+    equal-byte windows (`window_bpb_a`, `window_bpb_b`: [n], each window's bits per byte, e.g. two scalings of
+    one run on one split): the windows are resampled in pairs, so that what both evaluations share (a hard
+    window is hard for both) cancels, and the interval is that of the mean per-window difference. None for
+    fewer than 2 windows."""
+    a, b = np.asarray(window_bpb_a, np.float64), np.asarray(window_bpb_b, np.float64)
+    if a.ndim != 1 or a.shape != b.shape:
+        raise ValueError(f"paired windows must be two lists of the same windows' scores, got shapes {a.shape} and "
+                         f"{b.shape}")
+    return bootstrap_interval(a - b, np.ones_like(a), level, resamples, seed)
+
+
 def _window_fields(nll: np.ndarray, window_bytes: np.ndarray) -> dict[str, Any]:
     """Per-window bits per byte (`window_bpb`), their 95% bootstrap interval (`bpb_lo`, `bpb_hi`) and
     `windows`, from the NLLs `[n, L]` (nats) of windows of `window_bytes` bytes each."""

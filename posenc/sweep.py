@@ -155,9 +155,10 @@ def _bpb_rows(evaluator: Evaluator, stream: np.ndarray, lengths: Sequence[int], 
               make_scaling: Callable[[int], RopeScaling], method: Method | None = None,
               counts: np.ndarray | None = None) -> dict[str, float | None]:
     """Bits per byte at each length (`counts`: UTF-8 bytes per token of a Hugging Face run's stream), its 95%
-    bootstrap interval over windows (`ci_L<n>`: `posenc.evaluate.bootstrap_interval`), the n-gram floor on the
-    same windows for a byte run (`floor_L<n>`: `posenc.evaluate.ngram_baseline`; None for a tokenizer's run),
-    and the RoPE scaling each length was scored with (`scaling_L<n>`, `scaling_fields`)."""
+    bootstrap interval over windows (`ci_L<n>`: `posenc.evaluate.bootstrap_interval`), each window's bits per
+    byte (`window_bpb_L<n>`, for paired comparisons with other evaluations of the same windows), the n-gram floor
+    on the same windows for a byte run (`floor_L<n>`: `posenc.evaluate.ngram_baseline`; None for a tokenizer's
+    run), and the RoPE scaling each length was scored with (`scaling_L<n>`, `scaling_fields`)."""
     run = evaluator.run
 
     def floor(x, y):  # fit (or read from the cache) only once a length is scored
@@ -177,6 +178,7 @@ def _bpb_rows(evaluator: Evaluator, stream: np.ndarray, lengths: Sequence[int], 
                         else counts[1:num_bytes + 1].reshape(len(nll), length).sum(axis=1))
         out[f"bpb_L{length}"] = float(nll.sum() / window_bytes.sum()) / LN2
         out[f"ci_L{length}"] = bootstrap_interval(nll.sum(axis=1) / LN2, window_bytes)
+        out[f"window_bpb_L{length}"] = (nll.sum(axis=1) / LN2 / window_bytes).tolist()
         out[f"floor_L{length}"] = floor(x, y) if run.tokenizer is None else None
     return out
 
@@ -187,18 +189,19 @@ def scaling_fields(scaling: RopeScaling) -> dict[str, Any]:
 
 
 def missing_lengths(record: dict[str, Any] | None, key: dict[str, Any], lengths: Sequence[int],
-                    scaling_at: Callable[[int], RopeScaling] | None = None) -> list[int]:
+                    scaling_at: Callable[[int], RopeScaling] | None = None, windows: bool = False) -> list[int]:
     """The lengths a point still needs: none if `record` is done for the same `key` (what it was computed
     from: config or run and step, scaling, split, bytes) at every length; the missing ones if only lengths
     were added; all of them otherwise (another key, a failed or unfinished record). With `scaling_at`, a scored
     length whose recorded scaling (`scaling_L<n>`) is not the one it resolves to now (a named scaling whose
     meaning changed, or a record that kept none) is missing too (a train sweep checks it once the point's run
-    exists)."""
+    exists). With `windows`, so is a scored length whose record kept no per-window scores (`window_bpb_L<n>`)."""
     if not record or record.get("status") != "done" or same_key(record.get("key", {})) != same_key(key):
         return list(lengths)
     return [n for n in lengths if f"bpb_L{n}" not in record or (
         scaling_at is not None and record[f"bpb_L{n}"] is not None
-        and record.get(f"scaling_L{n}") != scaling_fields(scaling_at(n)))]
+        and record.get(f"scaling_L{n}") != scaling_fields(scaling_at(n))) or (
+        windows and record[f"bpb_L{n}"] is not None and f"window_bpb_L{n}" not in record)]
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
@@ -242,9 +245,9 @@ def check_rerun(root: str, todo: Sequence[tuple[str, dict[str, Any] | None, dict
 
 
 def _record(old: dict[str, Any] | None, key: dict[str, Any], lengths: Sequence[int], base: dict[str, Any],
-            scaling_at: Callable[[int], RopeScaling] | None = None):
+            scaling_at: Callable[[int], RopeScaling] | None = None, windows: bool = False):
     """The record to extend (the old one when only lengths are missing) or a fresh one."""
-    todo = missing_lengths(old, key, lengths, scaling_at)
+    todo = missing_lengths(old, key, lengths, scaling_at, windows)
     if old and old.get("status") == "done" and same_key(old.get("key", {})) == same_key(key):
         return {**old, "key": key}, todo
     return {**base, "key": key, "status": "running"}, todo
@@ -396,9 +399,10 @@ def eval_scaling(run, point: dict[str, Any], base_kind: str, length: int) -> Rop
 def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, lengths: Sequence[int],
                    scaling: str = "yarn", num_bytes: int | None = None, split: str = "validation",
                    progress: bool = True, method: str = "none", hf_model: bool = False,
-                   text: str | None = None) -> list[dict[str, Any]]:
+                   text: str | None = None, windows: bool = False) -> list[dict[str, Any]]:
     """Re-evaluates one run at every point (one compiled forward per length and method for all points).
     `scaling` is the base RoPE scaling kind and `method` the base training-free method the points modify.
+    With `windows`, a finished point whose record kept no per-window scores is scored again.
     With `hf_model`, `workdir` is a Hugging Face checkpoint directory scoring the corpus `text` in its own
     tokens (lengths and `num_bytes` in tokens; bits per UTF-8 byte)."""
     check_split(split)
@@ -440,7 +444,7 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
                 """The point's scaling at length n (under a bounded method, at the longest distance it sees)."""
                 return eval_scaling(run, point, scaling, ev.resolve(point_method, n).scaling_length(n))
 
-            record, todo = _record(_read(path), point_key, lengths, record, scaling_at)
+            record, todo = _record(_read(path), point_key, lengths, record, scaling_at, windows)
             if not todo:
                 records.append(record)
                 continue

@@ -136,8 +136,9 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
          budget_source: str = "given", progress: bool = True) -> dict[str, Any]:
     """Tunes `rule` for run `workdir` at `target_len` on validation (`num_bytes` per evaluation), scores the
     default and the winner on test (`test_num_bytes`, default `num_bytes`, at `test_lengths` and the target:
-    bits per byte `test_bpb`, their 95% bootstrap interval over windows `test_ci` and the n-gram floor on the same
-    windows `test_floor`, each by length), and writes `root/<rule>_<target_len>.json` (the trials, the choice and
+    bits per byte `test_bpb`, their 95% bootstrap interval over windows `test_ci`, each window's bits per byte
+    `test_window_bpb` (for a paired comparison with another scaling on the same windows) and the n-gram floor on
+    the same windows `test_floor`, each by length), and writes `root/<rule>_<target_len>.json` (the trials, the choice and
     both test scores). The sweep's point records go to `root/<rule>_<target_len>/` (a rerun resumes from them; a
     rerun with another budget or seed is refused before any work, as is one whose points would overwrite finished
     ones of other settings)."""
@@ -178,7 +179,7 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
     chosen = [(default["name"], default["point"])] + ([(best["name"], best["point"])] if best is not default else [])
     test = {r["name"]: r for r in sweep.run_eval_sweep(workdir, str(folder / "test"), chosen, lengths=lengths,
                                                        scaling=kind, num_bytes=test_num_bytes or num_bytes, split="test",
-                                                       progress=progress)}
+                                                       progress=progress, windows=True)}
 
     def summary(trial):  # test bits per byte with their 95% bootstrap interval over windows and the n-gram floor
         record = test[trial["name"]]
@@ -186,6 +187,7 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
                 "test_bpb": {str(n): record.get(f"bpb_L{n}") for n in lengths},
                 "test_ci": {str(n): None if record.get(f"ci_L{n}") is None else list(record[f"ci_L{n}"])
                             for n in lengths},
+                "test_window_bpb": {str(n): record.get(f"window_bpb_L{n}") for n in lengths},
                 "test_floor": {str(n): record.get(f"floor_L{n}") for n in lengths}, "test_status": record["status"]}
 
     result = {"rule": rule, "kind": kind, "run": workdir, "step": run.step, "train_len": run.base_len,
@@ -199,3 +201,23 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
     out.parent.mkdir(parents=True, exist_ok=True)
     jobs.write_atomic(out, json.dumps(result, indent=1))
     return result
+
+
+def paired_gap(tuned: dict[str, Any], row: dict[str, Any]) -> tuple[float, float, int] | None:
+    """(lo, hi, windows): the paired 95% bootstrap interval (`posenc.evaluate.paired_interval`) of another scaling's
+    test bits per byte minus the tuned rule's, over the same test windows at the target: `row`, an evaluation row of
+    the other scaling (`posenc.evaluate.evaluate`'s, with its `window_bpb`), `tuned`, a `tune` result (its best
+    point's `test_window_bpb`); None where the tuned result kept no per-window scores (a rerun of `tune` scores
+    them). Windows of other bytes or lengths are refused."""
+    target = tuned["target_len"]
+    windows = tuned["best"].get("test_window_bpb", {}).get(str(target))
+    if windows is None:
+        return None
+    if (tuned["test_num_bytes"], target) != (row["num_bytes"], row["length"]) or len(windows) != len(row["window_bpb"]):
+        raise ValueError(f"the tuned {tuned['rule']} result was scored on {tuned['test_num_bytes']} test bytes at "
+                         f"{target} ({len(windows)} windows), the other row on {row['num_bytes']} at {row['length']} "
+                         f"({len(row['window_bpb'])} windows): not the same windows to pair")
+    from posenc.evaluate import paired_interval  # noqa: PLC0415
+
+    lo, hi = paired_interval(row["window_bpb"], windows)
+    return lo, hi, len(windows)

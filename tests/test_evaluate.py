@@ -553,6 +553,25 @@ def test_bootstrap_interval_covers_the_mean_and_matches_the_resampling_definitio
     assert ev.bootstrap_interval(bits[:1], nbytes[:1]) is None
 
 
+def test_paired_interval_resamples_windows_in_pairs():
+    """The paired interval is the bootstrap of the per-window differences: with a shared window difficulty it
+    is far narrower than either evaluation's own interval, it contains the difference of the means, and
+    windows that do not pair are refused."""
+    rng = np.random.default_rng(1)
+    hard = rng.normal(3.0, 0.3, size=32)  # what both evaluations share
+    a, b = hard + 0.02 + rng.normal(0, 0.01, 32), hard + rng.normal(0, 0.01, 32)
+    lo, hi = ev.paired_interval(a, b, resamples=500, seed=3)
+    idx = np.random.default_rng(3).integers(0, 32, size=(500, 32))
+    stats = (a - b)[idx].mean(1)
+    assert lo == pytest.approx(np.quantile(stats, 0.025)) and hi == pytest.approx(np.quantile(stats, 0.975))
+    assert lo < a.mean() - b.mean() < hi and 0 < lo
+    own_lo, own_hi = ev.bootstrap_interval(a, np.ones(32), resamples=500)
+    assert hi - lo < 0.2 * (own_hi - own_lo)
+    assert ev.paired_interval(a[:1], b[:1]) is None
+    with pytest.raises(ValueError, match="same windows"):
+        ev.paired_interval(a, b[:16])
+
+
 def test_rows_carry_their_interval_and_the_table_shows_it(runs):
     result = ev.evaluate([runs["rope"]], [32], ["none"], num_bytes=128, progress=False)
     row = [r for r in result["rows"] if r["protocol"] == "nonoverlap"][0]

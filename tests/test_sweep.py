@@ -243,6 +243,10 @@ def test_a_rerun_names_the_run_by_its_parameters_not_its_path(tmp_path):
     here = {**key, "run": "/machineA/runs/x"}
     sweep.check_rerun("root", [("factor=2", old, here)])
     assert sweep.missing_lengths(old, here, [32, 64]) == [64]
+    # a length scored without its per-window scores is missing only to a caller that needs them
+    assert sweep.missing_lengths(old, here, [32], windows=True) == [32]
+    assert sweep.missing_lengths({**old, "window_bpb_L32": [1.0]}, here, [32], windows=True) == []
+    assert sweep.missing_lengths({**old, "bpb_L32": None}, here, [32], windows=True) == []  # undefined: nothing to redo
     with pytest.raises(ValueError, match="params_sha256: 'abc' in the record, 'other' now"):
         sweep.check_rerun("root", [("factor=2", old, {**here, "params_sha256": "other"})])
     unnamed = {k: v for k, v in key.items() if k != "params_sha256"}  # no parameters recorded: the path is the run

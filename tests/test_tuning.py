@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from posenc import evaluate as ev
 from posenc import sweep, tuning
 from posenc.evaluate import Evaluator
 
@@ -84,10 +85,25 @@ def test_tune_selects_on_validation_and_scores_test(trained_run, tmp_path, monke
     assert list(result["best"]["test_ci"]["64"]) == pytest.approx(list(again["ci_L64"]), rel=1e-12)
     lo, hi = result["best"]["test_ci"]["64"]
     assert lo <= result["best"]["test_bpb"]["64"] <= hi and result["best"]["test_floor"]["64"] == again["floor_L64"]
+    # and each test window's score, whose mean is the test number (equal windows), for paired comparisons
+    windows = result["best"]["test_window_bpb"]["64"]
+    assert windows == again["window_bpb_L64"] and len(windows) == 128 // 64
+    assert np.mean(windows) == pytest.approx(result["best"]["test_bpb"]["64"], rel=1e-12)
     assert json.loads((tmp_path / "yarn_64.json").read_text())["best"] == result["best"]
     monkeypatch.setattr(Evaluator, "nll", lambda *a, **k: pytest.fail("a rerun recomputed a finished point"))
     rerun = tuning.tune(str(trained_run), "yarn", 64, 4, str(tmp_path), num_bytes=128, progress=False)
     assert rerun["trials"] == result["trials"]  # resumed from the point records
+    monkeypatch.undo()
+    # a test record kept before per-window scores were recorded is scored again, the validation ones are not
+    test_record = tmp_path / "yarn_64" / "test" / "points" / f"{result['best']['name']}.json"
+    old = json.loads(test_record.read_text())
+    test_record.write_text(json.dumps({k: v for k, v in old.items() if not k.startswith("window_bpb_L")}))
+    calls = []
+    real_nll = Evaluator.nll
+    monkeypatch.setattr(Evaluator, "nll", lambda *a, **k: calls.append(1) or real_nll(*a, **k))
+    again = tuning.tune(str(trained_run), "yarn", 64, 4, str(tmp_path), num_bytes=128, progress=False)
+    assert len(calls) == 1 and again["best"]["test_window_bpb"] == result["best"]["test_window_bpb"]
+    monkeypatch.undo()
     kept = (tmp_path / "yarn_64.json").read_text()
     for kwargs, field in (({"seed": 1}, "seed: 0 in"), ({"budget": 5}, "budget: 4 in")):
         with pytest.raises(ValueError, match=f"with other settings \\({field}"):
@@ -104,7 +120,7 @@ def test_selection_skips_failed_points_keeps_the_earlier_of_ties_and_fails_when_
     val = {"ntk-0000": 2.0, "ntk-0001": None, "ntk-0002": 1.5, "ntk-0003": 1.5, "ntk-0004": float("nan")}
     calls = []
 
-    def fake_sweep(workdir, root, points, *, lengths, scaling, num_bytes, split, progress):
+    def fake_sweep(workdir, root, points, *, lengths, scaling, num_bytes, split, progress, windows=False):
         calls.append((split, [n for n, _ in points]))
         out = []
         for name, point in points:
@@ -168,3 +184,18 @@ def test_script_takes_budget_and_bytes_per_evaluation_from_the_search(trained_ru
     search.write_text(json.dumps({"target_len": 128, "evaluations": 2}))
     bad = script()
     assert bad.returncode != 0 and "no bytes per evaluation at 64" in bad.stderr and "--num_bytes" in bad.stderr
+
+
+def test_paired_gap_pairs_the_tuned_winner_with_another_scaling_on_the_same_windows():
+    rng = np.random.default_rng(0)
+    hard = rng.normal(3.0, 0.3, size=16)
+    tuned = {"rule": "yarn", "target_len": 1024, "test_num_bytes": 16 * 1024,
+             "best": {"test_window_bpb": {"256": [0.0] * 64, "1024": (hard + 0.01).tolist()}}}
+    row = {"num_bytes": 16 * 1024, "length": 1024, "window_bpb": (hard + rng.normal(0, 0.001, 16)).tolist()}
+    lo, hi, n = tuning.paired_gap(tuned, row)
+    assert n == 16 and (lo, hi) == ev.paired_interval(row["window_bpb"], tuned["best"]["test_window_bpb"]["1024"])
+    assert lo < -0.005 and hi < 0  # the other scaling better, though each side's own spread (0.3) is far wider
+    assert tuning.paired_gap({**tuned, "best": {}}, row) is None  # a result kept before per-window scores
+    for other in ({**row, "num_bytes": 8 * 1024}, {**row, "length": 2048}, {**row, "window_bpb": row["window_bpb"][:8]}):
+        with pytest.raises(ValueError, match="not the same windows"):
+            tuning.paired_gap(tuned, other)
