@@ -180,9 +180,10 @@ def scaling_for(run: Run, name: str, length: int, factor: float | None = None,
         raise ValueError(f"factor must be > 0 (or unset for L / L0), got {factor!r}")
     s = float(factor) if factor is not None else max(1.0, length / base)
     if name == "longrope" and longrope_file:
-        from posenc.longrope import scaling_from_json  # noqa: PLC0415
+        from posenc.longrope import scaling_for_run  # noqa: PLC0415
 
-        return scaling_from_json(longrope_file)
+        return scaling_for_run(longrope_file, rotary_dim=run.cfg.rotary_dim, num_layers=run.cfg.num_layers,
+                               base_len=base, run=run.name)
     if name == "longrope":
         own = run.cfg.rope_scaling
         if own.kind != "longrope":

@@ -36,6 +36,8 @@ from tqdm.auto import tqdm
 from posenc.jobs import write_atomic
 from posenc.rope_scaling import RopeScaling, rope_frequencies
 
+# n̂'s choices: the powers of two of the paper's set (Table 4: {0, 1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 64, 128,
+# 256}), without 12, 20, 24, 28 and 256
 N_HAT_CHOICES = (0, 1, 2, 4, 8, 16, 32, 64, 128)
 # How the search draws its children and what its n̂ means, saved in its state and its longrope.json: 1 rejected
 # only this generation's parents and children, so an individual of an earlier generation could be drawn and
@@ -55,7 +57,8 @@ CROSSOVER_TRIES = 20
 
 @dataclasses.dataclass(frozen=True)
 class SearchConfig:
-    """Defaults as in the paper (population 64, 40 iterations, 16 mutations, 16 crossovers, 32 parents, p = 0.3)."""
+    """Defaults as in the paper (population 64, 40 iterations, 16 mutations, 16 crossovers, 32 parents, p = 0.3,
+    λ ≤ 1.25·s); n̂'s choices are a subset of the paper's (`N_HAT_CHOICES`)."""
 
     population: int = 64
     generations: int = 40
@@ -555,3 +558,31 @@ def scaling_from_json(path: str | pathlib.Path, what: str = "--longrope") -> Rop
     return RopeScaling("longrope", d["factor"], original_max_len=d["original_max_len"], short_factor=d["short_factor"],
                        long_factor=d["long_factor"], attention_factor=d.get("attention_factor"),
                        unscaled_positions=int(d.get("unscaled_positions", 0)))
+
+
+def scaling_for_run(path: str | pathlib.Path, *, rotary_dim: int, num_layers: int, base_len: int, run: str,
+                    what: str = "--longrope") -> RopeScaling:
+    """`scaling_from_json(path)`, checked to fit the run it is applied to: factors `[rotary_dim / 2]`, or
+    per layer `[num_layers, rotary_dim / 2]`, and `original_max_len` equal to the run's original length
+    `base_len` L0.
+
+    A per-layer file of another depth would otherwise run silently: under `jax.jit` the layer index into the
+    `[rows, r]` frequencies is clamped, so a deeper run's extra layers take the last row and a shallower run
+    ignores the extra rows. A file of another L0 would switch to its long factors at its own L0 and hold λ
+    searched for s = target / its L0.
+
+    Raises:
+      ValueError: naming `what`, the file and `run`, for a shape or original length the run does not have.
+    """
+    sc = scaling_from_json(path, what)
+    shape, r = np.shape(sc.long_factor), rotary_dim // 2
+    if shape[-1] != r or (len(shape) == 2 and shape[0] != num_layers):
+        raise ValueError(f"{what}={str(path)!r} holds LongRoPE factors of shape {shape}, which do not fit run {run!r}: "
+                         f"it takes [{r}] (rotary_dim // 2) or, per layer, [{num_layers}, {r}] (num_layers, "
+                         "rotary_dim // 2). Search the run's own factors (scripts/search_longrope.py)")
+    if sc.original_max_len != base_len:
+        raise ValueError(f"{what}={str(path)!r} was searched for original length {sc.original_max_len} (its "
+                         f"factors rescale for s = {sc.factor:g} and switch to the long ones past "
+                         f"{sc.original_max_len}), but run {run!r} was trained at {base_len}. Search the run's own "
+                         "factors (scripts/search_longrope.py)")
+    return sc

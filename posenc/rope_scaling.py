@@ -219,6 +219,10 @@ class RopeScaling:
                     "RopeScaling.short_factor and long_factor must have the same shape, got "
                     f"{np.shape(self.short_factor)} and {np.shape(self.long_factor)}"
                 )
+            if self.attention_factor is None and self.factor > 1 and self.original_max_len < 2:
+                raise ValueError(f"RopeScaling.original_max_len must be >= 2 for kind='longrope' at factor > 1 without "
+                                 f"an attention_factor: its default sqrt(1 + ln s / ln L) divides by ln L, got "
+                                 f"original_max_len={self.original_max_len!r}")
 
     @classmethod
     def from_hf(cls, d: Mapping[str, Any], *, max_position_embeddings: int | None = None,

@@ -96,10 +96,21 @@ def test_crossover_rejects_a_non_monotone_child_instead_of_projecting_it():
 
 
 def test_seed_factors_are_pi_ntk_yarn():
-    seeds = longrope.seed_factors(32, 10000.0, 4.0, 256)
-    np.testing.assert_allclose(seeds["linear"], 4.0)
-    assert seeds["ntk"][0] == pytest.approx(1.0) and seeds["ntk"][-1] == pytest.approx(4.0)
-    assert np.all(np.diff(seeds["yarn"]) >= -1e-12) and seeds["yarn"][-1] == pytest.approx(4.0)
+    """The initial population's λ_i = θ_i / θ'_i (LongRoPE §3.2): PI λ_i = s; NTK-aware b' = b · s^(d/(d−2)), so
+    λ_i = s^(2i/(d−2)), from 1 at i = 0 to s at i = d/2 − 1; YaRN θ'_i = θ_i / s · γ_i + θ_i · (1 − γ_i), so
+    λ_i = 1 / (γ_i / s + 1 − γ_i), with the ramp γ_i = clip((i − low) / (high − low), 0, 1) between the pairs that
+    turn β_fast = 32 and β_slow = 1 times in L: for d = 32, b = 10⁴, L = 256, dim(r) = 32 · ln(256 / (2π r)) /
+    (2 ln 10⁴) gives low = ⌊0.42⌋ = 0 and high = ⌈6.44⌉ = 7."""
+    d, s = 32, 4.0
+    seeds = longrope.seed_factors(d, 10000.0, s, 256)
+    i = np.arange(d // 2)
+    np.testing.assert_allclose(seeds["linear"], s, rtol=1e-15)
+    np.testing.assert_allclose(seeds["ntk"], s ** (2 * i / (d - 2)), rtol=1e-12)
+    gamma = np.clip((i - 0) / (7 - 0), 0, 1)
+    np.testing.assert_allclose(seeds["yarn"], 1 / (gamma / s + 1 - gamma), rtol=1e-12)
+    assert seeds["yarn"][0] == 1.0 and np.all(seeds["yarn"][7:] == pytest.approx(s, rel=1e-12))
+    for f in seeds.values():  # within the search space as they are: repair changes none of them
+        np.testing.assert_array_equal(longrope.repair(f, 1.25 * s), np.clip(f, 1.0, None))
 
 
 def toy_fitness(target):
@@ -218,14 +229,31 @@ def test_search_run_never_reads_the_test_split_and_reloads(rope_run, tmp_path, m
                        longrope_file=str(tmp_path / "longrope.json"))["rows"]
     by = {(r["scaling"], r["length"], r["protocol"]): r for r in rows}
     assert by[("longrope", 64, "nonoverlap")]["status"] == "ok"
+    check_stage_1(rope_run, result, sc)
     check_stage_2(rope_run, tmp_path, result, sc)
+
+
+def check_stage_1(rope_run, result, sc):
+    """The saved long factors, n̂ and attention factor reproduce the fitness stage 1 recorded for them (the
+    per-layer search's best, this search's result): the perplexity exp(mean NLL) at the target length 64 on its
+    windows (4 · 64 validation bytes), under the scaling as evaluation reads it from longrope.json."""
+    from posenc.evaluate import load_run, run_stream  # noqa: PLC0415
+
+    run = load_run(rope_run)
+    x64, y64 = data.eval_windows(run_stream(run, "validation")[0], length=64, num_bytes=4 * 64)
+    assert sc.attention_factor == pytest.approx(math.sqrt(1 + math.log(2.0) / math.log(32)), rel=1e-15)
+    assert sc.unscaled_positions == result["unscaled_positions"]
+    ppl = np.exp(Evaluator(run).nll(x64, y64, sc).mean())
+    assert ppl == pytest.approx(result["stage1_per_layer"]["ppl"], rel=1e-6)
+    assert result["stage1_per_layer"]["ppl"] <= result["stage1_shared"]["ppl"]  # seeded with the shared best
 
 
 def check_stage_2(rope_run, out, result, sc):
     """Stage 2 searched the short factors, and they are what applies at L = 32: its individuals scored
     differently (a stage 2 that scored every one with the same factors would not); the saved scaling reproduces
     its recorded perplexity on its windows (4 · 32 validation bytes), where n̂ plays no part; and swapping the long
-    factors in at L changes the NLL (a switch to the long factors at L would not)."""
+    factors in at L changes the NLL (a switch to the long factors at L would not); and its result is no worse
+    there than its seed, the unscaled θ (short factors all ones)."""
     from posenc.evaluate import load_run, run_stream  # noqa: PLC0415
 
     scores = strict_json(out / "stage2_short.json")["scores"]
@@ -239,6 +267,9 @@ def check_stage_2(rope_run, out, result, sc):
         np.testing.assert_array_equal(nll, ev.nll(x32, y32, dataclasses.replace(sc, unscaled_positions=n_hat)))
     swapped = dataclasses.replace(sc, short_factor=sc.long_factor)
     assert not np.allclose(nll, ev.nll(x32, y32, swapped), rtol=1e-6, atol=0)
+    # stage 2 restores the original length from its seed, all ones (θ itself): never worse than it (elitism)
+    ones = dataclasses.replace(sc, short_factor=np.ones_like(sc.short_factor))
+    assert result["stage2_short"]["ppl"] <= np.exp(ev.nll(x32, y32, ones).mean()) * (1 + 1e-6)
 
 
 def test_num_bytes_checked_for_both_stages_before_any_search(rope_run, tmp_path, monkeypatch):
@@ -294,6 +325,45 @@ def test_saved_factors_load_through_the_config(rope_run, tmp_path):
     config.model.rope.scaling.factors_file = str(tmp_path / "missing.json")
     with pytest.raises(ValueError, match="factors_file=.*does not exist"):
         model_config(config)
+
+
+def test_a_factors_file_that_does_not_fit_the_evaluated_run_is_refused(rope_run, tmp_path):
+    """`--longrope` applied to another run than it was searched on (evaluate, generate: `scaling_for`): per-layer
+    factors of another depth are refused (under jit the layer index into them is clamped, so a deeper run's extra
+    layers took the last row without an error), as are factors of another rotary dimension and factors searched
+    for another original length (they switch to the long factors at their own L0)."""
+    from posenc import evaluate as ev  # noqa: PLC0415
+
+    run = ev.load_run(rope_run)
+    layers, r, base = run.cfg.num_layers, run.cfg.rotary_dim // 2, run.base_len
+    path = tmp_path / "longrope.json"
+
+    def write(rows, length=base):
+        shape = (r,) if rows is None else (rows, r)
+        path.write_text(json.dumps({"factor": 2.0, "original_max_len": length, "short_factor": np.ones(shape).tolist(),
+                                    "long_factor": np.full(shape, 1.5).tolist(),
+                                    "search_version": longrope.SEARCH_VERSION}))
+
+    for rows in (None, layers):  # fits: one vector, or one per layer
+        write(rows)
+        sc = ev.scaling_for(run, "longrope", 2 * base, longrope_file=str(path))
+        assert sc == longrope.scaling_from_json(path)
+    for rows in (layers + 1, layers - 1):
+        write(rows)
+        with pytest.raises(ValueError, match=rf"--longrope='.*longrope.json' holds LongRoPE factors of shape "
+                                             rf"\({rows}, {r}\), which do not fit run 'run': it takes \[{r}\] .* "
+                                             rf"\[{layers}, {r}\]"):
+            ev.scaling_for(run, "longrope", 2 * base, longrope_file=str(path))
+    path.write_text(json.dumps({"factor": 2.0, "original_max_len": base, "short_factor": [1.0] * (r + 1),
+                                "long_factor": [1.5] * (r + 1)}))
+    with pytest.raises(ValueError, match=rf"shape \({r + 1},\), which do not fit run 'run'"):
+        ev.scaling_for(run, "longrope", 2 * base, longrope_file=str(path))
+    write(None, length=2 * base)
+    with pytest.raises(ValueError, match=rf"was searched for original length {2 * base} .* but run 'run' was "
+                                         rf"trained at {base}"):
+        ev.scaling_for(run, "longrope", 4 * base, longrope_file=str(path))
+    with pytest.raises(ValueError, match="original length"):  # refused before any cell is scored
+        ev.check_scalings_apply([run], ["longrope"], longrope_file=str(path))
 
 
 def test_a_run_reads_the_factors_it_was_trained_with_or_refuses(tmp_path, cache_dir):

@@ -509,6 +509,8 @@ def test_frequencies_work_under_jit():
         (lambda: RopeScaling("longrope", 2.0, original_max_len=8, short_factor=[1.0], long_factor=[1.0, 2.0]),
          "same shape"),
         (lambda: RopeScaling("longrope", 2.0, original_max_len=8, short_factor=[0.0], long_factor=[1.0]), "> 0"),
+        (lambda: RopeScaling("longrope", 2.0, original_max_len=1, short_factor=[1.0], long_factor=[2.0]),
+         r"original_max_len must be >= 2 for kind='longrope' .* divides by ln L, got original_max_len=1"),
         (lambda: rope_frequencies(7), "rotary_dim must be a positive even"),
         (lambda: RopeScaling("yarn", 2.0, original_max_len=8, unscaled_positions=4), "valid only for kind='longrope'"),
         (lambda: RopeScaling("longrope", 2.0, original_max_len=8, short_factor=[1.0], long_factor=[1.0],
