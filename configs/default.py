@@ -130,7 +130,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.learning_rate = 3e-3  # peak AdamW learning rate
     config.warmup_steps = 50  # linear warmup from 0 to learning_rate
     config.min_lr_ratio = 0.1  # cosine decay ends at learning_rate * min_lr_ratio
-    config.weight_decay = 0.1  # AdamW decoupled weight decay (matrices and embeddings)
+    # AdamW weight decay (p -= lr_t · weight_decay · p, as torch's AdamW) on every parameter of two or more axes:
+    # matrices, embeddings and the position parameters kept in one array per model (learned table, T5's table,
+    # KERPLE's r1 and r2, CoPE's embeddings, FIRE's MLP kernels); not on norms, biases or scalars (train.make_optimizer)
+    config.weight_decay = 0.1
     config.b1 = 0.9  # AdamW beta1
     config.b2 = 0.95  # AdamW beta2
     config.grad_clip = 1.0  # global gradient-norm clip

@@ -242,7 +242,10 @@ def _init_from(other: str, cfg: ModelConfig, params):
     def take(path, new, old):
         if new.shape == old.shape:
             return old
-        if jax.tree_util.keystr(path) == "['encoding']['table']":  # a learned table (posenc/learned.py)
+        # a learned table [max_len, d] (posenc/learned.py) of both runs; T5's bias table has the same path
+        # ([layers or 1, buckets, heads]) and is never cut or resampled
+        if (jax.tree_util.keystr(path) == "['encoding']['table']" and cfg.posenc == other_cfg.posenc == "learned"
+                and new.shape[1:] == old.shape[1:]):
             if new.shape[0] < old.shape[0]:
                 return old[: new.shape[0]]
             if cfg.learned_beyond != "interpolate":

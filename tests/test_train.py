@@ -301,6 +301,22 @@ def test_init_from_copies_weights_and_extends_learned_table(tiny_config, tmp_pat
     assert "init_from" not in checkpoint.read_run_info(tmp_path / "base")
 
 
+def test_init_from_never_cuts_or_resamples_a_t5_bias_table(tiny_config, tmp_path):
+    """T5's bias table has the learned table's path (['encoding']['table']) but is `[layers or 1, buckets, heads]`:
+    a per-layer table is not cut to a shared one (layer 0's kept, the other dropped), and a table of another
+    shape is an error naming the parameter and both shapes, not the learned table's rows."""
+    per_layer = tiny_config("posenc=t5,tiny", train_steps=1, warmup_steps=0, **{"model.t5.shared": False})
+    train.train_and_evaluate(per_layer, str(tmp_path / "per_layer"))
+    shared = tiny_config("posenc=t5,tiny", train_steps=1, warmup_steps=0, init_from=str(tmp_path / "per_layer"))
+    with pytest.raises(ValueError, match=r"parameter \['encoding'\]\['table'\] has shape \(2, 32, 2\), this model "
+                                         r"needs \(1, 32, 2\)"):
+        train.train_and_evaluate(shared, str(tmp_path / "shared"))
+    shared.model.t5.num_buckets = 64
+    with pytest.raises(ValueError, match=r"parameter \['encoding'\]\['table'\] has shape \(2, 32, 2\), this model "
+                                         r"needs \(1, 64, 2\)"):
+        train.train_and_evaluate(shared, str(tmp_path / "buckets"))
+
+
 # ------------------------------------------------------------------------------------------------------
 # A rerun is the same run or an error
 
