@@ -9,16 +9,19 @@ A workdir holds
     opt_state}; the data position is the step, since batches are a function of (seed, step). A checkpoint
     made by `import_params` has no `opt_state` (meta `params_only`): it can be evaluated and fine-tuned from
     (`init_from`), not resumed;
-  * `checksums/<step>.json`: the SHA-256 of each file of checkpoint <step>;
+  * `checksums/<step>.json`: the SHA-256 of each file of checkpoint <step> (written after its save commits; one
+    a crash left unwritten is written when a resume has restored the checkpoint and verified its values);
   * `metrics.jsonl`, TensorBoard events, and `.lock` (held by the process training in it).
 
 Orbax writes a checkpoint to a temporary directory and renames it when complete, so a crash never leaves a
-half-written checkpoint as the latest. A checkpoint is only written with finite parameters, and restoring
-one checks its files against their checksums (exactly the files listed, no more, no fewer), its recorded step
-against its folder's, and its values against their SHA-256: a corrupt checkpoint (flipped bytes, garbage, a
-missing or extra file, a missing hash, a checkpoint copied into another step's folder) is reported and the
-previous one is used instead (`restore_latest_good`). Files that match their checksums but restore to other
-values than were saved are the reader's fault, not the checkpoint's (`CheckpointReaderError`).
+half-written checkpoint as the latest (the temporary directory a killed save leaves is removed when the checkpoints
+are next opened for writing, `manager`). A checkpoint is only written with finite parameters, and restoring one
+checks its files against their checksums (exactly the files listed, no more, no fewer), its recorded step against
+its folder's, and its values against their SHA-256: a corrupt checkpoint (flipped bytes, garbage, a missing or extra
+file, a missing hash, a checkpoint copied into another step's folder) is reported and the previous one is used
+instead (`restore_latest_good`). Files that match their checksums but restore to other values than were saved, and
+parameters saved in other shapes than the restoring model's, are the reader's fault, not the checkpoint's
+(`CheckpointReaderError`, `CheckpointShapeError`).
 """
 
 from __future__ import annotations
@@ -28,9 +31,12 @@ import datetime
 import fcntl
 import functools
 import hashlib
+import io
 import json
+import logging
 import os
 import pathlib
+import shutil
 import socket
 import warnings
 
@@ -41,17 +47,31 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 from posenc.config import check_rope_factors, validate
-from posenc.jobs import write_atomic
+from posenc.jobs import write_atomic, write_bytes_atomic
 from posenc.model import ModelConfig, Transformer
 
 
 def manager(workdir: str | pathlib.Path, keep: int = 2, read_only: bool = False) -> ocp.CheckpointManager:
+    """The Orbax manager of `workdir/checkpoints`. Opened for writing (by the one process that holds the
+    workdir's lock, `WorkdirLock`), process 0 first removes the temporary folders of saves killed before their
+    rename (`_remove_killed_saves`)."""
     path = pathlib.Path(workdir).expanduser().resolve() / "checkpoints"
     if read_only:
         options = ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0)
     else:  # synchronous, so that the files can be checksummed as soon as `save` returns
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False)
+        if jax.process_index() == 0:
+            _remove_killed_saves(path)
     return ocp.CheckpointManager(path, options=options)
+
+
+def _remove_killed_saves(root: pathlib.Path) -> None:
+    """Removes from `root` the folders Orbax names as unfinished saves (`<step>.orbax-checkpoint-tmp…`, its own
+    test: `ocp.step.tmp_checkpoints`), left by a save killed before its rename; finalized steps are never
+    touched. Only for a writer: no save of the workdir runs while it holds the lock."""
+    for name in ocp.step.tmp_checkpoints(root):
+        logging.getLogger(__name__).info("removing %s, an unfinished save", root / name)
+        shutil.rmtree(root / name)
 
 
 def save_config(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> None:
@@ -107,8 +127,13 @@ class CheckpointReaderError(ValueError):
     which is left where it is."""
 
 
+class CheckpointShapeError(CheckpointReaderError):
+    """A checkpoint holds parameters (or optimiser state) in other shapes, or under other names, than the model
+    restoring it: it was saved by another model (another config), and is left where it is."""
+
+
 class CheckpointWarning(UserWarning):
-    """A corrupt checkpoint was skipped in favour of an older one."""
+    """A corrupt checkpoint was skipped in favour of an older one, or a checksum file was written after the fact."""
 
 
 class WorkdirBusyError(RuntimeError):
@@ -169,7 +194,8 @@ def save(mngr: ocp.CheckpointManager, step: int, params, opt_state) -> None:
     """Saves a checkpoint and its two checksums: the SHA-256 of the parameter and optimiser-state values
     (in its `meta` item, written with it) and of every file it consists of (`workdir/checksums/<step>.json`,
     written once the save has committed). A checkpoint without the file checksums (a crash in between) is
-    still verified by its values. `opt_state=None` writes a parameters-only checkpoint (`import_params`).
+    still verified by its values, and gets them once a restore has verified all of it (`restore`).
+    `opt_state=None` writes a parameters-only checkpoint (`import_params`).
 
     Raises:
       FloatingPointError: a parameter is not finite (nothing is written).
@@ -250,6 +276,46 @@ def _abstract(tree, shardings=None):
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
 
 
+def _path_key(path) -> tuple[str, ...]:
+    """A pytree key path as strings: Orbax's metadata names a list's items '0', '1', … where the tree has 0, 1, …"""
+    return tuple(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path)
+
+
+def _shape_mismatch(step_dir: pathlib.Path, targets: dict) -> str:
+    """How the arrays checkpoint `step_dir` saved differ from the restore targets ({item name: abstract tree}):
+    the first array whose shape differs (its path, both shapes, how many more differ), else the arrays only one
+    side has; "" where they agree or the checkpoint's metadata cannot be read (a corrupt checkpoint: left to
+    `restore`)."""
+    for name, target in targets.items():
+        handler = ocp.StandardCheckpointHandler()
+        try:
+            saved = {_path_key(k): v.shape for k, v in jax.tree_util.tree_flatten_with_path(
+                handler.metadata(step_dir / name))[0]}
+        except Exception:  # noqa: BLE001 — unreadable metadata: not a shape to compare
+            continue
+        finally:
+            handler.close()
+        wanted = {_path_key(k): (jax.tree_util.keystr(k), v.shape)
+                  for k, v in jax.tree_util.tree_flatten_with_path(target)[0]}
+        differ = [(label, tuple(saved[k]), tuple(shape)) for k, (label, shape) in wanted.items()
+                  if k in saved and tuple(saved[k]) != tuple(shape)]
+        if differ:
+            label, was, now = differ[0]
+            more = f" (and {len(differ) - 1} more arrays differ)" if len(differ) > 1 else ""
+            return f"{name}{label} was saved with shape {was}, the model restoring it has {now}{more}"
+        missing = [label for k, (label, _) in wanted.items() if k not in saved]
+        extra = ["".join(f"[{p!r}]" for p in k) for k in saved if k not in wanted]
+
+        def listed(labels):
+            return ", ".join(name + x for x in labels[:3]) + (" …" if len(labels) > 3 else "")
+
+        said = ([f"lacks {listed(missing)}, which the model restoring it has"] if missing else []) + (
+            [f"holds {listed(extra)}, which the model restoring it lacks"] if extra else [])
+        if said:
+            return "it " + " and ".join(said)
+    return ""
+
+
 def _meta(mngr: ocp.CheckpointManager, step: int) -> dict:
     """Checkpoint `step`'s `meta` item, or {} where it cannot be read (`restore` then reports the corruption)."""
     try:
@@ -268,8 +334,13 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_op
         SHA-256 of a part it restores, its values do not match their SHA-256, or it holds non-finite parameters.
         (A read error of files that match their checksums, and an OSError other than a missing file, are raised
         as they are.)
+      CheckpointShapeError: it holds arrays of other shapes (or names) than the targets: named, with both shapes.
       CheckpointReaderError: its files match their checksums, but its values do not match their SHA-256.
       ParamsOnlyError: `abstract_opt_state` is given and the checkpoint holds parameters only.
+
+    A checkpoint without a readable checksum file (its process ended between the save and writing it) is
+    checked by its values alone; when every part it holds was restored and matched its saved SHA-256
+    (`abstract_opt_state` given, or a parameters-only checkpoint), process 0 writes its checksum file (warned).
     """
     if abstract_opt_state is not None and _meta(mngr, step).get("params_only"):
         raise ParamsOnlyError(f"checkpoint {mngr.directory / str(step)} holds parameters only (imported with "
@@ -278,15 +349,23 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_op
                               "workdir to train the run from scratch")
     param_shardings, opt_shardings = shardings if shardings is not None else (None, None)
     pure_shardings = None if param_shardings is None else nnx.to_pure_dict(param_shardings)
-    items = {"params": ocp.args.StandardRestore(_abstract(nnx.to_pure_dict(abstract_params), pure_shardings)),
-             "meta": ocp.args.JsonRestore()}
+    targets = {"params": _abstract(nnx.to_pure_dict(abstract_params), pure_shardings)}
     if abstract_opt_state is not None:
-        items["opt_state"] = ocp.args.StandardRestore(_abstract(abstract_opt_state, opt_shardings))
+        targets["opt_state"] = _abstract(abstract_opt_state, opt_shardings)
+    items = {name: ocp.args.StandardRestore(target) for name, target in targets.items()}
+    items["meta"] = ocp.args.JsonRestore()
     where = f"checkpoint {mngr.directory / str(step)}"
     verified = verify_files(mngr, step)
     try:
         restored = mngr.restore(step, args=ocp.args.Composite(**items))
     except Exception as e:  # noqa: BLE001 — a failure to read the files is corruption to the caller …
+        mismatch = _shape_mismatch(pathlib.Path(mngr.directory) / str(step), targets)
+        if mismatch:  # … but not a checkpoint of another model
+            raise CheckpointShapeError(
+                f"{where}: {mismatch}: the model restoring it is not the one that saved it. Likely a config that "
+                "differs from the run's (an edited config.json, another model.d_model, model.mlp_dim, "
+                "model.num_layers or posenc variant) or code that builds the model otherwise; restore it with the "
+                "config it trained with. The checkpoint is left as it is") from None
         if (verified or isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e)
                 or (isinstance(e, OSError) and not isinstance(e, FileNotFoundError))
                 or not (mngr.directory / str(step)).is_dir()):
@@ -315,9 +394,29 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_op
                                      "after they were written)")
     if not all_finite(restored["params"]):
         raise CorruptCheckpointError(f"{where} holds non-finite parameters")
+    if not verified and ("opt_state" in items or meta.get("params_only")) and jax.process_index() == 0:
+        _write_checked_sums(mngr, step, where)
     params = jax.tree.map(lambda x: x, abstract_params)
     nnx.replace_by_pure_dict(params, restored["params"])
     return params, restored.get("opt_state") if abstract_opt_state is not None else None
+
+
+def _write_checked_sums(mngr: ocp.CheckpointManager, step: int, where: str) -> None:
+    """Writes the checksum file of checkpoint `step`, which has none (or an unreadable one), after every part
+    of it restored to the values it saved: its files are the ones saved. A folder that cannot be written (a
+    read-only copy) is warned about, not raised: the checkpoint itself verified."""
+    sums = _sums_path(mngr, step)
+    had = "has no checksum file (its process ended between its save and writing it)" if not sums.exists() else \
+        f"has an unreadable checksum file {sums}"
+    try:
+        sums.parent.mkdir(exist_ok=True)
+        write_atomic(sums, json.dumps(_file_sums(pathlib.Path(mngr.directory) / str(step)), indent=0))
+    except OSError as e:
+        warnings.warn(f"{where} {had}; its values match their saved SHA-256, but its files' checksums could not "
+                      f"be written ({e})", CheckpointWarning, stacklevel=3)
+        return
+    warnings.warn(f"{where} {had}; every part of it restored and its values match their saved SHA-256: its "
+                  f"files' checksums are written now ({sums})", CheckpointWarning, stacklevel=3)
 
 
 def restore_latest_good(mngr: ocp.CheckpointManager, abstract_params, abstract_opt_state=None, shardings=None):
@@ -417,9 +516,9 @@ ACTIVATIONS_KEY = "__activations__"  # an exported file's entry naming the activ
 
 def export_params(workdir: str | pathlib.Path, path: str | pathlib.Path) -> str:
     """Writes the newest good checkpoint's parameters of `workdir` to `path` (a compressed `.npz`, one array per
-    parameter named by its key path, plus `ACTIVATIONS_KEY`: the run's `trained_activations`; written atomically
-    and read back to check); returns their SHA-256 (`tree_sha256`), the same `import_params` gives back. For
-    keeping a run's weights where its workdir is not kept (a repository).
+    parameter named by its key path, plus `ACTIVATIONS_KEY`: the run's `trained_activations`; its bytes read back
+    to check, then written atomically by `jobs.write_bytes_atomic`); returns their SHA-256 (`tree_sha256`), the
+    same `import_params` gives back. For keeping a run's weights where its workdir is not kept (a repository).
 
     Raises:
       ValueError: a parameter's dtype is not one NumPy stores (bfloat16), or the file read back differs.
@@ -432,24 +531,18 @@ def export_params(workdir: str | pathlib.Path, path: str | pathlib.Path) -> str:
             raise ValueError(f"export_params: parameter {name} is {a.dtype}, which .npz does not store; export "
                              "float32 parameters")
     if jax.process_index() == 0:
-        path = pathlib.Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                np.savez_compressed(f, **arrays, **{ACTIVATIONS_KEY: np.array(trained_activations(workdir))})
-                f.flush()
-                os.fsync(f.fileno())  # on disk before the rename makes it the file: a crash leaves the old one
-            with np.load(tmp) as f:
-                back = dict(f)
-            if str(back.pop(ACTIVATIONS_KEY)) != trained_activations(workdir):
-                raise ValueError(f"export_params: {tmp} does not read back the run's activations")
-            if back.keys() != arrays.keys() or any(
-                    back[n].dtype != a.dtype or back[n].shape != a.shape or back[n].tobytes() != a.tobytes()
-                    for n, a in arrays.items()):
-                raise ValueError(f"export_params: {tmp} does not read back as the parameters written to it")
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        activations = trained_activations(workdir)
+        data = io.BytesIO()
+        np.savez_compressed(data, **arrays, **{ACTIVATIONS_KEY: np.array(activations)})
+        with np.load(io.BytesIO(data.getvalue())) as f:
+            back = dict(f)
+        if str(back.pop(ACTIVATIONS_KEY)) != activations:
+            raise ValueError(f"export_params: the file for {path} does not read back the run's activations")
+        if back.keys() != arrays.keys() or any(
+                back[n].dtype != a.dtype or back[n].shape != a.shape or back[n].tobytes() != a.tobytes()
+                for n, a in arrays.items()):
+            raise ValueError(f"export_params: the file for {path} does not read back as the parameters written to it")
+        write_bytes_atomic(pathlib.Path(path), data.getbuffer())
     return tree_sha256(params)
 
 

@@ -6,12 +6,13 @@ file `results/<name>.json` exists; results are written atomically (`write_atomic
 absent and an interrupted job simply runs again (its training resumes from its checkpoints).
 
 Workers share one plan through claims: before running a job a worker creates `results/<name>.claim`
-exclusively (O_CREAT | O_EXCL) and writes its pid and start time into it; the claim is removed when the job
-ends, also when the worker is terminated (after `exit_on_sigterm()`, SIGTERM raises SystemExit and `finally`
-runs). A claim whose process no longer runs (`claim_is_live`: its pid is gone, or now names a process started
-at another time) is dropped (`drop_stale_claim`, under a lock) and its job run again. So several workers — the
-processes `spawn_workers` starts, or separate commands — can run one plan, and a rerun of the same command goes
-on where it stopped.
+exclusively (O_CREAT | O_EXCL) and writes its pid, start time and host into it; the claim is removed when the
+job ends, also when the worker is terminated (after `exit_on_sigterm()`, SIGTERM raises SystemExit and `finally`
+runs). A claim of this host whose process no longer runs (`claim_is_live`: its pid is gone, or now names a
+process started at another time) is dropped (`drop_stale_claim`, under a lock) and its job run again; a claim of
+another host (results/ shared between machines) is left to that host, and named when a worker stops with it
+pending. So several workers — the processes `spawn_workers` starts, or separate commands — can run one plan,
+and a rerun of the same command goes on where it stopped.
 
 A job that raises stops its worker with the exception (and its claim removed): a broken job is an error to
 look at, not a result to skip.
@@ -29,6 +30,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -192,24 +194,45 @@ def process_exited(pid: int) -> bool:
 
 
 def claim_text() -> str:
-    """What this process writes into a claim: its pid and, where /proc tells, its start time."""
-    start = process_start(os.getpid())
-    return f"{os.getpid()}" + (f" {start}" if start else "")
+    """What this process writes into a claim: "<pid> <start> <host>", its pid, its start time ('-' where /proc
+    does not tell) and `socket.gethostname()`."""
+    return f"{os.getpid()} {process_start(os.getpid()) or '-'} {socket.gethostname()}"
+
+
+def claim_holder(path: pathlib.Path) -> tuple[int, str | None, str | None] | None:
+    """(pid, start time or None, host or None) of the claim at `path` (`claim_text`; a claim written before hosts
+    were recorded holds "<pid>" or "<pid> <start>": host None), or None where it has no readable pid.
+
+    Raises:
+      FileNotFoundError: there is no claim at `path`.
+    """
+    try:
+        fields = path.read_text().split()
+        pid = int(fields[0])
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, IndexError):
+        return None
+    start = fields[1] if len(fields) > 1 and fields[1] != "-" else None
+    return pid, start, fields[2] if len(fields) > 2 else None
 
 
 def _claim_state(path: pathlib.Path) -> str:
-    """'absent', 'live' or 'stale' (its process has exited, reaped or not, its pid now names another process,
-    or it stayed without a pid for a minute)."""
+    """'absent', 'live' or 'stale' (a claim of this host whose process has exited, reaped or not, or whose pid
+    now names another process, or a claim that stayed without a pid for a minute). A claim of another host is
+    live: this host cannot see its process."""
     try:
-        fields = path.read_text().split()
-        pid, start = int(fields[0]), (fields[1] if len(fields) > 1 else None)
+        holder = claim_holder(path)
     except FileNotFoundError:
         return "absent"
-    except (OSError, ValueError, IndexError):
+    if holder is None:
         try:
             return "live" if time.time() - path.stat().st_mtime < 60 else "stale"
         except FileNotFoundError:
             return "absent"
+    pid, start, host = holder
+    if host not in (None, socket.gethostname()):
+        return "live"
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -227,7 +250,8 @@ def claim_is_live(path: pathlib.Path) -> bool:
     """Whether the process that wrote a claim (its content: `claim_text()`) still runs. A claim without a
     readable pid is live for a minute (its writer may be between creating it and writing the pid). A claim
     whose pid now names a process started at another time is stale; one written without a start time (where
-    /proc does not tell) trusts the pid alone."""
+    /proc does not tell) trusts the pid alone. A claim written on another host is live (its pid names no
+    process here; remove the claim by hand if its worker is gone); one without a host is judged as this host's."""
     return _claim_state(path) == "live"
 
 
@@ -319,6 +343,7 @@ def work(jobs: Sequence[J], run_job: Callable[[J], None], results: pathlib.Path,
             blocked = [j.name for j in pending if j.name not in claimed]
             if blocked:
                 print(f"not started: {', '.join(blocked)} (each needs a job without a result that nobody runs)")
+            _report_other_hosts([j.name for j in pending if j.name in claimed], results)
             return ran
         job = ready[0]
         try:
@@ -335,6 +360,20 @@ def work(jobs: Sequence[J], run_job: Callable[[J], None], results: pathlib.Path,
                 ran.append(job.name)
         finally:
             (results / f"{job.name}.claim").unlink(missing_ok=True)
+
+
+def _report_other_hosts(names: Sequence[str], results: pathlib.Path) -> None:
+    """Prints the jobs of `names` whose claims were written on another host: this host leaves them to it."""
+    here, held = socket.gethostname(), []
+    for name in names:
+        try:
+            holder = claim_holder(results / f"{name}.claim")
+        except FileNotFoundError:
+            continue
+        if holder is not None and holder[2] not in (None, here):
+            held.append(f"{name}: claimed by pid {holder[0]} on host {holder[2]}")
+    if held:
+        print(f"left to other hosts ({'; '.join(held)}); if a worker there is gone, remove its claim in {results}")
 
 
 def spawn_workers(count: int, argv: Sequence[str]) -> None:

@@ -426,3 +426,100 @@ def test_a_run_is_evaluated_with_the_activations_it_trained_with(copy_run):
     tokens = jnp.arange(16)[None]
     bf16, f32 = (np.asarray(nnx.merge(r.graphdef, r.params)(tokens), np.float32) for r in (run, again))
     assert 0 < np.abs(bf16 - f32).max() < 0.5  # the models differ in their activations only
+
+
+def test_a_checkpoint_that_lost_its_checksum_file_gets_it_back_once_its_values_verify(copy_run, tiny_config):
+    """A process that ended between a checkpoint's commit and its checksum file leaves the checkpoint without one.
+    Resuming restores every part of it and checks them against their saved SHA-256: then its files are the ones
+    saved, and their checksum file is written (warned), so the checkpoint is verified by its files again. An
+    evaluation, which restores the parameters alone, writes none (the optimiser state was not checked)."""
+    workdir = copy_run()
+    sums = workdir / "checksums" / "8.json"
+    saved = json.loads(sums.read_text())
+    sums.unlink()
+    assert checkpoint.restore_params(workdir)[4] == 8 and not sums.exists()
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/8 has no checksum file .* its values match "
+                                                          r"their saved SHA-256: its files' checksums are written now"):
+        train.train_and_evaluate(tiny_config("tiny"), str(workdir))  # resumes at 8, its last step
+    assert json.loads(sums.read_text()) == saved
+    assert checkpoint.verify_files(checkpoint.manager(workdir, read_only=True), 8)
+
+
+def test_a_checkpoint_without_its_checksum_file_whose_values_differ_gets_none(copy_run, tiny_config):
+    """Values that do not match their saved SHA-256 are corruption: the checkpoint is set aside, and no checksum
+    file vouches for its files."""
+    workdir = copy_run()
+    (workdir / "checksums" / "8.json").unlink()
+    swap_params(workdir, 8, 4)
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"checkpoints/8: the params do not match"):
+        assert train.train_and_evaluate(tiny_config("tiny"), str(workdir))["step"] == 8  # steps 5..8 again
+    assert [p.name.split(".")[0] for p in (workdir / "corrupt_checkpoints").iterdir()] == ["8"]
+    assert checkpoint.verify_files(checkpoint.manager(workdir, read_only=True), 8)  # the rewritten 8's own
+
+
+@pytest.mark.parametrize("file_sums", ["kept", "lost"])
+def test_restoring_into_another_shape_names_the_parameter_and_both_shapes(copy_run, file_sums):
+    """A model built from another config than the run's cannot hold its checkpoint: the error names the
+    parameter, its saved and its expected shape and the likely cause — not Orbax's message without the
+    parameter, nor (without file checksums) a corruption that sets every checkpoint aside."""
+    workdir = copy_run()
+    if file_sums == "lost":
+        (workdir / "checksums" / "8.json").unlink()
+    stored = json.loads((workdir / "config.json").read_text())
+    mlp = stored["model"]["mlp_dim"]
+    (workdir / "config.json").write_text(json.dumps({**stored, "model": {**stored["model"], "mlp_dim": 2 * mlp}}))
+    with pytest.raises(checkpoint.CheckpointShapeError,
+                       match=rf"checkpoints/8: params\[.*\] was saved with shape \((\d+, )?{mlp}(, \d+)?\), the model "
+                             rf"restoring it has \((\d+, )?{2 * mlp}(, \d+)?\) .*config"):
+        checkpoint.restore_params(workdir)
+    assert checkpoint.manager(workdir, read_only=True).all_steps() == [4, 8]
+
+
+def test_restoring_into_a_model_with_other_parameters_names_them(trained_run, tiny_config):
+    from posenc.config import validate  # noqa: PLC0415
+
+    _, learned = checkpoint.abstract_model(validate(tiny_config("posenc=learned,tiny"), training=False))
+    with pytest.raises(checkpoint.CheckpointShapeError,
+                       match=r"checkpoints/8: it lacks params\['encoding'\]\['table'\], which the model restoring it "
+                             r"has: .*config"):
+        checkpoint.restore(checkpoint.manager(trained_run, read_only=True), 8, learned)
+
+
+def test_a_killed_saves_temporary_folder_is_removed_when_the_checkpoints_are_opened_for_writing(copy_run,
+                                                                                              monkeypatch):
+    """Orbax writes a checkpoint into `<step>.orbax-checkpoint-tmp…` and renames it when complete; a killed save
+    leaves that folder. Process 0 removes such folders when it opens the checkpoints for writing; a reader, or
+    another process, leaves them, and finalized steps and other names are never touched."""
+    workdir = copy_run()
+    root = workdir / "checkpoints"
+    tmp = root / "12.orbax-checkpoint-tmp-1712345678"
+    (tmp / "params").mkdir(parents=True)
+    (tmp / "params" / "part").write_bytes(b"half written")
+    other = root / "notes"
+    other.mkdir()
+    checkpoint.manager(workdir, read_only=True).close()
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    checkpoint.manager(workdir).close()
+    assert tmp.is_dir()
+    monkeypatch.undo()
+    mngr = checkpoint.manager(workdir)
+    assert not tmp.exists() and other.is_dir() and mngr.all_steps() == [4, 8]
+    mngr.close()
+    assert checkpoint.restore_params(workdir)[4] == 8
+
+
+def test_export_writes_through_a_temporary_file_no_other_writer_has(trained_run, tmp_path, monkeypatch):
+    """Writers sharing a PID (processes on hosts sharing the folder) each write their own temporary file: another
+    writer's file is left alone, and the export's mode is a plain open's."""
+    from posenc import jobs  # noqa: PLC0415
+
+    monkeypatch.setattr(os, "getpid", lambda: 1)
+    others = tmp_path / ".rope.npz.1.tmp"
+    others.write_bytes(b"another writer's export")
+    sha = checkpoint.export_params(trained_run, tmp_path / "rope.npz")
+    assert others.read_bytes() == b"another writer's export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".rope.npz.1.tmp", "rope.npz"]
+    assert (tmp_path / "rope.npz").stat().st_mode & 0o777 == 0o666 & ~jobs._UMASK
+    with np.load(tmp_path / "rope.npz") as f:
+        assert str(f[checkpoint.ACTIVATIONS_KEY]) == "float32" and len(f.files) > 1
+    assert sha == checkpoint.tree_sha256(checkpoint.restore_params(trained_run)[3])

@@ -463,3 +463,32 @@ def test_packed_rows_come_back_exactly_and_a_result_reads_either_form():
     assert jobs.result_curve({}) == [] and jobs.unpack_rows(jobs.pack_rows([])) == []
     long = [{"step": s, "train_loss": 1.0 / s} for s in range(1, 400)]
     assert len(jobs.pack_rows(long)) < len(json.dumps(long)) / 2
+
+
+def test_a_claim_records_its_host_and_only_this_hosts_claims_are_judged_by_pid(tmp_path, capsys):
+    """A claim names its pid, start time and host. Results shared between machines: a claim written on another
+    host is never judged by this host's processes (its pid may be gone here, or name another process here) — it
+    is live, never dropped, its job not run here, and the worker says who holds it. Claims written before hosts
+    were recorded (a pid, or a pid and a start time) are judged as this host's."""
+    import socket  # noqa: PLC0415
+
+    host = socket.gethostname()
+    assert jobs.claim_text().split() == [str(os.getpid()), jobs.process_start(os.getpid()), host]
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    claim = tmp_path / "a.claim"
+    for text in (f"{dead.pid} 12345 {host}", f"{dead.pid} 12345", str(dead.pid), f"{os.getpid()} 999 {host}"):
+        claim.write_text(text)
+        assert not jobs.claim_is_live(claim), text
+    for text in (f"{dead.pid} 12345 elsewhere", f"{os.getpid()} 999 elsewhere", f"{dead.pid} - elsewhere"):
+        claim.write_text(text)
+        assert jobs.claim_is_live(claim) and not jobs.drop_stale_claim(claim) and claim.read_text() == text, text
+    ran = []
+
+    def fake_job(job):
+        ran.append(job.name)
+        jobs.write_atomic(tmp_path / f"{job.name}.json", "{}")
+
+    assert jobs.work([Job("a"), Job("b")], fake_job, tmp_path) == ["b"] and ran == ["b"]
+    assert claim.read_text() == f"{dead.pid} - elsewhere"
+    assert f"a: claimed by pid {dead.pid} on host elsewhere" in capsys.readouterr().out

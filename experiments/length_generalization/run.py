@@ -26,7 +26,7 @@ A job whose results exist is skipped; a training that was interrupted resumes. `
 starting new jobs once that much time has passed, so the command can be rerun to go on. `--workers=2` runs
 two jobs at once, one per core, each with a one-threaded XLA: the small task models gain little from a
 second thread, so two one-core workers finish more jobs per hour than one two-core process (each result
-records its threads and timing). Workers claim jobs in plan order (`results/<name>.claim`, with their pid), so several run.py
+records its threads and timing). Workers claim jobs in plan order (`results/<name>.claim`, with their pid and host), so several run.py
 processes can share the plan too (say one per core, each started with `taskset` and a one-threaded XLA);
 a fine-tune waits for its base run. The report (report.py) is written at the end from whatever results
 exist, and says which jobs are missing.
