@@ -54,41 +54,140 @@ def missing_override(config: ml_collections.ConfigDict, field: str) -> str | Non
     return None
 
 
-def parse_config_flags(argv: list[str]) -> list[str]:
-    """absl's flag parsing for a script with `--config` (`app.run(main, flags_parser=parse_config_flags)`): an
-    override of a field the config lacks (`--config.model.posenk=rope`, `--config.positions.randomize=True` on
-    configs/default.py) is a KeyError or AttributeError inside ml_collections; this turns it into a flags error
-    naming the flag, the missing component and the fields its section has (`missing_override`), and for the
-    sections only configs/tasks.py has (`task`, `positions`), that config."""
+def optional_fields(config: ml_collections.ConfigDict) -> list[str]:
+    """The dotted fields of `config` that take None: those declared `config_dict.placeholder(type)` (a typed
+    field whose default is None, whatever value the config file then set), and those that are None."""
+    from ml_collections import config_dict  # noqa: PLC0415
+
+    return [k for k, v in _flatten(config.to_dict(preserve_field_references=True)).items()
+            if v is None or isinstance(v, config_dict.FieldReference)]
+
+
+def _config_arg(argv: list[str], default: str) -> str:
+    """The config `--config` names in `argv` (`path[:arg]`), else `default`."""
+    path = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+    if path is None and "--config" in argv[:-1]:
+        path = argv[argv.index("--config") + 1]
+    return path or default
+
+
+def _base_config(where: str) -> ml_collections.ConfigDict | None:
+    """The config `where` (`path[:arg]`) names, as `--config` loads it, without the overrides; None if the
+    config file itself fails (its own error is then the flags parsing's)."""
+    from posenc.train import load_config_file  # noqa: PLC0415  (posenc.train imports this module)
+
+    path, _, arg = where.partition(":")
+    try:
+        return load_config_file(path, arg or None)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _flags_error(lines: list[str]) -> None:
     import sys  # noqa: PLC0415
 
-    from absl import app, flags  # noqa: PLC0415
+    sys.stderr.write("".join(f"FATAL Flags parsing error: {line}\n" for line in lines))
+    sys.exit(1)
+
+
+def _exit_on_missing_overrides(argv: list[str], default: str) -> None:
+    """Exits with a flags error naming each `--config.<field>` override in `argv` whose field the config lacks
+    (`missing_override`), and for the sections only configs/tasks.py has (`task`, `positions`), that config;
+    returns if there is none (another error: a config file's own code raised it)."""
+    given = [a.split("=")[0] for a in argv if a.startswith("--config.")]
+    config = _base_config(_config_arg(argv, default))
+    missing = {g: missing_override(config, g[len("--config."):]) for g in given} if config is not None else {}
+    missing = {g: why for g, why in missing.items() if why}
+    if not missing:
+        return
+    lines = []
+    for flag, why in missing.items():
+        key = flag[len("--config."):].split(".")[0]
+        where = ("; the `task` and `positions` sections exist only in configs/tasks.py: use "
+                 "--config=configs/tasks.py:task=<name>[,randomize]" if key in ("task", "positions")
+                 and key not in config else "")
+        lines.append(f"{flag}: {why}{where}")
+    _flags_error(lines)
+
+
+def DEFINE_config_file(name: str, default: str, help_string: str, **kwargs):  # noqa: N802  (absl's name)
+    """ml_collections' `config_flags.DEFINE_config_file`, for a script whose flags `parse_config_flags` parses.
+
+    Without `--config` on the command line, ml_collections loads `default` and applies the `--config.*`
+    overrides here, as the script defines its flags (on import): an override of a field that config lacks is
+    the same flags error here as `parse_config_flags` gives with `--config`, not a traceback."""
+    import sys  # noqa: PLC0415
+
+    from absl import flags  # noqa: PLC0415
+    from ml_collections import config_flags  # noqa: PLC0415
 
     try:
-        return app.parse_flags_with_usage(argv)
+        return config_flags.DEFINE_config_file(name, default, help_string, **kwargs)
     except (KeyError, AttributeError):
-        argv = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)  # as ml_collections reads the overrides
-        given = [a.split("=")[0] for a in argv if a.startswith("--config.")]
-        path = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
-        if path is None and "--config" in argv[:-1]:
-            path = argv[argv.index("--config") + 1]
-        try:  # the config as --config loads it, without the overrides
-            config = flags.FLAGS["config"].parser.parse(path or flags.FLAGS["config"].default_as_str.strip("'\""))
-        except Exception:  # noqa: BLE001 — the config file itself fails: its own error below
-            config = None
-        missing = {g: missing_override(config, g[len("--config."):]) for g in given} if config is not None else {}
-        missing = {g: why for g, why in missing.items() if why}
-        if not missing:  # not an override's missing field (a config file's own code raised it)
-            raise
-        lines = []
-        for flag, why in missing.items():
-            key = flag[len("--config."):].split(".")[0]
-            where = ("; the `task` and `positions` sections exist only in configs/tasks.py: use "
-                     "--config=configs/tasks.py:task=<name>[,randomize]" if key in ("task", "positions")
-                     and key not in config else "")
-            lines.append(f"FATAL Flags parsing error: {flag}: {why}{where}\n")
-        sys.stderr.write("".join(lines))
-        sys.exit(1)
+        _exit_on_missing_overrides(flags.FLAGS.read_flags_from_files(sys.argv, force_gnu=False), default)
+        raise
+
+
+def _none_overrides(argv: list[str], default: str) -> tuple[list[str], list[str]]:
+    """(`argv` without its `--config.<field>=None` overrides, the fields whose last override is None).
+
+    absl parses an override by its field's type: `int('None')` fails, and a str field takes the text 'None'.
+    Such an override of a field the config has is taken out, to be set after parsing; one of a field not in
+    `optional_fields` (its default is not None) is a flags error naming the optional ones. An override of a
+    field the config lacks is left in: parsing names it (`missing_override`)."""
+    from absl import flags  # noqa: PLC0415
+
+    def none_field(arg):  # the field of a `--config.<field>=None` override, else None
+        return arg[len("--config."):-len("=None")] if arg.startswith("--config.") and arg.endswith("=None") else None
+
+    expanded = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)  # as ml_collections reads the overrides
+    fields = list(dict.fromkeys(f for f in map(none_field, expanded) if f))
+    where = _config_arg(expanded, default)
+    config = _base_config(where) if fields else None
+    fields = [f for f in fields if config is not None and missing_override(config, f) is None]
+    if not fields:
+        return argv, []
+    optional, values = optional_fields(config), _flatten(config.to_dict())
+    refused = [f for f in fields if f not in optional]
+    if refused:
+        _flags_error([f"--config.{f}=None: config.{f} is not optional ("
+                      + (f"its value in {where} is {values[f]!r}" if f in values else f"a section of {where}")
+                      + f"); None clears only the fields whose default is None: {', '.join(optional)}"
+                      for f in refused])
+    last = {a.partition("=")[0][len("--config."):]: none_field(a) is not None  # the last override holds
+            for a in expanded if a.startswith("--config.")}
+    return [a for a in expanded if none_field(a) not in fields], [f for f in fields if last[f]]
+
+
+def parse_config_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing for a script with `--config` (`app.run(main, flags_parser=parse_config_flags)`), its
+    flag defined by `DEFINE_config_file`.
+
+    An override of a field the config lacks (`--config.model.posenk=rope`, `--config.positions.randomize=True`
+    on configs/default.py) is a KeyError or AttributeError inside ml_collections; this turns it into a flags
+    error naming the flag, the missing component and the fields its section has (`missing_override`), and for
+    the sections only configs/tasks.py has (`task`, `positions`), that config. `--config.<field>=None` clears a
+    field whose default is None (`optional_fields`: `--config.task.stop_accuracy=None` trains passkey to the
+    end) and counts as given; for another field it is a flags error (`_none_overrides`)."""
+    from absl import app, flags  # noqa: PLC0415
+
+    default = flags.FLAGS["config"].default_as_str.strip("'\"")
+    argv, cleared = _none_overrides(argv, default)
+    try:
+        rest = app.parse_flags_with_usage(argv)
+    except (KeyError, AttributeError):
+        _exit_on_missing_overrides(flags.FLAGS.read_flags_from_files(argv, force_gnu=False), default)
+        raise  # not an override's missing field (a config file's own code raised it)
+    config = flags.FLAGS["config"].value
+    for field in cleared:
+        *parents, leaf = field.split(".")
+        node = config
+        for p in parents:
+            node = node[p]
+        node[leaf] = None
+        if f"config.{field}" in flags.FLAGS:  # (ml_collections defined it from the command line's overrides)
+            flags.FLAGS[f"config.{field}"].present = 1
+    return rest
 
 
 def schedule_steps(config: ml_collections.ConfigDict) -> int:

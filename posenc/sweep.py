@@ -18,8 +18,9 @@ split does not (score the chosen point on test, as
 `posenc.tuning.tune` does). A finished point (its JSON has status `done`) is skipped if it was computed from
 the same config (train) or the same run and parameters (eval), scaling, split, corpus and bytes, and extended
 if only lengths were added (at the same bytes: a default --num_bytes, 8 × the longest length, changes with them); a rerun that would compute it from anything else is refused before any work,
-naming what differs (its numbers are never overwritten: give that sweep its own root). A failing point is recorded with its error (status `failed`) and the
-sweep goes on; a sweep whose every point failed exits non-zero. Each point is also an independent command (`--points=NAME` or
+naming what differs (its numbers are never overwritten: give that sweep its own root), and so are new points
+of other settings than the points under the root (one table shares them: `check_new_points`). A failing point
+is recorded with its error (status `failed`) and the sweep goes on; a sweep whose every point failed exits non-zero. Each point is also an independent command (`--points=NAME` or
 `--shard=i/n`), so points can be spread over machines and gathered into one table with `--aggregate_only`.
 """
 
@@ -53,6 +54,11 @@ MODES = ("train", "eval")
 COMBINE = ("grid", "zip")
 EVAL_FIELDS = ("kind", "factor", "attention_factor", "beta_fast", "beta_slow", "dynamic", "truncate",
                "original_max_len")
+# The types of the RopeScaling fields but `kind` (one of KINDS), as an axis value must have them (a bool is no
+# number here: float(True) is 1.0), and those that also take None (their RopeScaling default).
+EVAL_FIELD_TYPES = {"factor": float, "attention_factor": float, "beta_fast": float, "beta_slow": float,
+                    "dynamic": bool, "truncate": bool, "original_max_len": int}
+EVAL_OPTIONAL = ("attention_factor", "original_max_len")
 
 
 def parse_axes(specs: Sequence[str]) -> list[tuple[str, list[Any]]]:
@@ -299,7 +305,8 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
     """Trains (or resumes) and evaluates each point on `split`; returns the point records.
 
     A point is reused only for the same config, scaling, split, corpus and bytes, and extended with lengths it
-    lacks; a finished point of other settings is refused before any work (`check_rerun`). A point whose run
+    lacks; a finished point of other settings, or points of other settings than those under `root`, are refused
+    before any work (`check_rerun`, `check_new_points`). A point whose run
     directory holds a run of another config fails with the training's error naming the fields (a run directory
     is never retrained under another config).
     """
@@ -318,11 +325,15 @@ def run_train_sweep(base_config: ml_collections.ConfigDict, root: str, points: l
         except Exception:  # noqa: BLE001
             pass
     check_rerun(root, [(name, _read(path_of(name)), key) for name, key in keys.items()])
+    fresh = {name: {"name": name, "point": point, "mode": "train", "split": split, "base": base, "status": "running"}
+             for name, point in points}
+    check_new_points(root, "train", [{**fresh[name], "key": key, "scaling": scaling, "num_bytes": key["num_bytes"]}
+                                     for name, key in keys.items()])
     records = []
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
         path = path_of(name)
         old = _read(path)
-        record = {"name": name, "point": point, "mode": "train", "split": split, "base": base, "status": "running"}
+        record = dict(fresh[name])
         try:
             config = with_fields(base_config, point, "sweep axis")
             key, stream = _train_key(config, lengths, scaling, split, num_bytes)
@@ -359,10 +370,20 @@ def split_point(point: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def check_eval_point(name: str, point: dict[str, Any], base_kind: str) -> None:
-    """Refuses an eval-sweep point whose RopeScaling fields its kind (the point's `kind`, else `base_kind`, the
-    --scaling) does not read (posenc.config.SCALING_FIELDS): its record would be labelled with values that
-    changed nothing (--scaling=none --axis=factor=2,4 scores every point unscaled)."""
+    """Refuses an eval-sweep point with a RopeScaling field of another type than the field's (EVAL_FIELD_TYPES:
+    `--axis=factor=true` would be scored at float(True) = 1.0 and labelled True), or one its kind (the point's
+    `kind`, else `base_kind`, the --scaling) does not read (posenc.config.SCALING_FIELDS): its record would be
+    labelled with values that changed nothing (--scaling=none --axis=factor=2,4 scores every point unscaled)."""
     fields = split_point(point)[0]
+    for field, value in fields.items():
+        want = EVAL_FIELD_TYPES.get(field)  # (kind: one of KINDS, below)
+        if want is None or (value is None and field in EVAL_OPTIONAL):
+            continue
+        accepts = {float: (int, float, np.integer, np.floating), int: (int, np.integer), bool: (bool, np.bool_)}[want]
+        if not isinstance(value, accepts) or (want is not bool and isinstance(value, (bool, np.bool_))):
+            wanted = {float: "a number", int: "an integer", bool: "True or False"}[want]
+            raise ValueError(f"sweep point {name}: axis {field}={value!r}: {field} takes {wanted} ({want.__name__}"
+                             f"{' or None' if field in EVAL_OPTIONAL else ''}), not {type(value).__name__}")
     kind = fields.get("kind", base_kind)
     if kind not in KINDS:
         raise ValueError(f"sweep point {name}: kind must be one of {KINDS}, got {kind!r}")
@@ -431,12 +452,16 @@ def run_eval_sweep(workdir: str, root: str, points: list[tuple[str, dict]], *, l
                   for name, point in points}
     path_of = lambda name: pathlib.Path(root) / "points" / f"{name}.json"  # noqa: E731
     check_rerun(root, [(name, _read(path_of(name)), point_keys[name]) for name, _ in points])
+    fresh = {name: {"name": name, "point": point, "mode": "eval", "run": workdir, "step": run.step,
+                    "scaling": scaling, "split": split, "num_bytes": nb, "train_len": run.train_len,
+                    "status": "running"}
+             for name, point in points}
+    check_new_points(root, "eval", [{**fresh[name], "key": point_keys[name]} for name, _ in points])
     records = []
     for name, point in tqdm(points, desc="sweep points", disable=not progress or None):
         path = path_of(name)
         point_key = point_keys[name]
-        record = {"name": name, "point": point, "mode": "eval", "run": workdir, "step": run.step, "scaling": scaling,
-                  "split": split, "num_bytes": nb, "train_len": run.train_len, "status": "running"}
+        record = dict(fresh[name])
         try:  # one failing point must not stop the sweep
             point_method = eval_method(point, method)
 
@@ -473,13 +498,23 @@ def gather(root: str, mode: str, axes: Sequence[str] | None = None) -> list[dict
         points with None for its fields, and the same axes in another order name each point anew, so every
         point would be in it twice) — sweeps with other settings belong under their own --root.
     """
-    pattern = "*/sweep_point.json" if mode == "train" else "points/*.json"
-    records = [json.loads(p.read_text()) for p in sorted(pathlib.Path(root).glob(pattern))]
+    records = _records(root, mode)
     other = [r["name"] for r in records if axes is not None and list(r.get("point", {})) != list(axes)]
     if other:  # (the same axes in another order name every point anew: each would be in the table twice)
         raise ValueError(f"{root} holds sweep points over other axes than {list(axes)} (or these in another order): "
                          + ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
                          + " — give each sweep its own --root")
+    check_settings(root, mode, records)
+    return records
+
+
+def _records(root: str, mode: str) -> list[dict[str, Any]]:
+    pattern = "*/sweep_point.json" if mode == "train" else "points/*.json"
+    return [json.loads(p.read_text()) for p in sorted(pathlib.Path(root).glob(pattern))]
+
+
+def check_settings(root: str, mode: str, records: Sequence[dict[str, Any]]) -> None:
+    """Raises a ValueError if `records` (of one table under `root`) were made with other settings (SHARED)."""
     values: dict[str, dict[Any, list[str]]] = {}
     for r in records:
         key = r.get("key", {})  # the run by its weights (a path is typed differently on each machine)
@@ -496,7 +531,14 @@ def gather(root: str, mode: str, axes: Sequence[str] | None = None) -> list[dict
                                                              f"{', …' if len(n) > 3 else ''})" for k, n in v.items())
                                      for f, v in mixed.items())
                          + " — give each sweep its own --root")
-    return records
+
+
+def check_new_points(root: str, mode: str, new: Sequence[dict[str, Any]]) -> None:
+    """Refuses points about to run (`new`: their records as they would be written, without results) that the
+    table would refuse with the records under `root` (`check_settings`): run before any point runs or writes.
+    A record under `root` of the same name is left out (the point's own rerun check: `check_rerun`)."""
+    names = {r["name"] for r in new}
+    check_settings(root, mode, [r for r in _records(root, mode) if r["name"] not in names] + list(new))
 
 
 def records_split(records: Sequence[dict[str, Any]]) -> str | None:

@@ -21,24 +21,24 @@ Points are scored on --split=validation by default, where the table marks the lo
 as the choice; score a chosen setting with --split=test (no point marked). Rerunning resumes: points finished
 with the same config (or run and parameters), scaling, split, corpus and bytes are skipped, and extended with
 lengths they lack (give the recorded --num_bytes: its default, 8 x the longest length, changes with them); a
-rerun that would overwrite a finished point with other settings is refused. A sweep whose every point failed exits non-zero. To spread points over machines,
-give each machine its shard (--shard=0/3, 1/3, 2/3) or named points (--points=NAME,...), copy the point
+rerun that would overwrite a finished point with other settings, or add points of other settings than
+those under --root, is refused before any work. A sweep whose every point failed exits non-zero. To spread
+points over machines, give each machine its shard (--shard=0/3, 1/3, 2/3) or named points (--points=NAME,...), copy the point
 directories back under one --root, and rebuild the table with --aggregate_only. Writes results.csv, results.md, sweep.png in --root.
 """
 
 import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
 from posenc import malloc, sweep, training_free
-from posenc.config import parse_config_flags, parse_lengths
+from posenc.config import DEFINE_config_file, parse_config_flags, parse_lengths
 from posenc.evaluate import prepare_out_dir
 
 _MODE = flags.DEFINE_enum("mode", None, sweep.MODES, "train: a run per point; eval: re-evaluate one run.",
                           required=True)
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Base config (train mode).",
-                                          lock_config=True)
+_CONFIG = DEFINE_config_file("config", "configs/default.py", "Base config (train mode).",
+                              lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "The trained run (eval mode).")
 _HF = flags.DEFINE_string("hf_model", None, "Eval mode: a Hugging Face checkpoint directory instead of --workdir, "
                           "scored in its own tokens (lengths in tokens).")

@@ -9,14 +9,13 @@ Rerunning the same command resumes from the latest checkpoint in --workdir.
 """
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
 from posenc import malloc
-from posenc.config import parse_config_flags
+from posenc.config import DEFINE_config_file, parse_config_flags
 from posenc.train import initialize_distributed, train_and_evaluate
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Config file (get_config(arg)).",
-                                          lock_config=True)
+_CONFIG = DEFINE_config_file("config", "configs/default.py", "Config file (get_config(arg)).",
+                              lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: checkpoints, metrics, config.", required=True)
 _DISTRIBUTED = flags.DEFINE_bool("jax_distributed", False,
                                   "Call jax.distributed.initialize() first (multi-host; see the README).")

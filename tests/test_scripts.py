@@ -265,6 +265,57 @@ def test_a_config_field_of_configs_tasks_py_on_default_py_names_that_config():
     assert "; the `task` and `positions` sections exist only in configs/tasks.py" in result.stderr
 
 
+def flags_of(script: str, *argv: str) -> subprocess.CompletedProcess:
+    """Parses `argv` as `python scripts/<script>.py *argv` would (its config flag defined at import, with argv
+    as sys.argv) and prints the config's optional fields and whether --config.init_from counts as given."""
+    code = (f"import sys; sys.argv = ['scripts/{script}.py', *{list(argv)!r}]; sys.path.insert(0, 'scripts')\n"
+            f"import {script} as m\nfrom absl import flags\nm.parse_config_flags(sys.argv)\nc = m._CONFIG.value\n"
+            "task = c.get('task')\n"
+            "print('PARSED', repr(c.schedule_steps), repr(c.init_from), repr(task and task.stop_accuracy),"
+            " 'config.init_from' in flags.FLAGS and flags.FLAGS['config.init_from'].present)")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("config", [[], ["--config=configs/default.py"]])
+def test_an_override_of_a_field_the_config_lacks_is_a_flags_error_with_or_without_config(config):
+    """Without --config, ml_collections loads the default config and applies the overrides when the script
+    defines its flag (at import): the same error as with --config, not a traceback."""
+    for script, argv in (("train", [f"--workdir={MISSING}/run"]), ("sweep", ["--mode=train", f"--root={MISSING}/s"])):
+        result = subprocess.run([sys.executable, f"scripts/{script}.py", *config, *argv, "--config.lrr=1",
+                                 "--config.model.posenk=rope"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert "FATAL Flags parsing error: --config.lrr: the config has no field or section 'lrr' (it has: b1, b2, " \
+            "batch_size," in result.stderr
+        assert "--config.model.posenk: section 'model' has no field or section 'posenk' (it has: act_dtype," \
+            in result.stderr
+    assert not pathlib.Path(MISSING).exists()
+
+
+def test_none_clears_a_field_whose_default_is_none_and_is_refused_for_another():
+    """`--config.FIELD=None`: absl parses the text by the field's type (int('None') fails; a str field took the
+    text 'None' as a workdir to start from); a field declared config_dict.placeholder(type) is cleared, whatever
+    the config file set it to, and counts as given."""
+    result = flags_of("train", f"--workdir={MISSING}", "--config.schedule_steps=5", "--config.schedule_steps=None",
+                      "--config.init_from=None")
+    assert "PARSED None None None 1" in result.stdout, result.stderr[-3000:]
+    result = flags_of("train", "--config=configs/tasks.py:task=passkey", f"--workdir={MISSING}",
+                      "--config.task.stop_accuracy=None", "--config.schedule_steps=None", "--config.schedule_steps=7")
+    assert "PARSED 7 None None False" in result.stdout, result.stderr[-3000:]  # (passkey's is 0.99; the last wins)
+    for config, where, value in (([], "configs/default.py", 256),
+                                 (["--config=configs/default.py:tiny"], "configs/default.py:tiny", 32)):
+        result = flags_of("sweep", "--mode=train", *config, f"--root={MISSING}", "--config.train_len=None")
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert f"FATAL Flags parsing error: --config.train_len=None: config.train_len is not optional (its value in " \
+            f"{where} is {value}); None clears only the fields whose default is None: init_from, " \
+            "model.rope.scaling.attention_factor, model.rope.scaling.factors_file, " \
+            "model.rope.scaling.original_max_len, schedule_steps\n" in result.stderr, result.stderr
+    result = subprocess.run([sys.executable, "scripts/sweep.py", "--mode=eval", f"--workdir={MISSING}",
+                             f"--root={MISSING}/s", "--axis=factor=2", "--config.init_from=None"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "--config.init_from: for --mode=train only" in result.stderr, result.stderr
+    assert not pathlib.Path(MISSING).exists()
+
+
 def test_measure_eval_memory_records_the_machine_and_code():
     """Its JSON has the peak of each measurement, the CPU, the cores it may run on and the commit (the README's
     memory table names them)."""

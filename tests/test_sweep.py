@@ -207,6 +207,51 @@ def test_eval_sweep_refuses_axes_its_scaling_kind_does_not_read():
     sweep.check_eval_point("attention_factor=0.9", {"attention_factor": 0.9}, "none")  # a temperature: every kind
 
 
+def test_eval_sweep_refuses_an_axis_value_of_another_type_than_its_field_s():
+    """`--axis=factor=true` would score factor 1.0 (float(True)) under the label factor=True; a bool is no number."""
+    points = sweep.select(sweep.expand(sweep.parse_axes(["factor=true,2"])))
+    assert points[0] == ("factor=True", {"factor": True})
+    for name, point, text in [
+            ("factor=True", {"factor": True}, "axis factor=True: factor takes a number (float), not bool"),
+            ("beta_fast=False", {"beta_fast": False}, "axis beta_fast=False: beta_fast takes a number"),
+            ("original_max_len=True", {"original_max_len": True}, "original_max_len takes an integer"),
+            ("original_max_len=64.0", {"original_max_len": 64.0}, "original_max_len takes an integer (int or None), "
+                                                                  "not float"),
+            ("attention_factor=x", {"attention_factor": "x"}, "attention_factor takes a number"),
+            ("dynamic=1", {"dynamic": 1}, "axis dynamic=1: dynamic takes True or False (bool), not int")]:
+        with pytest.raises(ValueError, match=re.escape(f"sweep point {name}: ") + ".*" + re.escape(text)):
+            sweep.check_eval_point(name, point, "yarn")
+    sweep.check_eval_point("factor=2,attention_factor=None", {"factor": 2, "attention_factor": None}, "yarn")
+    sweep.check_eval_point("original_max_len=64,truncate=False", {"original_max_len": 64, "truncate": False}, "yarn")
+
+
+def test_a_sweep_of_other_settings_is_refused_before_its_new_points_run(trained_run, tiny_config, tmp_path):
+    """New point names under a root of other settings (another --num_bytes, split, scaling, base config): the table
+    would refuse them after they ran and wrote their records; they are refused before."""
+    root = tmp_path / "eval"
+    first = sweep.select(sweep.expand(sweep.parse_axes(["factor=2.0"])))
+    assert sweep.run_eval_sweep(str(trained_run), str(root), first, lengths=[32], num_bytes=128,
+                                progress=False)[0]["status"] == "done"
+    more = sweep.select(sweep.expand(sweep.parse_axes(["factor=4.0"])))
+    for kwargs, match in (({"num_bytes": 256}, r"num_bytes: 128 \(factor=2\), 256 \(factor=4\)"),
+                          ({"split": "test"}, r"split: 'validation' \(factor=2\), 'test' \(factor=4\)")):
+        with pytest.raises(ValueError, match=f"holds sweep points made with other settings: {match}"):
+            sweep.run_eval_sweep(str(trained_run), str(root), more, lengths=[32], **{"num_bytes": 128, **kwargs},
+                                 progress=False)
+        assert sorted(p.name for p in (root / "points").iterdir()) == ["factor=2.json"]
+    # train mode: a finished point of another base config under the root
+    (tmp_path / "train" / "base=100").mkdir(parents=True)
+    (tmp_path / "train" / "base=100" / "sweep_point.json").write_text(json.dumps(
+        {"name": "base=100", "point": {"model.rope.base": 100}, "mode": "train", "status": "done",
+         "split": "validation", "base": "another base", "scaling": "none", "num_bytes": 128, "bpb_L32": 2.0}))
+    points = sweep.select(sweep.expand(sweep.parse_axes(["model.rope.base=1000"])))
+    with pytest.raises(ValueError, match=r"other settings: base: 'another base' \(base=100\), '[0-9a-f]{16}' "
+                                         r"\(base=1000\)"):
+        sweep.run_train_sweep(tiny_config(train_steps=4), str(tmp_path / "train"), points, lengths=[32], num_bytes=128,
+                              train_fn=lambda config, workdir: pytest.fail("trained"), progress=False)
+    assert [p.name for p in (tmp_path / "train").iterdir()] == ["base=100"]
+
+
 def test_eval_sweep_refuses_an_unread_axis_before_loading_the_run(tmp_path):
     points = sweep.select(sweep.expand(sweep.parse_axes(["factor=2,4"])))
     with pytest.raises(ValueError, match="kind 'none' .* does not read factor=2"):  # the workdir does not exist
