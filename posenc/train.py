@@ -242,10 +242,11 @@ def _init_from(other: str, cfg: ModelConfig, params):
     def take(path, new, old):
         if new.shape == old.shape:
             return old
-        # a learned table [max_len, d] (posenc/learned.py) of both runs; T5's bias table has the same path
-        # ([layers or 1, buckets, heads]) and is never cut or resampled
-        if (jax.tree_util.keystr(path) == "['encoding']['table']" and cfg.posenc == other_cfg.posenc == "learned"
-                and new.shape[1:] == old.shape[1:]):
+        # a table whose rows are positions, [max_len, d] (an encoding that reads `learned_beyond`:
+        # posenc/learned.py), in both runs; T5's bias table has the same path ([layers or 1, buckets, heads]) and
+        # is never cut or resampled
+        if (jax.tree_util.keystr(path) == "['encoding']['table']" and cfg.posenc == other_cfg.posenc
+                and "learned_beyond" in cfg.encoding.model_fields and new.shape[1:] == old.shape[1:]):
             if new.shape[0] < old.shape[0]:
                 return old[: new.shape[0]]
             if cfg.learned_beyond != "interpolate":
