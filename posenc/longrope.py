@@ -7,7 +7,10 @@ An individual is a vector λ of rescale factors, one per frequency pair (θ_i �
 layer `[num_layers, d/2]`, plus n̂, the number of initial positions left unscaled (with the long factors only:
 `RopeScaling.unscaled_positions`). Constraints (the paper's search space): 1 ≤ λ_i ≤ `factor_bound` (1.25·s by
 default) and λ non-decreasing across pairs (lower frequencies are stretched at least as much as higher ones),
-within each layer's vector; n̂ from `n_hat_choices`.
+within each layer's vector; n̂ from `n_hat_choices`. The paper and microsoft/LongRoPE search one λ per frequency
+pair shared by every layer (§3.2: a factor "for each RoPE dimension"; `evolution/dim_mono`); per-layer vectors are
+posenc's extension, after seed 004's description of LongRoPE as searching each layer separately (每层独立搜索),
+which the paper does not do.
 
 Algorithm: the initial population holds PI (λ_i = s), NTK-aware (λ_i = θ_i / θ'_i) and YaRN factors (projected
 onto the constraints, `repair`), filled up with mutations of them. Each generation keeps the `parents` fittest,

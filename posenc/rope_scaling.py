@@ -391,7 +391,10 @@ def _hf_float(key: str, value: Any) -> float:
 
 
 def default_inv_freq(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
-    """θ_i = base^(-2i/d), i = 0 … d/2 − 1, float64 `[d/2]` (RoFormer eq. 15)."""
+    """θ_i = base^(-2i/d), i = 0 … d/2 − 1, float64 `[d/2]` (RoFormer eq. 15).
+
+    The slowest pair is θ_{d/2−1} = base^(−(d−2)/d), wavelength 2π·base^((d−2)/d) (47,117 positions at d = 64,
+    base 1e4), not the base⁻¹ and 2π·base ≈ 63,000 that seed 004 gives: those are only the limit d → ∞."""
     return 1.0 / (float(base) ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim))
 
 

@@ -46,3 +46,18 @@ def test_interpolate_resamples_linearly_keeping_both_ends():
     out = enc.absolute(jnp.arange(16)[None], 16)[0]
     np.testing.assert_allclose(out, interpolate_table(enc.table[...], 16), rtol=1e-6)
     np.testing.assert_array_equal(enc.absolute(jnp.arange(6)[None], 6)[0], enc.table[...])  # within: the table
+
+
+def test_table_starts_at_the_scale_of_the_sinusoidal_encoding():
+    """The table starts N(0, 1/2), not the "small Gaussian" of seed 004 (BERT/GPT-2 use std 0.02): its mean square is
+    1/2, as every sinusoidal PE's is (‖PE(p)‖² = d/2 at every p), so both absolute encodings start at one scale
+    against the token embeddings."""
+    import jax  # noqa: PLC0415
+
+    from posenc.sinusoidal import sinusoidal_table  # noqa: PLC0415
+
+    table = np.asarray(learned(max_len=256, d_model=64, num_heads=2).table[...], np.float64)
+    assert abs(table.mean()) < 0.02 and abs(np.mean(table ** 2) - 0.5) < 0.02, (table.mean(), np.mean(table ** 2))
+    with jax.enable_x64(True):
+        pe = np.asarray(sinusoidal_table(256, 64, dtype=jnp.float64))
+    np.testing.assert_allclose(np.mean(pe ** 2, axis=-1), 0.5, rtol=1e-12)

@@ -357,7 +357,10 @@ def test_decay_bound_is_roformers_curve_and_bounds_the_scores():
 def test_scores_of_matching_content_decay_on_average():
     """Seeds, property 2 as stated: not monotone, but on average (over random q, with k = q) the score
     ⟨f(q, m), f(q, n)⟩ = Σ_i |q_(i)|² cos((m−n)θ_i) falls with the distance: window means at
-    r ∈ [0, 10), [10, 100), [100, 1000), [1000, 4000) decrease, the last below a sixth of the r = 0 score."""
+    r ∈ [0, 10), [10, 100), [100, 1000), [1000, 4000) decrease, the last below a sixth of the r = 0 score.
+    Seed 004 says it of random q, k ("随机 q,k 的平均注意力越低"): for independent zero-mean q, k the mean score is 0
+    at every r, r = 0 included, so there is nothing to decay; the decay is that of correlated q and k (as here,
+    and experiments/figures/rope_scores.png)."""
     d, samples = 64, 256
     theta = posenc.rope_frequencies(d)[0]
     q = RNG.normal(size=(1, samples, d))
@@ -398,7 +401,9 @@ def test_yarn_temperature_scales_the_rotary_part_of_the_scores_by_its_square():
     """YaRN's temperature (seeds/004: scores scaled by 1/t): the attention factor sqrt(1/t) = 0.1·ln s + 1
     multiplies cos and sin of q and of k, so the logits of the rotated features scale by (0.1·ln s + 1)²;
     with partial rotary the pass-through features are not scaled (as Hugging Face's `apply_rotary_pos_emb`
-    leaves `q_pass`), so the whole score does not scale uniformly."""
+    leaves `q_pass`), so the whole score does not scale uniformly. Seed 004's reason for t (interpolated pairs
+    rotate more slowly, so the variance of q·k falls) is not YaRN's, which fits t to perplexity (§3.4, eq. 22): for
+    isotropic q, k no rotation changes the distribution of q·k. Its measured effect here: experiments/yarn_sweep."""
     s = 8.0
     theta, af = posenc.rope_frequencies(16, scaling=posenc.RopeScaling("yarn", s, original_max_len=64))
     assert af == pytest.approx(0.1 * np.log(s) + 1, rel=1e-15)
@@ -433,3 +438,25 @@ def test_absolute_encoding_scores_depend_on_absolute_position_rope_does_not():
     rope = [float(np.sum(rope64(q[None, None], [i + offset], theta) * rope64(k[None, None], [i], theta)))
             for i in starts]
     np.testing.assert_allclose(rope, rope[0], rtol=1e-11)
+
+
+def test_with_projections_even_the_position_terms_of_an_absolute_encoding_are_absolute():
+    """Seed 000 §2.3 as written, Attn(i, j) ∝ (x_i + p_i)W_Q · (x_j + p_j)W_K: with the projections even the
+    position-position term p_i W_Q W_Kᵀ p_jᵀ changes with i at a fixed offset (W_Q W_Kᵀ does not commute with the
+    table's per-pair rotations), so only W_Q W_Kᵀ = I makes it relative; RoPE's R(i)x_iW_Q · R(j)x_jW_K depends on
+    i − j for every W_Q, W_K (float64)."""
+    d, offset = 16, 5
+    with jax.enable_x64(True):
+        pe = np.asarray(posenc.sinusoidal_table(400, d, dtype=jnp.float64))
+    w_q, w_k = RNG.normal(size=(d, d)) / np.sqrt(d), RNG.normal(size=(d, d)) / np.sqrt(d)
+    x_i, x_j = RNG.normal(size=d), RNG.normal(size=d)
+    starts = np.array([0, 10, 100, 300])
+    pos_only = [(pe[i + offset] @ w_q) @ (pe[i] @ w_k) for i in starts]
+    assert np.ptp(pos_only) > 0.1, pos_only
+    ape = [((x_i + pe[i + offset]) @ w_q) @ ((x_j + pe[i]) @ w_k) for i in starts]
+    assert np.ptp(ape) > 0.1
+    theta = posenc.rope_frequencies(d)[0]
+    for layout in posenc.LAYOUTS:
+        rope = [float(np.sum(rope64((x_i @ w_q)[None, None], [i + offset], theta, layout)
+                             * rope64((x_j @ w_k)[None, None], [i], theta, layout))) for i in starts]
+        np.testing.assert_allclose(rope, rope[0], rtol=1e-11)

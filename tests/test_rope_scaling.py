@@ -149,6 +149,20 @@ def test_none_is_roformer():
     np.testing.assert_allclose(inv[-1], BASE ** (-(D - 2) / D))
 
 
+@pytest.mark.parametrize("d,slowest_wavelength", [(32, 35332.9475), (64, 47117.2428), (128, 54410.1431)])
+def test_slowest_pair_is_base_to_the_minus_d_minus_2_over_d_not_the_seeds_one_over_base(d, slowest_wavelength):
+    """Seed 004 writes θ_{d/2−1} = 10000⁻¹ ≈ 10⁻⁴ and a slowest wavelength of 2π × 10000 ≈ 63000 positions; with
+    i = 0 … d/2 − 1 the last exponent is (d − 2)/d, so θ_{d/2−1} = b^(−(d−2)/d) and its wavelength 2π·b^((d−2)/d):
+    47,117 positions at head_dim 64 (configs/default.py), 35,333 at 32 (the extrapolation study), 54,410 at 128;
+    2π·b is only the limit d → ∞. The wavelengths 2π/θ_i are geometric, from 2π, in steps of b^(2/d)."""
+    inv, _ = rope_frequencies(d, base=BASE)
+    wavelength = 2 * np.pi / inv
+    assert wavelength[-1] == pytest.approx(slowest_wavelength, rel=1e-9)
+    assert wavelength[-1] < 0.9 * 2 * np.pi * BASE and inv[-1] > 1.15 / BASE  # not the seed's 63k, nor 1e-4
+    assert wavelength[0] == 2 * np.pi
+    np.testing.assert_allclose(wavelength[1:] / wavelength[:-1], BASE ** (2 / d), rtol=1e-13)
+
+
 @pytest.mark.parametrize("s", [1.5, 2.0, 8.0])
 def test_linear_is_position_interpolation(s):
     """PI: θ_i / s; the angle at position s·m equals the unscaled angle at m."""
@@ -210,6 +224,31 @@ def test_yarn_keeps_short_wavelengths_and_interpolates_long_ones(d, base, orig, 
     ratio = t / inv  # 1 (kept) … s (interpolated)
     assert np.all((ratio >= 1 - 1e-15) & (ratio <= s * (1 + 1e-15))) and np.all(np.diff(ratio) >= -1e-12)
     assert af == pytest.approx(0.1 * math.log(s) + 1, rel=1e-15)
+
+
+def test_past_the_training_length_only_slow_pairs_turn_to_unseen_angles_and_yarn_keeps_them_in_range():
+    """Why extrapolation fails (seed 004, 外推为什么会失败: angles never seen in training) and which pairs it concerns.
+    Past L the fast pairs only repeat angles they have seen (in positions 0 … L−1 they turned full circles); the new
+    angles are in the slow pairs, whose wavelength exceeds L − 1 (not "high frequencies rotating too fast", as seed
+    000 §5.2 puts it). At positions below s·L, YaRN (L = 2048, s = 4, head_dim 64) interpolates every pair that has
+    not turned a full circle in training enough to stay within its trained angles (to one position's angle) and
+    keeps the rate of the fastest; PI keeps every pair in range but slows the fast ones by s too (seed 004:
+    高频旋转被压平); NTK-aware leaves middle pairs past their trained angles."""
+    d, big_l, s = 64, 2048, 4.0
+    t = theta(d)
+    full_turns = (big_l - 1) * t >= 2 * np.pi  # the angles a pair has seen in positions 0 … L−1
+    np.testing.assert_array_equal(~full_turns, 2 * np.pi / t > big_l - 1)
+    assert full_turns[:20].all() and not full_turns[-5:].any() and np.all(np.diff(full_turns.astype(int)) <= 0)
+
+    def in_range(inv):  # each pair: full turns seen in training, or at most one position past its trained angles
+        return full_turns | ((s * big_l - 1) * inv <= big_l * t)
+
+    yarn, _ = rope_frequencies(d, scaling=RopeScaling("yarn", s, original_max_len=big_l))
+    assert in_range(yarn).all() and np.array_equal(yarn[:9], rope_frequencies(d)[0][:9])
+    pi, _ = rope_frequencies(d, scaling=RopeScaling("linear", s))
+    assert in_range(pi).all() and pi[0] == 1 / s
+    ntk, _ = rope_frequencies(d, scaling=RopeScaling("ntk", s))
+    assert not in_range(ntk).all() and in_range(ntk)[[0, -1]].all()
 
 
 @pytest.mark.parametrize("s,truncate,betas", [(4.0, True, (32, 1)), (8.0, False, (32, 1)), (2.5, True, (16, 2))])
