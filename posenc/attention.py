@@ -364,7 +364,8 @@ def attention(q, k, v, q_pos, k_pos, *, bias_fn=None, chunk_size: int = 0, windo
       q_pos: `[B|1, Tq]`, k_pos: `[B|1, Tk]` integer positions; keys at position < 0 are never attended.
       bias_fn: `bias_fn(q_pos [B|1, Tq'], k_pos [B|1, Tk'], q [B, N, Tq', H], k [B, N, Tk', H], visible
         [B|1, 1, Tq', Tk']) -> [B|1, N|1, Tq', Tk']`, a logit bias (ALiBi's −m·(i − j), T5's buckets, CoPE's
-        contextual positions, …; called per chunk or block, with q already scaled by 1/√H), or None. With
+        contextual positions, …; called per chunk or block, with q already scaled by 1/√H; CoPE's sums over
+        the key axis, so its keys must come in position order, as the model passes them), or None. With
         chunks it is called per head group: q and k hold that group's N / groups heads, and a bias it returns
         over all N heads is sliced to the group's (one computed from q and k has the group's heads already;
         a bias must not infer N from q).

@@ -9,7 +9,9 @@ arXiv 2405.18719, §3 and the PyTorch listing of its appendix. For query i and k
 
 with e `[npos_max, H]` learned position embeddings (zero at init, as in the reference, shared by the heads
 of a layer) and p clamped to npos_max − 1. The gates of masked keys are 0. The bias depends on q and k, so
-it is computed from them inside attention; its gradient reaches q, k and e.
+it is computed from them inside attention; its gradient reaches q, k and e. The sum runs over the key axis,
+so the keys must come in position order: they do in a forward pass and a cache of one slot per position, and
+the model sorts a ring cache's (`Encoding.bias_needs_all_keys`).
 """
 
 from __future__ import annotations

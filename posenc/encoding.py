@@ -33,7 +33,8 @@ the encoding class, given a `ModelConfig`,
     model_fields                    the shared `ModelConfig` fields it reads (`rope_base`, …): training
                                     refuses another value than the default of one it does not read
     bias_needs_all_keys             whether a pair's bias depends on other keys too (CoPE): then chunked
-                                    attention scores each chunk against whole rows of keys, not key tiles
+                                    attention scores each chunk against whole rows of keys, not key tiles,
+                                    and a ring KV cache's keys reach the bias in position order
 
 Adding an encoding: one file with its pure math and a subclass of `Encoding`, one line in
 `posenc/encodings.py`, and its tests (the README's "Adding an encoding" walks through one).
@@ -61,7 +62,8 @@ class Encoding(nnx.Module):
     translation_invariant: ClassVar[bool] = True
     has_bias: ClassVar[bool] = False
     # Whether a pair's bias depends on other keys too (CoPE's gates sum over the keys between the two): then
-    # chunked attention takes each chunk's keys whole instead of in tiles (`posenc.attention`, `key_block`).
+    # chunked attention takes each chunk's keys whole instead of in tiles (`posenc.attention`, `key_block`), and
+    # the keys of a ring KV cache (sliding windows, lm_infinite, sinks) are sorted by position before attention.
     bias_needs_all_keys: ClassVar[bool] = False
     # The encoding's own config fields, `model.<name>.<option>`: {option: (default, comment)}.
     options: ClassVar[dict[str, tuple[Any, str]]] = {}

@@ -343,6 +343,10 @@ class Attention(nnx.Module):
             put = jax.vmap(lambda c, new, s: c.at[..., s, :].set(new, mode="drop"))  # one row: [N, S, H] ← [N, t, H]
             k_cache, v_cache = put(k_cache, k_new, slots), put(v_cache, v_new, slots)
             pos_cache = jax.vmap(lambda c, new, s: c.at[s].set(new, mode="drop"))(pos_cache, pos_new, slots)
+            if enc.bias_needs_all_keys:  # CoPE sums its gates along the key axis: the ring's keys in position order
+                order = jnp.argsort(k_pos, axis=-1)  # [B, S + t]; empty slots (−1) first
+                keys, values = (jnp.take_along_axis(a, order[:, None, :, None], axis=2) for a in (keys, values))
+                k_pos = jnp.take_along_axis(k_pos, order, axis=1)
 
         def rotate_cached(keys, k_pos):  # head-major keys [B, N, S, H] as [B, N, S, 1, H], positions [B, 1, S]
             return rotate(keys[:, :, :, None], jnp.broadcast_to(k_pos, pos_cache.shape[:1] + k_pos.shape[1:])[:, None],

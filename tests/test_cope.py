@@ -111,3 +111,25 @@ def test_zero_embeddings_are_nope_and_cached_decoding_equals_full():
     np.testing.assert_allclose(cached, decode.recompute_logits(graphdef, params, x), atol=2e-4, rtol=1e-4)
     with pytest.raises(ValueError, match="model.cope.npos_max must be"):
         ModelConfig(posenc="cope", encoding_options=(("npos_max", 1),))
+
+
+@pytest.mark.parametrize("kind", ["attn_window", "sinks", "lm_infinite"])
+def test_cached_decoding_through_a_ring_cache_equals_the_forward_pass(kind):
+    """A windowed layer (and lm_infinite / sinks) caches keys in a ring, slot = position mod size: once it wraps,
+    its slots are out of position order, and CoPE's p_ij = Σ_{t=j..i} g_it must still count the keys between j
+    and i by position, not by slot (summed by slot, it counted older keys that sit in later slots: 3e-2 off)."""
+    from posenc.training_free import Method
+
+    x = jnp.asarray(RNG.integers(0, 256, size=(2, 30)), jnp.int32)
+    if kind == "attn_window":
+        graphdef, params = nnx.split(model(attn_window=5))
+        cached = decode.teacher_forced_logits(graphdef, params, x, prefill_len=3)
+        want = decode.recompute_logits(graphdef, params, x)
+    else:
+        graphdef, params = nnx.split(model())
+        method = Method(kind, window=9, **({"num_sinks": 2} if kind == "sinks" else {"n_global": 2}))
+        cached = decode.teacher_forced_logits(graphdef, params, x, prefill_len=5, method=method,
+                                              cache_size=sum(method.cache_layout()))
+        m = nnx.merge(graphdef, params)
+        want = m(x, method=method.args(m.cfg.encoding))  # causal: position p of the whole pass is prefix p's
+    np.testing.assert_allclose(cached, want, atol=1e-5, rtol=1e-5)

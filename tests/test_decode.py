@@ -25,6 +25,10 @@ def model_parts(posenc_name="rope", **kw):
     model = Transformer(ModelConfig(posenc=posenc_name, **{**TINY, **kw}), rngs=nnx.Rngs(0))
     for block in model.blocks:  # sharpen attention so that positions matter at init
         block.attn.qkv.kernel[...] = block.attn.qkv.kernel[...] * 8
+    rng = np.random.default_rng(2)
+    for param in jax.tree.leaves(nnx.state(model.encoding, nnx.Param), is_leaf=lambda v: isinstance(v, nnx.Variable)):
+        if not np.any(param[...]):  # CoPE's e starts at 0, where CoPE is NoPE and its cases could not fail
+            param[...] = jnp.asarray(rng.normal(size=param[...].shape), param[...].dtype)
     return nnx.split(model)
 
 

@@ -23,6 +23,10 @@ def make(name, **kw):
     model = Transformer(ModelConfig(posenc=name, **{**TINY, **kw}), rngs=nnx.Rngs(0))
     for block in model.blocks:  # sharpen attention so that positions matter at init
         block.attn.qkv.kernel[...] = block.attn.qkv.kernel[...] * 8
+    rng = np.random.default_rng(1)
+    for param in jax.tree.leaves(nnx.state(model.encoding, nnx.Param), is_leaf=lambda x: isinstance(x, nnx.Variable)):
+        if not np.any(param[...]):  # CoPE's e starts at 0 (NoPE: nothing here could fail); FIRE's MLP biases too
+            param[...] = jnp.asarray(rng.normal(size=param[...].shape), param[...].dtype)
     return model
 
 
