@@ -427,19 +427,59 @@ def load_pretrained(path, *, dtype: str | None = None):
 
 
 def load_tokenizer(path):
-    """The checkpoint's `tokenizer.json`, read with the `tokenizers` package."""
-    from tokenizers import Tokenizer  # noqa: PLC0415 — the `hf` extra
+    """The checkpoint's `tokenizer.json`, read with the `tokenizers` package, adding the special tokens
+    transformers adds: where the checkpoint's `tokenizer_config.json` sets `add_bos_token` or `add_eos_token`,
+    transformers rebuilds the post-processor from the two flags (a missing one is False), whatever
+    tokenizer.json's own post-processor adds (5.x: `TokenizersBackend.update_post_processor`; 4.x did so in
+    its Llama and GPT-NeoX tokenizers). A tokenizer.json whose post-processor already adds what the flags ask
+    is kept as it is.
 
-    file = pathlib.Path(path).expanduser() / "tokenizer.json"
+    Raises:
+      ValueError: no tokenizer.json; a flag asks for a BOS / EOS token that neither tokenizer_config.json nor
+        special_tokens_map.json names, or that tokenizer.json lacks.
+    """
+    from tokenizers import Tokenizer  # noqa: PLC0415 — the `hf` extra
+    from tokenizers.processors import TemplateProcessing  # noqa: PLC0415
+
+    path = pathlib.Path(path).expanduser()
+    file = path / "tokenizer.json"
     if not file.exists():
         raise ValueError(f"{str(path)!r} has no tokenizer.json (the checkpoint's tokenizer, read with the "
                          "`tokenizers` package)")
-    return Tokenizer.from_file(str(file))
+    tokenizer = Tokenizer.from_file(str(file))
+    config_file, map_file = path / "tokenizer_config.json", path / "special_tokens_map.json"
+    config = json.loads(config_file.read_text()) if config_file.exists() else {}
+    if "add_bos_token" not in config and "add_eos_token" not in config:
+        return tokenizer
+    named = json.loads(map_file.read_text()) if map_file.exists() else {}
+    specials = {}  # "bos" / "eos" -> (token, id), for the flags that are set
+    for which in ("bos", "eos"):
+        if not config.get(f"add_{which}_token", False):
+            continue
+        token = config.get(f"{which}_token", named.get(f"{which}_token"))
+        if isinstance(token, dict):  # a serialized AddedToken
+            token = token.get("content")
+        token_id = tokenizer.token_to_id(token) if isinstance(token, str) else None
+        if token_id is None:
+            raise ValueError(f"{str(config_file)!r}: add_{which}_token is true but {which}_token={token!r} is not a "
+                             "token of tokenizer.json")
+        specials[which] = (token, token_id)
+    probe = tokenizer.encode("a", add_special_tokens=True)  # what tokenizer.json adds: [lead…] text [trail…]
+    text = [i for i, m in enumerate(probe.special_tokens_mask) if not m]
+    lead, trail = probe.ids[:text[0]], probe.ids[text[-1] + 1:]
+    if (lead, trail) == ([specials["bos"][1]] if "bos" in specials else [],
+                         [specials["eos"][1]] if "eos" in specials else []):
+        return tokenizer
+    bos = f"{specials['bos'][0]}:0 " if "bos" in specials else ""
+    eos = f" {specials['eos'][0]}:0" if "eos" in specials else ""
+    tokenizer.post_processor = TemplateProcessing(single=f"{bos}$A:0{eos}",
+                                                  special_tokens=list(dict.fromkeys(specials.values())))
+    return tokenizer
 
 
 def prompt_ids(tokenizer, text: str) -> tuple[np.ndarray, int]:
     """(token ids `[n]` int32 of a generation prompt, the number of special tokens ahead of the text): the ids
-    are those of transformers' `tokenizer(text)`, with the special tokens the tokenizer's post-processor adds
+    are those of transformers' `tokenizer(text)`, with the special tokens the post-processor (`load_tokenizer`'s) adds
     (Llama's and Mistral's BOS; none for Qwen and GPT-NeoX), so that decoding starts from the context the model
     was trained with; the count lets a caller print the text without them."""
     enc = tokenizer.encode(text, add_special_tokens=True)

@@ -114,8 +114,12 @@ class ModelConfig:
             raise ValueError(f"model.mlp_act must be one of {MLP_ACTS}, got {self.mlp_act!r}")
         if self.norm not in NORMS:
             raise ValueError(f"model.norm must be one of {NORMS}, got {self.norm!r}")
-        if not self.norm_eps > 0:
-            raise ValueError(f"model.norm_eps must be > 0, got {self.norm_eps!r}")
+        eps = self.norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) or not 0 < eps < np.inf:
+            raise ValueError(f"model.norm_eps must be a finite number > 0, got {eps!r}")
+        for name in ("qkv_bias", "out_bias", "mlp_bias", "qk_norm", "parallel_residual", "tie_embeddings"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"model.{name} must be True or False, got {getattr(self, name)!r}")
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"model.{name} must be one of {DTYPES}, got {getattr(self, name)!r}")
@@ -130,6 +134,9 @@ class ModelConfig:
         if self.attn_impl not in IMPLEMENTATIONS:
             raise ValueError(f"model.attn_impl must be one of {IMPLEMENTATIONS}, got {self.attn_impl!r}")
         enc = get_encoding(self.posenc)
+        if not enc.takes_rope_scaling and self.rope_scaling.kind != "none":
+            raise ValueError(f"model.rope_scaling (kind {self.rope_scaling.kind!r}) does not apply to "
+                             f"posenc={self.posenc!r}, which takes no RoPE scaling: leave it RopeScaling()")
         enc.option_values(self)
         enc.check(self)
 
@@ -451,6 +458,9 @@ class Transformer(nnx.Module):
             positions = np.asarray(positions)
             seq_len = int(positions.max()) + 1
         positions = jnp.asarray(positions)
+        if positions.ndim != 2 or positions.shape[1] != t or positions.shape[0] not in (1, tokens.shape[0]):
+            raise ValueError(f"Transformer: positions must be [B|1, T] for tokens of shape {tuple(tokens.shape)} "
+                             f"([B, T]), got shape {tuple(positions.shape)}")
         enc = self.encoding
         if method is not None and method.max_position is not None:  # sinks: embedded positions stay ≤ S + R
             seq_len = min(seq_len, method.max_position + 1)

@@ -96,6 +96,38 @@ def test_tokenize_counts_every_byte_of_the_text():
     assert nbytes.max() > 1  # 'é', 'ç', '—' are one (unknown) token of several bytes
 
 
+def test_tokenizer_config_flags_decide_the_special_tokens_as_in_transformers(tmp_path):
+    """transformers rebuilds the post-processor from tokenizer_config.json's add_bos_token / add_eos_token when
+    either is set (TokenizersBackend.update_post_processor), whatever tokenizer.json's own adds: a BOS template
+    in tokenizer.json under add_bos_token=false adds nothing, and add_bos_token=true adds the BOS that
+    tokenizer_config.json (or special_tokens_map.json) names. Without the flags, tokenizer.json decides."""
+    from tokenizers.processors import TemplateProcessing
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DATA / "llama", ckpt)
+    plain = hf.load_tokenizer(ckpt)
+    text = plain.encode("Hello", add_special_tokens=False).ids
+    bos, eos = plain.token_to_id("#"), plain.token_to_id("%")
+    with_bos = hf.load_tokenizer(ckpt)
+    with_bos.post_processor = TemplateProcessing(single="# $A", special_tokens=[("#", bos)])
+    with_bos.save(str(ckpt / "tokenizer.json"))
+    assert hf.prompt_ids(hf.load_tokenizer(ckpt), "Hello")[0].tolist() == [bos, *text]  # no config: the file's
+    config = ckpt / "tokenizer_config.json"
+    config.write_text(json.dumps({"add_bos_token": False, "bos_token": "#"}))
+    ids, lead = hf.prompt_ids(hf.load_tokenizer(ckpt), "Hello")
+    assert lead == 0 and ids.tolist() == text
+    config.write_text(json.dumps({"add_bos_token": True, "add_eos_token": True,
+                                  "bos_token": {"content": "#", "special": True}}))
+    (ckpt / "special_tokens_map.json").write_text(json.dumps({"eos_token": "%"}))
+    ids, lead = hf.prompt_ids(hf.load_tokenizer(ckpt), "Hello")
+    assert lead == 1 and ids.tolist() == [bos, *text, eos]
+    assert hf.tokenize(hf.load_tokenizer(ckpt), "Hello")[0].tolist() == text  # evaluation: never special tokens
+    config.write_text(json.dumps({"add_bos_token": True}))
+    (ckpt / "special_tokens_map.json").unlink()
+    with pytest.raises(ValueError, match=r"add_bos_token is true but bos_token=None is not a token"):
+        hf.load_tokenizer(ckpt)
+
+
 def test_evaluate_a_checkpoint_per_token_and_per_byte(tmp_path):
     from posenc import evaluate as ev
 

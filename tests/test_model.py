@@ -1,6 +1,7 @@
 """The Transformer: every posenc runs, is causal, and treats positions as its encoding says."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +47,14 @@ def test_relative_encodings_are_translation_invariant(name, invariant):
     base = model(x, jnp.arange(16)[None])
     shifted = model(x, jnp.arange(5, 21)[None])
     assert np.allclose(base, shifted, atol=1e-4) == invariant
+
+
+@pytest.mark.parametrize("shape", [(16,), (1, 12), (3, 16), (1, 1, 16)])
+def test_positions_of_another_shape_than_the_tokens_raise(shape):
+    """positions are [B|1, T] for tokens [B, T]: a bare arange(T), another length or batch is named as such."""
+    with pytest.raises(ValueError, match=rf"positions must be \[B\|1, T\] for tokens of shape \(2, 16\).*"
+                                         rf"got shape {re.escape(str(shape))}"):
+        make("alibi")(tokens(), jnp.zeros(shape, jnp.int32))
 
 
 def test_learned_beyond_table_raises():
@@ -125,6 +134,13 @@ def test_chunked_and_block_causal_model_equal_plain():
         (dict(max_len=0), "max_len must be a positive"),
         (dict(learned_beyond="extrapolate"), "learned_beyond must be one of"),
         (dict(dtype="float16"), "dtype must be one of"),
+        (dict(norm_eps=float("inf")), "norm_eps must be a finite number > 0, got inf"),  # would zero every norm
+        (dict(norm_eps="1e-5"), "norm_eps must be a finite number > 0"),
+        (dict(tie_embeddings="no"), "model.tie_embeddings must be True or False, got 'no'"),  # a truthy string
+        (dict(qk_norm=1), "model.qk_norm must be True or False"),
+        (dict(parallel_residual=None), "model.parallel_residual must be True or False"),
+        (dict(posenc="alibi", rope_scaling=posenc.RopeScaling("linear", 2.0)),
+         r"rope_scaling \(kind 'linear'\) does not apply to posenc='alibi'"),  # would be ignored
     ],
 )
 def test_bad_config_raises(kw, match):
@@ -171,7 +187,6 @@ def test_model_gradients_match_plain_dot():
 
 def _compiled_dot_operands(hlo: str) -> list[tuple[str, ...]]:
     """The operand types of every `dot` in an optimised HLO module's text (fusion parameters included)."""
-    import re
 
     types = {m.group(1): m.group(2) for m in re.finditer(r"%([\w.\-]+) = (\w+)\[", hlo)}
     types.update((m.group(1), m.group(2)) for m in re.finditer(r"%?([\w.\-]+): (\w+)\[", hlo))
