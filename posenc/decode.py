@@ -230,23 +230,29 @@ def teacher_forced_logits(graphdef, params, tokens, *, prefill_len: int, scaling
     return jnp.concatenate(out, axis=1)
 
 
-def recompute_logits(graphdef, params, tokens, *, scaling: RopeScaling | None = None) -> jax.Array:
+def recompute_logits(graphdef, params, tokens, *, scaling: RopeScaling | None = None,
+                     positions=None) -> jax.Array:
     """The reference: logits at position p from the full forward pass over the prefix 0…p (seq_len p + 1),
-    every layer recomputed with the frequencies of that length.
+    every layer recomputed with the frequencies of that length: `[B, T, V]`, or `[B, len(positions), V]` at the
+    given positions only (one forward pass each under a length-dependent scaling: a sample of a long window).
 
     For length-independent encodings this is one forward pass over all of `tokens` (causality)."""
     cfg = _cfg(graphdef, params)
     scaling = _scaling(cfg, scaling)
     model = nnx.merge(graphdef, params)
     t = tokens.shape[1]
+    at = list(range(t)) if positions is None else [int(p) for p in positions]
+    if any(not 0 <= p < t for p in at):
+        raise ValueError(f"positions must lie in [0, {t}) (the tokens' length), got {at}")
     if not _rotate_at_use(cfg, scaling):
         rope = rope_inputs(cfg.rotary_dim, cfg.rope_base, scaling, t) if cfg.encoding.takes_rope_scaling else None
-        return model(tokens, rope=rope)
+        logits = model(tokens, rope=rope)
+        return logits if positions is None else logits[:, jnp.asarray(at, jnp.int32)]
     schedule = rope_schedule(cfg, scaling, t)
     # Causality: the logits at p over the whole sequence equal those over the prefix 0…p, given the same
     # frequencies — so one compiled forward over all of `tokens`, with the frequencies of seq_len p + 1.
     forward = jax.jit(lambda prm, x, rope: nnx.merge(graphdef, prm)(x, rope=rope))
-    return jnp.stack([forward(params, tokens, schedule.at(p))[:, p] for p in range(t)], axis=1)
+    return jnp.stack([forward(params, tokens, schedule.at(p))[:, p] for p in at], axis=1)
 
 
 def _cfg(graphdef, params) -> ModelConfig:

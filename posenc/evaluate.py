@@ -639,6 +639,49 @@ def paired_interval(window_bpb_a, window_bpb_b, level: float = 0.95, resamples: 
     return bootstrap_interval(a - b, np.ones_like(a), level, resamples, seed)
 
 
+def prefix_gap(workdir: str, scaling: str, length: int, *, positions: int = 32, split: str = "test") -> dict[str, Any]:
+    """How far cached decoding under a length-dependent scaling (`Evaluator.prefix_nll`, the `prefix` protocol
+    of `--prefix_dynamic` and lm_study's "as decoding" rows) is from the per-prefix recompute
+    (`decode.recompute_logits`, every layer at the frequencies of seq_len p + 1), on the first window of
+    `length` bytes of `split`: the two agree in the first layer and differ past it (`posenc.decode`), by an
+    amount only a trained model shows. The recompute costs one forward pass per position, so it is taken at
+    `positions` evenly spaced positions past the training length (p = L0 … L − 1; the last one included).
+
+    Returns {run, step, scaling, length, train_len, positions: [...], cached_bpb and recompute_bpb (mean over
+    those positions, bits), gap_bpb (cached − recompute), max_abs_gap_bits, window_bpb (the cached protocol over
+    the whole window) and window_level_bpb (the whole window at s(L), the `nonoverlap` protocol)}."""
+    from posenc import decode  # noqa: PLC0415
+
+    check_split(split)
+    if isinstance(positions, bool) or not isinstance(positions, int) or positions < 1:
+        raise ValueError(f"positions (how many positions the recompute scores) must be a positive integer, got "
+                         f"{positions!r}")
+    run = load_run(workdir)
+    sc = scaling_for(run, scaling, length)
+    if not is_length_dependent(sc):
+        raise ValueError(f"scaling {scaling!r} does not depend on the length: cached decoding equals the recompute "
+                         "(tests/test_decode.py); give a length-dependent one (dynamic_ntk, dynamic_linear, "
+                         "dynamic_yarn, longrope)")
+    base = run.base_len
+    if not base < length:
+        raise ValueError(f"length must exceed the run's original length {base} (where the scaling starts to act), "
+                         f"got {length}")
+    x, y = data.eval_windows(run_stream(run, split)[0], length=length, num_bytes=length)
+    evaluator = Evaluator(run)
+    cached = evaluator.prefix_nll(x, y, sc)[0]
+    at = np.unique(np.linspace(base, length - 1, min(positions, length - base)).round().astype(int))
+    logits = decode.recompute_logits(run.graphdef, run.params, jnp.asarray(x), scaling=sc, positions=at)
+    recompute = np.asarray(optax.softmax_cross_entropy_with_integer_labels(
+        logits.astype(jnp.float32), jnp.asarray(y[:, at])), np.float64)[0]
+    window = evaluator.nll(x, y, sc)[0]
+    bits = lambda nll: float(np.mean(nll)) / LN2  # noqa: E731
+    return {"run": run.name, "step": run.step, "scaling": scaling, "length": length, "train_len": base,
+            "split": split, "positions": at.tolist(), "cached_bpb": bits(cached[at]),
+            "recompute_bpb": bits(recompute), "gap_bpb": bits(cached[at] - recompute),
+            "max_abs_gap_bits": float(np.abs(cached[at] - recompute).max()) / LN2, "window_bpb": bits(cached),
+            "window_level_bpb": bits(window)}
+
+
 def _window_fields(nll: np.ndarray, window_bytes: np.ndarray) -> dict[str, Any]:
     """Per-window bits per byte (`window_bpb`), their 95% bootstrap interval (`bpb_lo`, `bpb_hi`) and
     `windows`, from the NLLs `[n, L]` (nats) of windows of `window_bytes` bytes each."""

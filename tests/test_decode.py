@@ -517,3 +517,15 @@ def test_greedy_generation_under_a_dynamic_scaling_is_the_recompute_s_argmax_cha
     np.testing.assert_array_equal(out[:, 5:], np.argmax(full[:, 4:-1], axis=-1))
     np.testing.assert_array_equal(decode.generate(graphdef, params, prompt, 30, temperature=0.0, scaling=DYNAMIC,
                                                   cache_size=100), out)
+
+
+@pytest.mark.parametrize("scaling", [None, DYNAMIC], ids=["static", "dynamic"])
+def test_recompute_at_given_positions_is_the_full_recompute_there(scaling):
+    graphdef, params = model_parts("rope")
+    x = tokens(24)
+    full = decode.recompute_logits(graphdef, params, x, scaling=scaling)
+    at = [0, 15, 16, 23]
+    np.testing.assert_array_equal(decode.recompute_logits(graphdef, params, x, scaling=scaling, positions=at),
+                                  full[:, jnp.asarray(at)])
+    with pytest.raises(ValueError, match=r"positions must lie in \[0, 24\)"):
+        decode.recompute_logits(graphdef, params, x, scaling=scaling, positions=[24])

@@ -2,14 +2,18 @@
 outputs and errors."""
 
 import json
+import math
 import pathlib
 import re
 import subprocess
 import sys
 
+import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
+from posenc import data
 from posenc import evaluate as ev
 from posenc import timing, train
 from posenc.config import parse_lengths
@@ -599,3 +603,32 @@ def test_sliding_windows_at_long_lengths(runs):
     nll = ev.Evaluator(run).nll(x, y, ev.RopeScaling())
     assert by[("rope", "sliding", 64)]["nll"] == pytest.approx(float((nll * w).sum() / w.sum()), rel=1e-6)
     assert "sliding 64/32" in ev.markdown_table(result)
+
+
+def test_prefix_gap_compares_cached_decoding_with_the_per_prefix_recompute(runs):
+    """`prefix_gap`: the cached side is `prefix_nll` (the `prefix` protocol) and the reference is
+    `decode.recompute_logits` at the sampled positions (L0 … L − 1, evenly spaced, the last one included); the
+    tiny run has 2 layers, so they differ past the first (posenc/decode.py), by far less than the scaling moves
+    the window-level number."""
+    from posenc import decode  # noqa: PLC0415
+
+    run = ev.load_run(runs["rope"])
+    out = ev.prefix_gap(runs["rope"], "dynamic_ntk", 128, positions=5)
+    assert out["positions"] == [32, 56, 80, 103, 127] and out["train_len"] == 32
+    sc = ev.scaling_for(run, "dynamic_ntk", 128)
+    x, y = data.eval_windows(ev.run_stream(run, "test")[0], length=128, num_bytes=128)
+    cached = ev.Evaluator(run).prefix_nll(x, y, sc)[0]
+    full = decode.recompute_logits(run.graphdef, run.params, jnp.asarray(x), scaling=sc)
+    recompute = np.asarray(optax.softmax_cross_entropy_with_integer_labels(full, jnp.asarray(y)))[0]
+    at = out["positions"]
+    assert out["cached_bpb"] == pytest.approx(cached[at].mean() / math.log(2), rel=1e-9)
+    assert out["recompute_bpb"] == pytest.approx(recompute[at].mean() / math.log(2), rel=1e-5)
+    assert out["gap_bpb"] == pytest.approx(out["cached_bpb"] - out["recompute_bpb"], abs=1e-9)
+    assert 0 < out["max_abs_gap_bits"] and out["window_bpb"] == pytest.approx(cached.mean() / math.log(2), rel=1e-9)
+    for kwargs, match in (({"scaling": "linear"}, "does not depend on the length"),
+                          ({"length": 32}, "must exceed the run's original length 32"),
+                          ({"positions": 0}, "positions .* must be a positive integer"),
+                          ({"split": "train"}, "split")):
+        args = {"scaling": "dynamic_ntk", "length": 128, **kwargs}
+        with pytest.raises(ValueError, match=match):
+            ev.prefix_gap(runs["rope"], args.pop("scaling"), args.pop("length"), **args)

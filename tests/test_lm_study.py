@@ -552,3 +552,15 @@ def test_a_paired_difference_over_one_window_has_no_interval():
     lo, hi = np.quantile(means, [0.025, 0.975])
     assert f"| ALiBi − RoPE | {d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]; per seed {d.mean():+.3f} |" in text
     assert report._bootstrap_mean(np.array([0.3])) is None
+
+
+def test_prefix_gap_section_renders_the_measured_rows_or_says_how_to_measure(tmp_path):
+    path = tmp_path / "prefix_gap.json"
+    assert report.PREFIX_GAP_COMMAND in report.prefix_gap_section(path) and "Not measured" in report.prefix_gap_section(path)
+    row = {"run": "r", "scaling": "dynamic_ntk", "length": 1024, "cached_bpb": 2.5, "recompute_bpb": 2.4,
+           "gap_bpb": 0.1, "max_abs_gap_bits": 0.7, "window_bpb": 2.2, "window_level_bpb": 2.0}
+    path.write_text(json.dumps({"rows": [row, {**row, "scaling": "dynamic_yarn", "gap_bpb": -0.3, "window_bpb": 2.1}],
+                                "positions": 32, "machine": None}))
+    text = report.prefix_gap_section(path)
+    assert "| r | dynamic_ntk | 1024 | 2.5000 | 2.4000 | +0.1000 | 0.700 | 2.2000 | 2.0000 |" in text
+    assert "at 32 evenly spaced positions" in text and "at most 0.3000 bpb" in text and "up to 0.2000 bpb" in text

