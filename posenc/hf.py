@@ -489,7 +489,10 @@ def prompt_ids(tokenizer, text: str) -> tuple[np.ndarray, int]:
 
 def tokenize(tokenizer, text: str) -> tuple[np.ndarray, np.ndarray]:
     """(token ids `[n]` int32, UTF-8 bytes of the text each token covers `[n]`), without special tokens: the
-    bytes sum to those of the text the tokens cover, so that Σ NLL / Σ bytes is bits per byte."""
+    bytes sum to those of the text the tokens cover, so that Σ NLL / Σ bytes is bits per byte. Evaluation
+    windows and passkey prompts are cut from these ids, so none starts with a BOS token (jquesnelle/yarn's
+    eval/perplexity.py prepends the tokenizer's BOS to each document, as `tokenizer(text)` per window would for
+    Llama and Mistral)."""
     enc = tokenizer.encode(text, add_special_tokens=False)
     ids = np.asarray(enc.ids, np.int32)
     starts = [a for a, _ in enc.offsets] + [len(text)]
