@@ -263,9 +263,11 @@ def with_fields(config: ml_collections.ConfigDict, fields: dict[str, Any] | Sequ
     Unlike `ConfigDict.update_from_flattened_dict`, which adds a missing leaf, an unknown field is an error;
     `what` names where the field came from ("sweep axis", "--set") in it. An int given for a float field
     becomes a float; a value ml_collections refuses for the field's type (a float for an int, a number for a
-    str; it lets a bool pass for an int) is a ValueError naming the field and both types.
+    str; it lets a bool pass for an int) is a ValueError naming the field and both types, and so is None for a
+    field that is not optional (`optional_fields`: ml_collections would store None in any field).
     """
     config = copy.deepcopy(config)  # keeps each field's type, a placeholder's included
+    optional = optional_fields(config) if any(v is None for v in dict(fields).values()) else []
     for field, value in dict(fields).items():
         node = config
         *parents, leaf = field.split(".")
@@ -276,6 +278,9 @@ def with_fields(config: ml_collections.ConfigDict, fields: dict[str, Any] | Sequ
             node = node[p]
         if leaf not in node:
             raise ValueError(f"{what} {field!r}: config has no field {leaf!r} (fields here: {sorted(node.keys())})")
+        if value is None and field not in optional:
+            raise ValueError(f"{what} {field}=None: config.{field} is not optional (None clears only the fields whose "
+                             f"default is None: {', '.join(optional)})")
         if isinstance(node[leaf], float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         try:

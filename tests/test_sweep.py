@@ -150,6 +150,12 @@ def test_with_fields_copies_and_names_unknown_fields(tiny_config):
         with_fields(base, {"eval.lengths": 64}, "sweep axis")
     assert with_fields(base, {"init_from": None}).init_from is None and with_fields(
         base, {"model.rope.scaling.original_max_len": 64}).model.rope.scaling.original_max_len == 64
+    # None only for an optional field (ml_collections would store it anywhere: data.cache_dir=None passed)
+    for field in ("data.cache_dir", "train_len"):
+        with pytest.raises(ValueError, match=rf"sweep axis {field}=None: config.{field} is not optional \(None clears "
+                                             r"only the fields whose default is None: init_from, "):
+            with_fields(base, {field: None}, "sweep axis")
+    assert with_fields(base, {"schedule_steps": None}).schedule_steps is None
     with pytest.raises(ValueError, match="sweep axis 'model.rope.bse': config has no field 'bse'"):
         with_fields(base, {"model.rope.bse": 1}, "sweep axis")
     with pytest.raises(ValueError, match="--set 'modle.rope.base': config has no section 'modle'"):
