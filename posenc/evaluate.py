@@ -10,7 +10,8 @@ Protocols (each row of the results names its protocol):
     same forward passes): where extrapolation breaks; `per_position_se`, its standard error over the windows.
   * `sliding` — windows of the training length moved by `stride`, each scoring only its last `stride`
     tokens (the first window scores all): the model never sees a position past train_len. The baseline
-    of the ALiBi paper's "early token curse" discussion (Press et al. 2022, §B).
+    of the ALiBi paper's "early token curse" discussion (Press et al. 2022, §B). Each window's targets are
+    its own, so its 95% interval (`bpb_lo`, `bpb_hi`) resamples the windows as `nonoverlap`'s does.
 
 Scalings (RoPE runs only; applied at inference time, without retraining; factor s = L / L0 by default,
 with L0 = the run's `original_max_len` if it was trained with a scaling, else its `train_len`):
@@ -956,8 +957,14 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
             per_byte = mean / LN2
             if tokens:  # the bytes of each window's targets, laid out as the windows are
                 per_byte = float((nll * w).sum() / (c * w).sum()) / LN2
+            # each window scores its own targets (none twice): the interval resamples windows, as for non-overlapping
+            # ones, over the windows that score any
+            scored_bytes = ((c * w) if tokens else w).sum(axis=1)
+            keep = scored_bytes > 0
+            ci = bootstrap_interval((nll * w).sum(axis=1)[keep] / LN2, scored_bytes[keep])
             rows.append({**row, "nll": mean, "bpb": per_byte, "ppl": math.exp(mean),
-                         "factor": sc.factor if sc.kind != "none" else 1.0})
+                         "factor": sc.factor if sc.kind != "none" else 1.0, "bpb_lo": None if ci is None else ci[0],
+                         "bpb_hi": None if ci is None else ci[1], "windows": int(keep.sum())})
             bar.update()
     bar.close()
     baselines = []
@@ -1021,8 +1028,8 @@ def markdown_table(result: dict[str, Any], metric: str = "bpb") -> str:
     (non-overlapping), the sliding baseline and the streaming protocol."""
     lengths = result["lengths"]
     label = {"bpb_ci": "bpb, 95% percentile-bootstrap interval over the windows (adjacent windows are correlated and "
-                       "few at the longest lengths: read it as a lower bound on the uncertainty; — : none, for one window, "
-                       "overlapping sliding windows or a stream, one sample)"}.get(metric, metric)
+                       "few at the longest lengths: read it as a lower bound on the uncertainty; sliding windows are "
+                       "resampled by the targets each scores; — : none, for one window or a stream, one sample)"}.get(metric, metric)
     with_methods = any(r.get("method", "none") != "none" for r in result["rows"])
     table: dict[tuple[str, ...], dict[str, str]] = {}
     for r in result["rows"] + result.get("baselines", []):

@@ -584,8 +584,17 @@ def test_rows_carry_their_interval_and_the_table_shows_it(runs):
     assert floor["bpb_lo"] <= floor["bpb"] <= floor["bpb_hi"]
     table = ev.markdown_table(result, "bpb_ci")
     assert f"[{row['bpb_lo']:.3f}, {row['bpb_hi']:.3f}]" in table
+    # sliding windows: each scores its own last `stride` targets, so the windows are resampled as they are
+    sliding = next(r for r in result["rows"] if r["protocol"] == "sliding")
+    run = ev.load_run(runs["rope"])
+    x, y, w = ev.sliding_windows(ev.run_stream(run, "test")[0], 128, 32, 16)
+    nll = ev.Evaluator(run).nll(x, y, ev.RopeScaling())
+    bits, nbytes = (nll * w).sum(axis=1) / math.log(2), w.sum(axis=1)
+    assert sliding["windows"] == len(x) and np.all(nbytes > 0)
+    assert [sliding["bpb_lo"], sliding["bpb_hi"]] == pytest.approx(list(ev.bootstrap_interval(bits, nbytes)), rel=1e-5)
+    assert sliding["bpb_lo"] < sliding["bpb"] < sliding["bpb_hi"]
     rope_line = next(line for line in table.splitlines() if line.startswith("| rope | none |"))
-    assert rope_line.endswith("| — |")  # the sliding column: no interval, and said so
+    assert rope_line.endswith(f"| [{sliding['bpb_lo']:.3f}, {sliding['bpb_hi']:.3f}] |")
 
 
 def test_sliding_windows_at_long_lengths(runs):
