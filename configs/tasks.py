@@ -78,7 +78,7 @@ def get_config(arg: str | None = None):
     config.task.version = VERSIONS[task]  # the generator's layout (posenc.tasks.VERSIONS); other versions are refused
     config.task.filler = "repeat"  # passkey filler: repeat (the papers' sentence) | shakespeare (the corpus)
     config.task.min_len = config_dict.placeholder(int)  # shortest example (inputs); unset: train_len for passkey, else the task's minimum
-    config.task.lm_ratio = 0.0  # fraction of each batch's rows that are LM text windows
+    config.task.lm_ratio = 0.0  # fraction of each batch's rows that are LM text windows (of rows, not of the loss)
     config.task.prompt_weight = 0.0  # loss weight of the non-answer bytes of a task row (0: the answer only)
     # stop at the first evaluation (eval_every) whose validation exact match reaches this (unset: never); the
     # match is over eval_windows examples, so it reaches 0.99 only at ceil(0.99 * eval_windows) of them
