@@ -39,8 +39,8 @@ from tqdm.auto import tqdm
 from posenc.jobs import write_atomic
 from posenc.rope_scaling import RopeScaling, rope_frequencies
 
-# n̂'s choices: the powers of two of the paper's set (Table 4: {0, 1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 64, 128,
-# 256}), without 12, 20, 24, 28 and 256
+# n̂'s choices: 0 and the powers of two up to 128, the paper's set (Table 4: {0, 1, 2, 4, 8, 12, 16, 20, 24, 28, 32,
+# 64, 128, 256}) without 12, 20, 24, 28 and 256
 N_HAT_CHOICES = (0, 1, 2, 4, 8, 16, 32, 64, 128)
 # How the search draws its children and what its n̂ means, saved in its state and its longrope.json: 1 rejected
 # only this generation's parents and children, so an individual of an earlier generation could be drawn and

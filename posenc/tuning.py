@@ -208,11 +208,14 @@ def paired_gap(tuned: dict[str, Any], row: dict[str, Any]) -> tuple[float, float
     test bits per byte minus the tuned rule's, over the same test windows at the target: `row`, an evaluation row of
     the other scaling (`posenc.evaluate.evaluate`'s, with its `window_bpb`), `tuned`, a `tune` result (its best
     point's `test_window_bpb`); None where the tuned result kept no per-window scores (a rerun of `tune` scores
-    them). Windows of other bytes or lengths are refused."""
+    them). A row of another split or checkpoint (`step`), or windows of other bytes or lengths, are refused."""
     target = tuned["target_len"]
     windows = tuned["best"].get("test_window_bpb", {}).get(str(target))
     if windows is None:
         return None
+    if (row["split"], row["step"]) != ("test", tuned["step"]):
+        raise ValueError(f"the tuned {tuned['rule']} result was scored on the test split of step {tuned['step']}, the "
+                         f"other row on split {row['split']!r} of step {row['step']}: not the same windows to pair")
     if (tuned["test_num_bytes"], target) != (row["num_bytes"], row["length"]) or len(windows) != len(row["window_bpb"]):
         raise ValueError(f"the tuned {tuned['rule']} result was scored on {tuned['test_num_bytes']} test bytes at "
                          f"{target} ({len(windows)} windows), the other row on {row['num_bytes']} at {row['length']} "
