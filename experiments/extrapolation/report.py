@@ -482,7 +482,8 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
             f"(the LongRoPE variant better on validation, with its attention factor, which applies at every length) is "
             f"below +{FLAT:g} bpb (the tolerance of the ALiBi claim's 'flat') for the searches of both "
             f"targets; not reproduced when it is above +{FLAT:g} for either; inconclusive otherwise (one "
-            "seed, one search each; the interval holds only the windows' noise).",
+            "seed, one search each; the interval holds only the windows' noise, and adjacent windows are correlated: "
+            "a lower bound on the uncertainty).",
             {f"LongRoPE − none at 256 below +{FLAT:g} (searched for {t // 256}×)": c for t, c in kept.items()},
         ))
         tuned = {t: [json.loads(p.read_text()) for p in sorted(lr_dir.glob(f"tuned_*_{t}.json"))] for t in lr}
@@ -514,7 +515,8 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
                 "evaluations as the per-layer LongRoPE search, on the same test windows at 4× and 8×: reproduced when "
                 "the paired 95% bootstrap interval of LongRoPE − tuned (over windows) is below 0 at both, not "
                 "reproduced when it is above 0 at either, inconclusive otherwise (the interval holds only the "
-                "windows' noise: one seed, one search each).",
+                "windows' noise, and adjacent windows are correlated: a lower bound on the uncertainty; one seed, one "
+                "search each).",
                 {f"LongRoPE − tuned interval below 0 at {t // 256}×": c for t, c in fair.items()},
             ))
     else:
