@@ -493,7 +493,7 @@ def paired_section(st: Study, corpus: str, encs: list[str]) -> str:
                 cells.append("—")
                 continue
             d = np.mean(diffs, axis=0)
-            ci = _bootstrap_mean(d)
+            ci = ev.bootstrap_interval(d, np.ones_like(d))  # of the mean over windows (each window one unit)
             interval = "(one window: no interval)" if ci is None else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
             cells.append(f"{d.mean():+.3f} {interval}; per seed " + ", ".join(f"{x:+.3f}" for x in per_seed))
         rows.append([f"{label(p)} − RoPE"] + cells)
@@ -502,16 +502,6 @@ def paired_section(st: Study, corpus: str, encs: list[str]) -> str:
     return _table(["difference"] + [str(n) for n in st.lengths], rows) + (
         "\n\nEach cell: the mean over seeds of the window-by-window difference, its 95% bootstrap interval over "
         "windows (it does not include the spread between seeds: read that from the per-seed differences).")
-
-
-def _bootstrap_mean(x: np.ndarray, resamples: int = 2000, seed: int = 0) -> tuple[float, float] | None:
-    """The 95% percentile-bootstrap interval of the mean of `x` over its windows (resampled with replacement, a
-    pure function of the inputs); None for fewer than 2 windows, which have no spread to resample."""
-    if x.size < 2:
-        return None
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
-    return tuple(float(q) for q in np.quantile(means, [0.025, 0.975]))
 
 
 def bands_of(st: Study) -> list[tuple[int, int]]:
