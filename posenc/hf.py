@@ -429,7 +429,8 @@ def load_pretrained(path, *, dtype: str | None = None):
 def load_tokenizer(path):
     """The checkpoint's `tokenizer.json`, read with the `tokenizers` package, adding the special tokens
     transformers adds: where the checkpoint's `tokenizer_config.json` sets `add_bos_token` or `add_eos_token`,
-    transformers rebuilds the post-processor from the two flags (a missing one is False), whatever
+    transformers rebuilds the post-processor from the two flags (a missing one takes its tokenizer class's
+    default: BOS True for the Llama and CodeLlama classes, else False), whatever
     tokenizer.json's own post-processor adds (5.x: `TokenizersBackend.update_post_processor`; 4.x did so in
     its Llama and GPT-NeoX tokenizers). A tokenizer.json whose post-processor already adds what the flags ask
     is kept as it is.
@@ -452,9 +453,13 @@ def load_tokenizer(path):
     if "add_bos_token" not in config and "add_eos_token" not in config:
         return tokenizer
     named = json.loads(map_file.read_text()) if map_file.exists() else {}
+    # a flag left out takes its tokenizer class's default: True for BOS in transformers' Llama and CodeLlama
+    # tokenizers (`add_bos_token=True` in their __init__), False otherwise
+    llama = str(config.get("tokenizer_class", "")).startswith(("LlamaTokenizer", "CodeLlamaTokenizer"))
+    defaults = {"bos": llama, "eos": False}
     specials = {}  # "bos" / "eos" -> (token, id), for the flags that are set
     for which in ("bos", "eos"):
-        if not config.get(f"add_{which}_token", False):
+        if not config.get(f"add_{which}_token", defaults[which]):
             continue
         token = config.get(f"{which}_token", named.get(f"{which}_token"))
         if isinstance(token, dict):  # a serialized AddedToken

@@ -122,6 +122,11 @@ def test_tokenizer_config_flags_decide_the_special_tokens_as_in_transformers(tmp
     ids, lead = hf.prompt_ids(hf.load_tokenizer(ckpt), "Hello")
     assert lead == 1 and ids.tolist() == [bos, *text, eos]
     assert hf.tokenize(hf.load_tokenizer(ckpt), "Hello")[0].tolist() == text  # evaluation: never special tokens
+    # a flag left out takes the tokenizer class's default: a Llama tokenizer adds its BOS unless told not to
+    config.write_text(json.dumps({"tokenizer_class": "LlamaTokenizerFast", "add_eos_token": True, "bos_token": "#"}))
+    assert hf.prompt_ids(hf.load_tokenizer(ckpt), "Hello")[0].tolist() == [bos, *text, eos]
+    config.write_text(json.dumps({"tokenizer_class": "GPTNeoXTokenizer", "add_eos_token": True, "bos_token": "#"}))
+    assert hf.prompt_ids(hf.load_tokenizer(ckpt), "Hello")[0].tolist() == [*text, eos]
     config.write_text(json.dumps({"add_bos_token": True}))
     (ckpt / "special_tokens_map.json").unlink()
     with pytest.raises(ValueError, match=r"add_bos_token is true but bos_token=None is not a token"):
