@@ -6,6 +6,8 @@ import json
 import pathlib
 import shutil
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("extrapolation_report", ROOT / "experiments/extrapolation/report.py")
 report = importlib.util.module_from_spec(_spec)
@@ -149,3 +151,13 @@ def test_encodings_with_different_seeds_are_refused(tmp_path):
     (here / "results" / "learned-s2.json").unlink()
     with pytest.raises(SystemExit, match=r"different seeds .*'learned': \[0\]"):
         report.write_report(here)
+
+
+def test_interval_verdicts_need_every_interval_below_and_one_above_refutes():
+    below, across, above = (-0.03, -0.01), (-0.02, 0.01), (0.01, 0.02)
+    verdict, conditions = report.interval_verdict({"a": below, "b": below}, 0.0)
+    assert verdict == "reproduced" and conditions == {"a": (True, [0.01]), "b": (True, [0.01])}
+    assert report.interval_verdict({"a": below, "b": across}, 0.0)[0] == "inconclusive"
+    assert report.interval_verdict({"a": across, "b": above}, 0.0)[0] == "not reproduced"
+    verdict, conditions = report.interval_verdict({"a": across}, 0.02)  # the threshold moves the line
+    assert verdict == "reproduced" and conditions["a"][1] == [pytest.approx(0.01)]

@@ -33,6 +33,17 @@ _RUN.loader.exec_module(run)  # the fine-tuning recipe: FINETUNES and FT_*
 LN2 = math.log(2)
 LENGTHS = (256, 512, 1024, 2048, 4096)
 ENCODINGS = ("none", "sinusoidal", "learned", "rope", "alibi")
+def interval_verdict(intervals: dict[str, tuple[float, float]], threshold: float) -> tuple[str, dict]:
+    """(verdict, conditions) of a rule "the difference is below `threshold`" judged by 95% intervals (lo, hi) of
+    the difference, one per condition name: reproduced when every interval lies below the threshold, not
+    reproduced when one lies above it, inconclusive otherwise; each condition's margin is how far its
+    interval's upper end lies below the threshold (`posenc.verdicts`)."""
+    held = {name: hi < threshold for name, (_, hi) in intervals.items()}
+    verdict = ("reproduced" if all(held.values()) else
+               "not reproduced" if any(lo > threshold for lo, _ in intervals.values()) else "inconclusive")
+    return verdict, {name: (held[name], [threshold - hi]) for name, (_, hi) in intervals.items()}
+
+
 FLAT = 0.02  # bpb: how close two numbers are to count as "within" / "flat" in the claims' rules
 LABEL = {"none": "NoPE", "sinusoidal": "sinusoidal", "learned": "learned", "rope": "RoPE", "alibi": "ALiBi"}
 
@@ -462,13 +473,12 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
             {f"LongRoPE below the best rule at {t // 256}×": (w, [h - b]) for (t, w), (b, h) in zip(zip(lr, wins), gaps)},
         ))
         # LongRoPE at the original length (its stage-2 short factors and its attention factor) against no scaling
-        parts, kept, sides = [], {}, []
+        parts, kept = [], {}
         for t, evals in lr.items():
             at_l0 = {r["scaling"]: r for r in evals if r["split"] == "test" and r["length"] == 256}
             ours, plain = at_l0[chosen[t]], at_l0["none"]
             lo, hi = paired_interval(ours["window_bpb"], plain["window_bpb"])
-            sides.append("within" if hi < FLAT else "worse" if lo > FLAT else "both")
-            kept[t] = (hi < FLAT, [FLAT - hi])  # the margin: the interval's upper end below it
+            kept[f"LongRoPE − none at 256 below +{FLAT:g} (searched for {t // 256}×)"] = (lo, hi)
             parts.append(f"searched for {t // 256}×: LongRoPE ({chosen[t].split('_', 1)[1]}) {ours['bpb']:.3f} vs no "
                          f"scaling {plain['bpb']:.3f} at 256, LongRoPE − none {ours['bpb'] - plain['bpb']:+.3f}, paired 95% "
                          f"interval over {len(ours['window_bpb'])} windows [{lo:+.3f}, {hi:+.3f}]")
@@ -476,19 +486,18 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
             "LongRoPE's second stage (short factors at the original length) keeps the original-length performance",
             "seed 004 (LongRoPE); LongRoPE paper §3.3 (readjusting the factors for the short context)",
             "; ".join(parts) + " (seed-0 RoPE run, test split; experiments/longrope)",
-            "reproduced" if all(x == "within" for x in sides) else "not reproduced" if "worse" in sides
-            else "inconclusive",
+            interval_verdict(kept, FLAT)[0],
             f"Rule: at the training length 256, the paired 95% bootstrap interval over windows of LongRoPE − no scaling "
             f"(the LongRoPE variant better on validation, with its attention factor, which applies at every length) is "
             f"below +{FLAT:g} bpb (the tolerance of the ALiBi claim's 'flat') for the searches of both "
             f"targets; not reproduced when it is above +{FLAT:g} for either; inconclusive otherwise (one "
             "seed, one search each; the interval holds only the windows' noise, and adjacent windows are correlated: "
             "a lower bound on the uncertainty).",
-            {f"LongRoPE − none at 256 below +{FLAT:g} (searched for {t // 256}×)": c for t, c in kept.items()},
+            interval_verdict(kept, FLAT)[1],
         ))
         tuned = {t: [json.loads(p.read_text()) for p in sorted(lr_dir.glob(f"tuned_*_{t}.json"))] for t in lr}
         if all(tuned.values()):
-            parts, fair, sides = [], {}, []
+            parts, fair = [], {}
             for t in lr:
                 test, variant = split_bpb[t]["test"], chosen[t]
                 best = min(tuned[t], key=lambda x: x["best"]["val_bpb"])  # both chosen on validation
@@ -499,8 +508,7 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
                     raise SystemExit(f"{lr_dir}/tuned_{best['rule']}_{t}.json kept no per-window test scores: rerun "
                                      "experiments/longrope/run.py (it scores them again), then this report")
                 lo, hi, n = paired
-                sides.append("below" if hi < 0 else "above" if lo > 0 else "both")
-                fair[t] = (hi < 0, [-hi])  # the margin: how far the interval's upper end is below 0
+                fair[f"LongRoPE − tuned interval below 0 at {t // 256}×"] = (lo, hi)
                 parts.append(f"{t // 256}×: LongRoPE ({variant.split('_', 1)[1]}) {test[variant]:.3f} vs {best['rule']} "
                              f"tuned {theirs:.3f} ({best['evaluations']} validation evaluations), LongRoPE − tuned "
                              f"{test[variant] - theirs:+.3f}, paired 95% interval over {n} windows [{lo:+.3f}, {hi:+.3f}]")
@@ -508,8 +516,7 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
                 "LongRoPE's searched factors beat hand-set rules tuned with the same validation budget",
                 "LongRoPE paper §3.2 (the search's non-uniformity is what gains over the rules' interpolation)",
                 "; ".join(parts) + " (seed-0 RoPE run, test split; experiments/longrope)",
-                "reproduced" if all(s == "below" for s in sides) else "not reproduced" if "above" in sides
-                else "inconclusive",
+                interval_verdict(fair, 0.0)[0],
                 "Rule: the LongRoPE variant better on validation against the rule best on validation among PI, NTK, "
                 "dynamic NTK, YaRN and dynamic YaRN, each tuned by a seeded random search with as many validation "
                 "evaluations as the per-layer LongRoPE search, on the same test windows at 4× and 8×: reproduced when "
@@ -517,7 +524,7 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
                 "reproduced when it is above 0 at either, inconclusive otherwise (the interval holds only the "
                 "windows' noise, and adjacent windows are correlated: a lower bound on the uncertainty; one seed, one "
                 "search each).",
-                {f"LongRoPE − tuned interval below 0 at {t // 256}×": c for t, c in fair.items()},
+                interval_verdict(fair, 0.0)[1],
             ))
     else:
         claims.append((
