@@ -74,6 +74,28 @@ def test_settings_are_checked_over_the_results_a_selection_reads(tmp_path):
         run.check_settings(run.with_needs(main, full), tmp_path, run.FULL)
 
 
+def test_a_result_trained_with_another_config_than_the_job_has_now_is_refused(tmp_path):
+    """check_settings compares the Settings only: a main run trained before config.py (or its learning-rate
+    choice) changed is refused too, not kept beside runs trained under the new config."""
+    full = run.plan([0])
+    main = jobs.select(full, "iambic-rope-s0$")
+    for lr, bpb in zip(run.FULL.lrs, (2.5, 2.25, 2.4)):
+        (tmp_path / f"{run.lr_name('rope', lr)}.json").write_text(json.dumps({"val_bpb": bpb}))
+    for name in run.lr_checks("rope", run.FULL)[3:]:
+        (tmp_path / f"{name}.json").write_text(json.dumps({"val_bpb": None, "skipped": "not at its end"}))
+    config = run.config_for(main[0], tmp_path, tmp_path / "runs", run.FULL).to_dict()
+    assert config["learning_rate"] == 3e-3
+    result = tmp_path / "iambic-rope-s0.json"
+    result.write_text(json.dumps({"config": config}))
+    run.check_configs(run.with_needs(main, full), tmp_path, tmp_path / "runs", run.FULL)  # the same config
+    result.write_text(json.dumps({"config": {**config, "learning_rate": 1e-3}}))  # the choice changed since
+    with pytest.raises(SystemExit, match="iambic-rope-s0.json was trained with another config.*learning_rate 0.001"):
+        run.check_configs(run.with_needs(main, full), tmp_path, tmp_path / "runs", run.FULL)
+    result.write_text(json.dumps({"config": {**config, "model": {**config["model"], "num_layers": 2}}}))
+    with pytest.raises(SystemExit, match="model.num_layers 2 → 4"):
+        run.check_configs(main, tmp_path, tmp_path / "runs", run.FULL)
+
+
 def test_chosen_lr_is_the_lowest_validation_bpb_and_skips_divergence(tmp_path):
     s = dataclasses.replace(run.TINY, lrs=(1e-3, 3e-3, 1e-2))
     for lr, bpb in ((1e-3, 2.5), (3e-3, 2.25), (1e-2, None)):

@@ -605,6 +605,39 @@ def check_settings(planned: list[Job], results: pathlib.Path, s: Settings) -> No
                          f"({first}.json differs in {diff}): use another --results (and --runs), or restore the settings")
 
 
+def check_configs(planned: list[Job], results: pathlib.Path, runs: pathlib.Path, s: Settings) -> None:
+    """Refuses to go on where a planned job's result was trained with another config than the job has now
+    (`config_for`: config.py, the Settings, the learning rate its checks chose) in a field that defines the run
+    (`posenc.config.run_changes`, plus train_steps; not `init_from`, the base run's folder, whose parameters
+    check_bases holds): check_settings compares the Settings only, so without this a changed config.py would keep
+    the old runs' results beside runs trained under the new one. A result without a config (a skipped edge check,
+    the jobs scored from a base run: trained_base compares their base's) and a job whose learning-rate checks
+    have no result yet are not compared.
+
+    Raises:
+      SystemExit: naming the result and the fields that differ.
+    """
+    for job in planned:
+        path = results / f"{job.name}.json"
+        if job.kind not in ("lr", "main", "ft") or not path.exists():
+            continue
+        recorded = json.loads(path.read_text()).get("config")
+        if recorded is None:
+            continue
+        try:
+            now = config_for(job, results, runs, s)
+        except RuntimeError:  # its learning-rate checks are not all done: they run first
+            continue
+        changes = {k: v for k, v in run_changes(ml_collections.ConfigDict(recorded), now).items() if k != "init_from"}
+        if recorded["train_steps"] != now.train_steps:
+            changes["train_steps"] = (recorded["train_steps"], now.train_steps)
+        if changes:
+            raise SystemExit(f"{path} was trained with another config than {job.name} has now (config.py, the "
+                             "Settings or the learning-rate check changed: "
+                             + ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in sorted(changes.items()))
+                             + "): use another --results (and --runs), or restore the old config")
+
+
 def check_bases(results: dict[str, dict]) -> None:
     """Refuses a result made from a base run (a fine-tune, the scalings, a search, the tuning: its
     `base_params_sha256`) whose base's result here now holds other parameters (`params_sha256`): the base was
@@ -663,6 +696,7 @@ def main(argv):
     if f.tiny and pathlib.Path(f.results).resolve() == (HERE / "results").resolve():
         raise app.UsageError("--tiny writes its own results: give --results (and --runs) outside experiments/lm_study")
     check_settings(with_needs(planned, full), results, s)  # the results the selected jobs read count too
+    check_configs(with_needs(planned, full), results, runs, s)
     check_bases({p.stem: json.loads(p.read_text()) for p in results.glob("*.json") if p.stem != "summary"})
     jobs.exit_on_sigterm()
     if f.workers == 1 or f.worker is not None:
