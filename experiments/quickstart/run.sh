@@ -17,7 +17,7 @@ rows = [json.loads(l) for l in pathlib.Path("runs/quickstart/metrics.jsonl").rea
 last = rows[-1]
 cpu = subprocess.run(["sh", "-c", "lscpu | grep 'Model name' | cut -d: -f2"], capture_output=True, text=True).stdout.strip()
 info = {"train_seconds": train_s, "eval_seconds": eval_s, "final_step": last["step"], "val_bpb": last.get("val_bpb"),
-        "tokens_per_s": last.get("tokens_per_s"), "cpu": cpu, "cpu_id": cpu_id(), "cores": __import__("os").cpu_count(),
+        "tokens_per_s": last.get("tokens_per_s"), "cpu": cpu, "cpu_id": cpu_id(), "cores": len(__import__("os").sched_getaffinity(0)),
         "jax": jax.__version__, "python": platform.python_version(),
         "eval_scalings": json.loads(pathlib.Path("runs/quickstart/config.json").read_text())["eval"]["scalings"]}
 pathlib.Path(out, "run_info.json").write_text(json.dumps(info, indent=1) + "\n")
