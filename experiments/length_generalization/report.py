@@ -49,6 +49,14 @@ def positions_version(res: dict) -> int:
     return max(r.get("positions_version") or 1 for r in res["rows"])
 
 
+def check_results(results: dict[str, dict], jobs: list) -> None:
+    """Every check a result must pass to be tabled (`check_versions`, `check_settings`, `check_bases`): the report
+    runs them, and run.py before any work, so that a stale result stops a sitting at its start, not at its end."""
+    check_versions(results)
+    check_settings(results, jobs)
+    check_bases(results)
+
+
 def check_versions(results: dict[str, dict]) -> None:
     """Refuses results of a task layout that posenc no longer generates (tasks.VERSIONS), and randomized-positions
     results whose positions were drawn otherwise than now (tasks.POSITIONS_VERSION): they belong in an archive
@@ -164,9 +172,7 @@ def write_report(here: pathlib.Path = HERE, jobs=None, out: pathlib.Path | None 
     if jobs is None:
         jobs = plan([0, 1, 2])
     results = load(here / "results")
-    check_versions(results)
-    check_settings(results, jobs)
-    check_bases(results)
+    check_results(results, jobs)
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     timing_path = here / "results" / "timing.json"

@@ -257,7 +257,15 @@ def main(argv):
     runs = pathlib.Path(_RUNS.value)
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    planned = jobs.select(plan([int(s) for s in _SEEDS.value], _FT_STEPS.value), _ONLY.value)
+    full = plan([int(s) for s in _SEEDS.value], _FT_STEPS.value)
+    planned = jobs.select(full, _ONLY.value)
+    sys.modules.setdefault("run", sys.modules["__main__"])  # report.py imports this module as `run`
+    import report  # noqa: PLC0415  (experiments/length_generalization/report.py)
+
+    try:  # a result the report would refuse (another task version, config or base) stops the sitting before work
+        report.check_results(report.load(results), full)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     jobs.exit_on_sigterm()  # a terminated worker runs its `finally`s: its claim is removed
     if _WORKERS.value == 1 or _WORKER.value is not None:  # one process, or one of --workers started below
         jobs.work(planned, lambda job: run_job(job, runs, results), results, needs=lambda job: job.init_from,
@@ -268,10 +276,7 @@ def main(argv):
         jobs.spawn_workers(_WORKERS.value, sys.argv)
     timing = {p.stem: json.loads(p.read_text()).get("timing") for p in sorted(results.glob("*.json")) if p.stem != "timing"}
     jobs.write_atomic(results / "timing.json", json.dumps({k: v for k, v in timing.items() if v}, indent=1))
-    sys.modules.setdefault("run", sys.modules["__main__"])  # report.py imports this module as `run`
-    from report import write_report  # noqa: PLC0415  (experiments/length_generalization/report.py)
-
-    print(write_report(HERE, plan([int(s) for s in _SEEDS.value], _FT_STEPS.value)))
+    print(report.write_report(HERE, full))
 
 
 if __name__ == "__main__":
