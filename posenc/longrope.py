@@ -37,7 +37,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posenc.jobs import write_atomic
-from posenc.rope_scaling import RopeScaling, rope_frequencies
+from posenc.rope_scaling import RopeScaling, factors_fit, rope_frequencies
 
 # n̂'s choices: 0 and the powers of two up to 128, the paper's set (Table 4: {0, 1, 2, 4, 8, 12, 16, 20, 24, 28, 32,
 # 64, 128, 256}) without 12, 20, 24, 28 and 256
@@ -579,7 +579,7 @@ def scaling_for_run(path: str | pathlib.Path, *, rotary_dim: int, num_layers: in
     """
     sc = scaling_from_json(path, what)
     shape, r = np.shape(sc.long_factor), rotary_dim // 2
-    if shape[-1] != r or (len(shape) == 2 and shape[0] != num_layers):
+    if not factors_fit(sc.long_factor, rotary_dim, num_layers):
         raise ValueError(f"{what}={str(path)!r} holds LongRoPE factors of shape {shape}, which do not fit run {run!r}: "
                          f"it takes [{r}] (rotary_dim // 2) or, per layer, [{num_layers}, {r}] (num_layers, "
                          "rotary_dim // 2). Search the run's own factors (scripts/search_longrope.py)")

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posenc.encoding import Encoding
-from posenc.rope_scaling import RopeScaling, is_length_dependent, rope_frequencies, rope_inputs
+from posenc.rope_scaling import RopeScaling, factors_fit, is_length_dependent, rope_frequencies, rope_inputs
 
 LAYOUTS = ("half", "interleaved")
 
@@ -267,13 +267,11 @@ class Rope(Encoding):
         if not isinstance(cfg.rope_scaling, RopeScaling):
             raise ValueError(f"model.rope.scaling must be a RopeScaling, got {type(cfg.rope_scaling).__name__}")
         factors = cfg.rope_scaling.long_factor
-        if factors is not None:
-            shape = np.shape(factors)
-            if shape[-1] != cfg.rotary_dim // 2 or (len(shape) == 2 and shape[0] != cfg.num_layers):
-                raise ValueError(
-                    f"model.rope.scaling long_factor/short_factor must be [{cfg.rotary_dim // 2}] or "
-                    f"[num_layers={cfg.num_layers}, {cfg.rotary_dim // 2}], got {shape}"
-                )
+        if factors is not None and not factors_fit(factors, cfg.rotary_dim, cfg.num_layers):
+            raise ValueError(
+                f"model.rope.scaling long_factor/short_factor must be [{cfg.rotary_dim // 2}] or "
+                f"[num_layers={cfg.num_layers}, {cfg.rotary_dim // 2}], got {np.shape(factors)}"
+            )
 
     @classmethod
     def length_dependent(cls, cfg, scaling=None) -> bool:

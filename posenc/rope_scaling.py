@@ -431,6 +431,13 @@ def _effective_factor(scaling: RopeScaling, seq_len: int | None) -> float:
     return max(1.0, seq_len / scaling.original_max_len)
 
 
+def factors_fit(factors, rotary_dim: int, num_layers: int) -> bool:
+    """Whether LongRoPE factors fit a model: `[rotary_dim / 2]` (one per frequency pair, shared by the layers)
+    or `[num_layers, rotary_dim / 2]` (one vector per layer)."""
+    shape = np.shape(factors)
+    return len(shape) in (1, 2) and shape[-1] == rotary_dim // 2 and (len(shape) == 1 or shape[0] == num_layers)
+
+
 def rope_frequencies(rotary_dim: int, *, base: float = 10000.0, scaling: RopeScaling | None = None,
                      seq_len: int | None = None) -> tuple[np.ndarray, float]:
     """Inverse frequencies and attention factor of (scaled) RoPE.

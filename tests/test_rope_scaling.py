@@ -601,3 +601,11 @@ def test_frozen_and_hashable():
     assert hash(sc) == hash(RopeScaling("yarn", 4.0, original_max_len=L))
     with pytest.raises(dataclasses.FrozenInstanceError):
         sc.factor = 2.0  # type: ignore[misc]
+
+
+def test_factors_fit_one_vector_or_one_per_layer():
+    from posenc.rope_scaling import factors_fit
+
+    assert factors_fit(np.ones(16), 32, 4) and factors_fit(np.ones((4, 16)), 32, 4)
+    for shape in ((15,), (3, 16), (4, 15), (1, 4, 16), ()):
+        assert not factors_fit(np.ones(shape), 32, 4), shape
