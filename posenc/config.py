@@ -129,7 +129,8 @@ def DEFINE_config_file(name: str, default: str, help_string: str, **kwargs):  # 
 
 
 def _none_overrides(argv: list[str], default: str) -> tuple[list[str], list[str]]:
-    """(`argv` without its `--config.<field>=None` overrides, the fields whose last override is None).
+    """(`argv` without its `--config.<field>=None` (or `--config.<field> None`) overrides, the fields whose last
+    override is None).
 
     absl parses an override by its field's type: `int('None')` fails, and a str field takes the text 'None'.
     Such an override of a field the config has is taken out, to be set after parsing; one of a field not in
@@ -140,7 +141,12 @@ def _none_overrides(argv: list[str], default: str) -> tuple[list[str], list[str]
     def none_field(arg):  # the field of a `--config.<field>=None` override, else None
         return arg[len("--config."):-len("=None")] if arg.startswith("--config.") and arg.endswith("=None") else None
 
-    expanded = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)  # as ml_collections reads the overrides
+    expanded, read = [], flags.FLAGS.read_flags_from_files(argv, force_gnu=False)  # as ml_collections reads them
+    while read:  # `--config.<field> None` (the value as the next argument) is the same override
+        arg = read.pop(0)
+        if arg.startswith("--config.") and "=" not in arg and read and read[0] == "None":
+            arg += "=" + read.pop(0)
+        expanded.append(arg)
     fields = list(dict.fromkeys(f for f in map(none_field, expanded) if f))
     where = _config_arg(expanded, default)
     config = _base_config(where) if fields else None

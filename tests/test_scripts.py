@@ -298,6 +298,8 @@ def test_none_clears_a_field_whose_default_is_none_and_is_refused_for_another():
     result = flags_of("train", f"--workdir={MISSING}", "--config.schedule_steps=5", "--config.schedule_steps=None",
                       "--config.init_from=None")
     assert "PARSED None None None 1" in result.stdout, result.stderr[-3000:]
+    result = flags_of("train", f"--workdir={MISSING}", "--config.init_from", "None")  # the value as its own argument
+    assert "PARSED None None None 1" in result.stdout, result.stderr[-3000:]  # (it took the text 'None')
     result = flags_of("train", "--config=configs/tasks.py:task=passkey", f"--workdir={MISSING}",
                       "--config.task.stop_accuracy=None", "--config.schedule_steps=None", "--config.schedule_steps=7")
     assert "PARSED 7 None None False" in result.stdout, result.stderr[-3000:]  # (passkey's is 0.99; the last wins)
