@@ -5,6 +5,8 @@ import importlib.util
 import json
 import pathlib
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HERE = ROOT / "experiments" / "yarn_sweep"
 _spec = importlib.util.spec_from_file_location("yarn_sweep_report", HERE / "report.py")
@@ -38,3 +40,17 @@ def test_the_sweeps_time_names_the_machine_and_cores_its_results_record():
         r["timing"]["cores"] = 1
     text = " ".join(report.render(results).split())
     assert ", on 1 core of an AMD EPYC of CPU family 26 (model 2, stepping 1)." in text
+
+
+def test_a_kept_result_of_a_run_trained_otherwise_is_refused(tmp_path):
+    """A seed whose result exists is skipped only if its run's config is what config.py gives now: a result of a
+    run trained otherwise stops the command naming the field; one from before results kept their config passes."""
+    run = report.run
+    config = run.seed_config(0).to_dict()
+    run.check_kept({"config": config}, 0, tmp_path / "seed0.json")
+    run.check_kept({}, 0, tmp_path / "seed0.json")
+    other = {**config, "model": {**config["model"], "num_layers": config["model"]["num_layers"] + 1}}
+    with pytest.raises(SystemExit, match=r"seed0.json was computed on a run trained with another config .*model.num_layers"):
+        run.check_kept({"config": other}, 0, tmp_path / "seed0.json")
+    with pytest.raises(SystemExit, match="train_steps"):
+        run.check_kept({"config": {**config, "train_steps": config["train_steps"] + 1}}, 0, tmp_path / "seed0.json")

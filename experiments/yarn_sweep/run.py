@@ -16,7 +16,8 @@ For each seed's RoPE run of the extrapolation study's config (`experiments/extra
 Every evaluation is an eval sweep (`posenc.sweep.run_eval_sweep`: one compiled forward per length for all
 points; a rerun resumes, and refuses points of other settings). Each seed's numbers go to
 `experiments/yarn_sweep/results/seed<n>.json`; `report.py` writes the README from them. A seed whose result
-exists is skipped: rerun the same command after an interruption.
+exists is skipped (refused if its run was trained with another config than config.py gives now): rerun the same
+command after an interruption.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ import time
 
 from absl import app, flags, logging
 
+import ml_collections
+
 from posenc import checkpoint, jobs, malloc, sweep, timing
 from posenc import evaluate as ev
+from posenc.config import run_changes
 from posenc.train import load_config_file, train_and_evaluate
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -58,17 +62,42 @@ def _sweep(workdir: str, root: pathlib.Path, points: list[tuple[str, dict]], len
     return {r["name"]: r[f"bpb_L{length}"] for r in records}
 
 
+def seed_config(seed: int):
+    """The training config of seed `seed`'s RoPE run: the extrapolation study's config.py."""
+    return load_config_file(str(HERE.parent / "extrapolation" / "config.py"), f"posenc=rope,seed={seed}")
+
+
+def check_kept(result: dict, seed: int, path: pathlib.Path) -> None:
+    """Refuses a kept result whose run was trained with another config than seed `seed`'s has now
+    (`posenc.config.run_changes`, plus train_steps), so that a changed config.py never keeps old numbers under
+    the new setup; a result from before results recorded their config is not compared.
+
+    Raises:
+      SystemExit: naming the result and the fields that differ.
+    """
+    if "config" not in result:
+        return
+    now = seed_config(seed)
+    changes = run_changes(ml_collections.ConfigDict(result["config"]), now)
+    if result["config"]["train_steps"] != now.train_steps:
+        changes["train_steps"] = (result["config"]["train_steps"], now.train_steps)
+    if changes:
+        raise SystemExit(f"{path} was computed on a run trained with another config than seed {seed}'s now ("
+                         + ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in sorted(changes.items()))
+                         + "): move it aside to compute it again, or restore the old config")
+
+
 def run_seed(seed: int, runs: pathlib.Path, root: pathlib.Path) -> dict:
     """Trains (if needed) and sweeps one seed's RoPE run; its result, as `results/seed<n>.json` keeps it."""
     workdir = runs / f"rope-s{seed}"
     start = time.time()
-    train_and_evaluate(load_config_file(str(HERE.parent / "extrapolation" / "config.py"), f"posenc=rope,seed={seed}"),
-                       str(workdir))
+    train_and_evaluate(seed_config(seed), str(workdir))
     trained = time.time()
     run = ev.load_run(str(workdir))
     if run.base_len != BASE_LEN:
         raise ValueError(f"{workdir} has train_len {run.base_len}; this experiment's scales are of {BASE_LEN}")
     result = {"seed": seed, "run": str(workdir), "step": run.step, "params_sha256": checkpoint.tree_sha256(run.params),
+              "config": json.loads((workdir / "config.json").read_text()),
               "num_bytes": NUM_BYTES, "validation": {"temperature": {}, "betas": {}}, "chosen": {"temperature": {}},
               "test": {"temperature": {}}}
     folder = root / f"s{seed}"
@@ -104,7 +133,7 @@ def run_seed(seed: int, runs: pathlib.Path, root: pathlib.Path) -> dict:
     result["test"]["ngram_floor"] = {str(n): floor[n]["bpb"] for n in lengths}
     result["test"]["ngram_context"] = floor[lengths[0]]["ngram_context"]
     result["timing"] = {"train_s": trained - start, "sweeps_s": time.time() - trained, "resumed": resumed,
-                        **timing.machine_record()}
+                        "threads": jobs.threads(), **timing.machine_record()}
     return result
 
 
@@ -118,6 +147,7 @@ def main(argv):
     for seed in [int(s) for s in FLAGS.seeds]:
         out = HERE / "results" / f"seed{seed}.json"
         if out.exists():
+            check_kept(json.loads(out.read_text()), seed, out)
             print(f"{out} exists: skipped")
             continue
         result = run_seed(seed, pathlib.Path(FLAGS.runs), pathlib.Path(FLAGS.root))
