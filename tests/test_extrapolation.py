@@ -161,3 +161,27 @@ def test_interval_verdicts_need_every_interval_below_and_one_above_refutes():
     assert report.interval_verdict({"a": across, "b": above}, 0.0)[0] == "not reproduced"
     verdict, conditions = report.interval_verdict({"a": across}, 0.02)  # the threshold moves the line
     assert verdict == "reproduced" and conditions["a"][1] == [pytest.approx(0.01)]
+
+
+def test_a_kept_result_of_a_run_trained_otherwise_is_refused(tmp_path):
+    """run.py builds each run's config in one place (`job_config`: config.py's, or a FINETUNES recipe from its
+    base), records it in the result, and refuses a kept result whose run was trained otherwise (results from
+    before the field are not compared)."""
+    spec = importlib.util.spec_from_file_location("extrapolation_run_kept", ROOT / "experiments/extrapolation/run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    base = run.job_config("rope-s1", tmp_path, 150)
+    assert base.model.posenc == "rope" and base.seed == 1
+    ft = run.job_config("rope-s1-ft-pi4x", tmp_path, 150)
+    assert (ft.model.posenc, ft.train_len, ft.batch_size, ft.train_steps, ft.init_from) == (
+        "rope", 1024, run.FT_TOKENS_PER_STEP // 1024, 150, str(tmp_path / "rope-s1"))
+    assert (ft.model.rope.scaling.kind, ft.model.rope.scaling.factor, ft.model.rope.scaling.original_max_len) == (
+        "linear", 4.0, 256)
+    config = ft.to_dict()
+    run.check_kept("rope-s1-ft-pi4x", {"config": {**config, "init_from": "/elsewhere/rope-s1"}}, tmp_path, 150)
+    run.check_kept("rope-s1-ft-pi4x", {}, tmp_path, 150)
+    with pytest.raises(SystemExit, match=r"rope-s1-ft-pi4x.json was computed on a run trained with another config .*"
+                                         r"learning_rate"):
+        run.check_kept("rope-s1-ft-pi4x", {"config": {**config, "learning_rate": 3e-3}}, tmp_path, 150)
+    with pytest.raises(SystemExit, match="train_steps 150 → 200"):
+        run.check_kept("rope-s1-ft-pi4x", {"config": config}, tmp_path, 200)

@@ -14,7 +14,8 @@ r"""The extrapolation study, end to end and resumable. From the repository root:
 
 Every stage skips what is done: rerun the same command after an interruption. A run whose result exists is not
 trained again unless a missing fine-tune starts from it; then it must score as its result did
-(`check_same_run`).
+(`check_same_run`). A result records its run's config, and one whose run was trained otherwise than `job_config`
+gives it now stops the command before any work (`check_kept`).
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ import json
 import pathlib
 import time
 
+import ml_collections
 from absl import app, flags, logging
 
 from posenc import evaluate as ev
 from posenc import jobs, malloc
+from posenc.config import run_changes
 from posenc.timing import machine_record
 from posenc.train import load_config_file, train_and_evaluate
 
@@ -49,6 +52,50 @@ def define_flags() -> None:
     flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the main comparison.")
     flags.DEFINE_integer("finetune_steps", 150, "Fine-tuning steps at 4x the length.")
     flags.DEFINE_integer("num_bytes", 32768, "Test bytes scored at every length.")
+
+
+def job_config(name: str, runs: pathlib.Path, finetune_steps: int) -> ml_collections.ConfigDict:
+    """The training config of run `name`: `<posenc>-s<seed>` (config.py's) or `rope-s<seed>-ft-<label>` (a
+    fine-tune of FINETUNES from its base run in `runs`, `finetune_steps` steps)."""
+    base, _, label = name.partition("-ft-")
+    posenc, seed = base.rsplit("-s", 1)
+    if not label:
+        return load_config_file(str(HERE / "config.py"), f"posenc={posenc},seed={seed}")
+    kind, train_len = next((k, n) for lab, k, n in FINETUNES if lab == label)
+    config = load_config_file(str(HERE / "config.py"), f"posenc={kind},seed={seed}")
+    config.init_from = str(runs / base)
+    config.train_len = train_len
+    config.batch_size = FT_TOKENS_PER_STEP // train_len
+    config.train_steps = finetune_steps
+    config.warmup_steps = FT_WARMUP_STEPS
+    config.learning_rate = FT_LEARNING_RATE
+    config.eval_every = config.checkpoint_every = finetune_steps
+    config.eval_windows = 16
+    if kind != "rope":
+        config.model.rope.scaling.factor = 4.0
+        config.model.rope.scaling.original_max_len = 256
+    return config
+
+
+def check_kept(name: str, result: dict, runs: pathlib.Path, finetune_steps: int) -> None:
+    """Refuses a kept result whose run was trained with another config than `job_config` gives it now
+    (`posenc.config.run_changes`, plus train_steps; not the base's folder `init_from`), so that a changed config.py
+    or fine-tune recipe never keeps old numbers under the new setup; a result from before results recorded their
+    config is not compared.
+
+    Raises:
+      SystemExit: naming the result and the fields that differ.
+    """
+    if "config" not in result:
+        return
+    now = job_config(name, runs, finetune_steps)
+    changes = {k: v for k, v in run_changes(ml_collections.ConfigDict(result["config"]), now).items() if k != "init_from"}
+    if result["config"]["train_steps"] != now.train_steps:
+        changes["train_steps"] = (result["config"]["train_steps"], now.train_steps)
+    if changes:
+        raise SystemExit(f"results/{name}.json was computed on a run trained with another config than run.py gives it "
+                         "now (" + ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in sorted(changes.items()))
+                         + "): move the results aside to compute them again, or restore the old config")
 
 
 def check_same_run(workdir: str, result: dict, tolerance: float = 1e-4) -> None:
@@ -91,7 +138,9 @@ def main(argv):
     results.mkdir(exist_ok=True)
     timing_path = results / "timing.json"
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else {}
-    config_path = str(HERE / "config.py")
+    for path in sorted(results.glob("*.json")):  # a kept result of another config stops the command before work
+        if path.stem not in ("timing", "summary"):
+            check_kept(path.stem, json.loads(path.read_text()), runs, FLAGS.finetune_steps)
 
     done = lambda name: (results / f"{name}.json").exists()  # noqa: E731
     starts_from = {f"rope-s{seed}": [f"rope-s{seed}-ft-{label}" for label, _, _ in FINETUNES]  # base: its fine-tunes
@@ -104,7 +153,7 @@ def main(argv):
             fine_tunes = starts_from.get(name, [])
             if done(name) and all(map(done, fine_tunes)):
                 continue  # scored, and no fine-tune left to start from it
-            config = load_config_file(config_path, f"posenc={posenc},seed={seed}")
+            config = job_config(name, runs, FLAGS.finetune_steps)
             _timed(timing, f"train/{name}", lambda c=config, n=name: train_and_evaluate(c, str(runs / n)))
             jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
             if done(name):  # trained again for its fine-tunes: it must be the run its result scored
@@ -116,18 +165,7 @@ def main(argv):
             names.append(name)
             if done(name):
                 continue
-            config = load_config_file(config_path, f"posenc={kind},seed={seed}")
-            config.init_from = str(runs / f"rope-s{seed}")
-            config.train_len = train_len
-            config.batch_size = FT_TOKENS_PER_STEP // train_len
-            config.train_steps = FLAGS.finetune_steps
-            config.warmup_steps = FT_WARMUP_STEPS
-            config.learning_rate = FT_LEARNING_RATE
-            config.eval_every = config.checkpoint_every = FLAGS.finetune_steps
-            config.eval_windows = 16
-            if kind != "rope":
-                config.model.rope.scaling.factor = 4.0
-                config.model.rope.scaling.original_max_len = 256
+            config = job_config(name, runs, FLAGS.finetune_steps)
             _timed(timing, f"train/{name}", lambda c=config, n=name: train_and_evaluate(c, str(runs / n)))
             jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
 
@@ -152,6 +190,7 @@ def main(argv):
                 row["scaling"] = "interpolate"
             result["rows"] += interp["rows"]
             result["per_position"].update({k.replace("|none", "|interpolate"): v for k, v in interp["per_position"].items()})
+        result["config"] = json.loads((pathlib.Path(workdir) / "config.json").read_text())  # what check_kept compares
         jobs.write_atomic(out, json.dumps(result))
         jobs.write_atomic(timing_path, json.dumps(timing, indent=1))
 
