@@ -161,6 +161,11 @@ def test_interval_verdicts_need_every_interval_below_and_one_above_refutes():
     assert report.interval_verdict({"a": across, "b": above}, 0.0)[0] == "not reproduced"
     verdict, conditions = report.interval_verdict({"a": across}, 0.02)  # the threshold moves the line
     assert verdict == "reproduced" and conditions["a"][1] == [pytest.approx(0.01)]
+    # a refuting interval fails by its lower end's excess (what the rule established), not by its far end's
+    verdict, conditions = report.interval_verdict({"a": below, "b": above}, 0.005)
+    assert verdict == "not reproduced" and conditions["b"] == (False, [pytest.approx(-0.005)])
+    assert conditions["a"] == (True, [pytest.approx(0.015)])
+    assert report.interval_verdict({"a": across}, 0.0)[1]["a"] == (False, [pytest.approx(-0.01)])  # short of it
 
 
 def test_a_kept_result_of_a_run_trained_otherwise_is_refused(tmp_path):
@@ -185,3 +190,6 @@ def test_a_kept_result_of_a_run_trained_otherwise_is_refused(tmp_path):
         run.check_kept("rope-s1-ft-pi4x", {"config": {**config, "learning_rate": 3e-3}}, tmp_path, 150)
     with pytest.raises(SystemExit, match="train_steps 150 → 200"):
         run.check_kept("rope-s1-ft-pi4x", {"config": config}, tmp_path, 200)
+    for name in ("rope-s1-ft-pi8x", "alibi-s0-ft-pi4x", "notes", "rope-sX"):  # no run of the study: named
+        with pytest.raises(ValueError, match=f"'{name}' is no run of this study"):
+            run.check_kept(name, {"config": config}, tmp_path, 150)

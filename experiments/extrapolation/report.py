@@ -36,12 +36,15 @@ ENCODINGS = ("none", "sinusoidal", "learned", "rope", "alibi")
 def interval_verdict(intervals: dict[str, tuple[float, float]], threshold: float) -> tuple[str, dict]:
     """(verdict, conditions) of a rule "the difference is below `threshold`" judged by 95% intervals (lo, hi) of
     the difference, one per condition name: reproduced when every interval lies below the threshold, not
-    reproduced when one lies above it, inconclusive otherwise; each condition's margin is how far its
-    interval's upper end lies below the threshold (`posenc.verdicts`)."""
+    reproduced when one lies above it, inconclusive otherwise. Each condition's margin (`posenc.verdicts`: positive
+    where it holds) is threshold − hi for an interval below the threshold or across it (how far its upper end lies
+    below it, or above it), and threshold − lo for one above it (how far its lower end lies above: the excess the
+    whole interval shows, not its far end's)."""
     held = {name: hi < threshold for name, (_, hi) in intervals.items()}
     verdict = ("reproduced" if all(held.values()) else
                "not reproduced" if any(lo > threshold for lo, _ in intervals.values()) else "inconclusive")
-    return verdict, {name: (held[name], [threshold - hi]) for name, (_, hi) in intervals.items()}
+    return verdict, {name: (held[name], [threshold - (lo if lo > threshold else hi)])
+                     for name, (lo, hi) in intervals.items()}
 
 
 FLAT = 0.02  # bpb: how close two numbers are to count as "within" / "flat" in the claims' rules
