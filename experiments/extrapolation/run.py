@@ -58,7 +58,11 @@ def job_config(name: str, runs: pathlib.Path, finetune_steps: int) -> ml_collect
     """The training config of run `name`: `<posenc>-s<seed>` (config.py's) or `rope-s<seed>-ft-<label>` (a
     fine-tune of FINETUNES from its base run in `runs`, `finetune_steps` steps)."""
     base, _, label = name.partition("-ft-")
-    posenc, seed = base.rsplit("-s", 1)
+    posenc, sep, seed = base.rpartition("-s")
+    labels = [lab for lab, _, _ in FINETUNES]
+    if not sep or posenc not in POSENCS or not seed.isdigit() or (label and (posenc != "rope" or label not in labels)):
+        raise ValueError(f"{name!r} is no run of this study: <posenc>-s<seed> with posenc in {POSENCS}, or "
+                         f"rope-s<seed>-ft-<label> with label in {labels}")
     if not label:
         return load_config_file(str(HERE / "config.py"), f"posenc={posenc},seed={seed}")
     kind, train_len = next((k, n) for lab, k, n in FINETUNES if lab == label)
@@ -140,7 +144,10 @@ def main(argv):
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else {}
     for path in sorted(results.glob("*.json")):  # a kept result of another config stops the command before work
         if path.stem not in ("timing", "summary"):
-            check_kept(path.stem, json.loads(path.read_text()), runs, FLAGS.finetune_steps)
+            try:
+                check_kept(path.stem, json.loads(path.read_text()), runs, FLAGS.finetune_steps)
+            except ValueError as e:
+                raise SystemExit(f"{path}: {e}; move it out of results/") from None
 
     done = lambda name: (results / f"{name}.json").exists()  # noqa: E731
     starts_from = {f"rope-s{seed}": [f"rope-s{seed}-ft-{label}" for label, _, _ in FINETUNES]  # base: its fine-tunes
