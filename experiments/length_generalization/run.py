@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import re
 import sys
 import time
 
@@ -262,8 +263,11 @@ def main(argv):
     sys.modules.setdefault("run", sys.modules["__main__"])  # report.py imports this module as `run`
     import report  # noqa: PLC0415  (experiments/length_generalization/report.py)
 
+    kept = report.load(results)
+    # the seeds the kept results are of join the checked plan: a sitting of fewer --seeds still runs
+    seen = {int(m.group(1)) for name in kept if (m := re.search(r"-s(\d+)(?:-|$)", name))}
     try:  # a result the report would refuse (another task version, config or base) stops the sitting before work
-        report.check_results(report.load(results), full)
+        report.check_results(kept, plan(sorted(seen | {int(s) for s in _SEEDS.value}), _FT_STEPS.value))
     except ValueError as e:
         raise SystemExit(str(e)) from None
     jobs.exit_on_sigterm()  # a terminated worker runs its `finally`s: its claim is removed
