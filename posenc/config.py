@@ -252,6 +252,18 @@ def run_changes(stored: ml_collections.ConfigDict, new: ml_collections.ConfigDic
     return changes
 
 
+
+def result_changes(recorded: dict[str, Any], now: ml_collections.ConfigDict) -> dict[str, tuple[Any, Any]]:
+    """{field: (recorded, now)} between the training config a result recorded (its run's config.json, a dict)
+    and the one its job would train with now: `run_changes` plus `train_steps` (a result scores the run at its
+    end), without `init_from` (a base run's folder; its parameters are checked by hash). The experiments' runners
+    refuse a kept result with any."""
+    changes = {k: v for k, v in run_changes(ml_collections.ConfigDict(recorded), now).items() if k != "init_from"}
+    if recorded.get("train_steps") != now.train_steps:
+        changes["train_steps"] = (recorded.get("train_steps"), now.train_steps)
+    return changes
+
+
 def parse_value(text: str) -> Any:
     """A value written on a command line (`--set`, a sweep axis): a Python literal, `true` / `false` as
     `--config.field=` takes them, else the string itself (`yarn`)."""

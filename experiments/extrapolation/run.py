@@ -29,7 +29,7 @@ from absl import app, flags, logging
 
 from posenc import evaluate as ev
 from posenc import jobs, malloc
-from posenc.config import run_changes
+from posenc.config import result_changes
 from posenc.timing import machine_record
 from posenc.train import load_config_file, train_and_evaluate
 
@@ -93,9 +93,7 @@ def check_kept(name: str, result: dict, runs: pathlib.Path, finetune_steps: int)
     if "config" not in result:
         return
     now = job_config(name, runs, finetune_steps)
-    changes = {k: v for k, v in run_changes(ml_collections.ConfigDict(result["config"]), now).items() if k != "init_from"}
-    if result["config"]["train_steps"] != now.train_steps:
-        changes["train_steps"] = (result["config"]["train_steps"], now.train_steps)
+    changes = result_changes(result["config"], now)
     if changes:
         raise SystemExit(f"results/{name}.json was computed on a run trained with another config than run.py gives it "
                          "now (" + ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in sorted(changes.items()))

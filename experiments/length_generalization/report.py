@@ -14,13 +14,12 @@ import pathlib
 import re
 import sys
 
-import ml_collections
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from posenc.config import run_changes  # noqa: E402
+from posenc.config import result_changes  # noqa: E402
 from posenc.jobs import result_curve  # noqa: E402
 from posenc.task_eval import plot_accuracy, plot_heatmap, wilson_interval  # noqa: E402
 from posenc.tasks import POSITIONS_VERSION, VERSIONS  # noqa: E402
@@ -350,9 +349,7 @@ def check_settings(results: dict[str, dict], jobs: list, folder: str = "results"
                                  "current passkey budget; move it to an archive folder of ARCHIVES")
             continue
         now = job_config(planned[name], pathlib.Path("runs"))
-        differ = {k: v for k, v in run_changes(ml_collections.ConfigDict(res["config"]), now).items() if k != "init_from"}
-        if res["config"]["train_steps"] != now.train_steps:
-            differ["train_steps"] = (res["config"]["train_steps"], now.train_steps)
+        differ = result_changes(res["config"], now)
         if differ:
             raise ValueError(f"{folder}/{name}.json was trained with " + ", ".join(
                 f"{k} {a!r} (now: {b!r})" for k, (a, b) in sorted(differ.items()))

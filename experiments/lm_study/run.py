@@ -76,7 +76,7 @@ sys.path.insert(0, str(HERE))
 
 from posenc import checkpoint, data, jobs, malloc, tuning  # noqa: E402
 from posenc.checkpoint import params_sha256  # noqa: E402
-from posenc.config import run_changes  # noqa: E402
+from posenc.config import result_changes, run_changes  # noqa: E402
 from posenc import evaluate as ev  # noqa: E402
 from posenc.encodings import POSENCS  # noqa: E402
 from posenc.longrope import SearchConfig, search_run  # noqa: E402
@@ -628,9 +628,7 @@ def check_configs(planned: list[Job], results: pathlib.Path, runs: pathlib.Path,
             now = config_for(job, results, runs, s)
         except RuntimeError:  # its learning-rate checks are not all done: they run first
             continue
-        changes = {k: v for k, v in run_changes(ml_collections.ConfigDict(recorded), now).items() if k != "init_from"}
-        if recorded["train_steps"] != now.train_steps:
-            changes["train_steps"] = (recorded["train_steps"], now.train_steps)
+        changes = result_changes(recorded, now)
         if changes:
             raise SystemExit(f"{path} was trained with another config than {job.name} has now (config.py, the "
                              "Settings or the learning-rate check changed: "

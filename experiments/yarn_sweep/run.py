@@ -29,11 +29,9 @@ import time
 
 from absl import app, flags, logging
 
-import ml_collections
-
 from posenc import checkpoint, jobs, malloc, sweep, timing
 from posenc import evaluate as ev
-from posenc.config import run_changes
+from posenc.config import result_changes
 from posenc.train import load_config_file, train_and_evaluate
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -78,9 +76,7 @@ def check_kept(result: dict, seed: int, path: pathlib.Path) -> None:
     if "config" not in result:
         return
     now = seed_config(seed)
-    changes = run_changes(ml_collections.ConfigDict(result["config"]), now)
-    if result["config"]["train_steps"] != now.train_steps:
-        changes["train_steps"] = (result["config"]["train_steps"], now.train_steps)
+    changes = result_changes(result["config"], now)
     if changes:
         raise SystemExit(f"{path} was computed on a run trained with another config than seed {seed}'s now ("
                          + ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in sorted(changes.items()))
