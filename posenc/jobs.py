@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import gc
 import gzip
 import hashlib
 import json
@@ -270,21 +271,47 @@ def drop_stale_claim(path: pathlib.Path) -> bool:
 SIGTERM_GRACE_SECONDS = 2.0
 
 
+def _exceptions_ignored_here(frame) -> bool:
+    """Whether `frame` runs inside a garbage-collector callback or a `__del__`, where Python prints an exception
+    and drops it instead of raising it."""
+    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in callbacks or frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+SIGTERM_RETRY_SECONDS = 0.01
+
+
 def exit_on_sigterm(grace: float = SIGTERM_GRACE_SECONDS) -> None:
     """Makes SIGTERM raise SystemExit, so that a terminated worker runs its `finally`s and removes its claim.
 
-    Python runs the handler between two bytecodes of whatever runs then, and where that is a callback whose
-    exceptions are ignored (JAX's garbage-collection hook), the SystemExit is lost and the worker would go on. So
-    the handler also restores SIGTERM's default and sends it again after `grace` seconds: a worker still alive
-    then ends without its `finally`s (its claim, naming a dead process, is stale: `drop_stale_claim`)."""
-    def _exit(signum, frame):
-        signal.signal(signum, signal.SIG_DFL)
+    Python runs the handler between two bytecodes of whatever runs then. Where that is a garbage-collector
+    callback (JAX's `_xla_gc_callback` runs at every collection) or a `__del__`, an exception is ignored, so the
+    handler raises nothing there and sends SIGTERM again SIGTERM_RETRY_SECONDS later, to be handled outside it.
+    Other callbacks that ignore exceptions are not recognized: so the handler, when it raises, also restores
+    SIGTERM's default and sends it again `grace` seconds later, and a worker still alive then ends without its
+    `finally`s (its claim, naming a dead process, is stale: `drop_stale_claim`). After `grace` seconds of retries
+    the handler raises wherever it runs, and SIGTERM's default follows at once."""
+    first = []
 
-        def again():
-            time.sleep(grace)
+    def again(delay: float, signum: int) -> None:
+        def send():
+            time.sleep(delay)
             os.kill(os.getpid(), signum)
 
-        threading.Thread(target=again, daemon=True).start()
+        threading.Thread(target=send, daemon=True).start()
+
+    def _exit(signum, frame):
+        waited = time.monotonic() - first[0] if first else 0.0
+        first[:] = first or [time.monotonic()]
+        if waited < grace and _exceptions_ignored_here(frame):
+            again(SIGTERM_RETRY_SECONDS, signum)
+            return
+        signal.signal(signum, signal.SIG_DFL)
+        again(grace if waited < grace else 0.0, signum)
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, _exit)

@@ -364,26 +364,67 @@ jobs.work([Job()], lambda job: time.sleep(60), pathlib.Path({str(tmp_path)!r}))
     assert not claim.exists()
 
 
-def test_a_terminated_worker_whose_exit_is_swallowed_still_ends(tmp_path):
-    """SIGTERM arriving in a callback whose exceptions Python ignores (here a __del__; in the studies JAX's gc
-    callback): its SystemExit is lost, and the handler's second SIGTERM ends the worker after the grace period
-    instead of letting it go on."""
-    script = """
-import os, signal, time
+_SWALLOW = """
+import gc, os, signal, sys, time, weakref
 from posenc import jobs
-jobs.exit_on_sigterm(grace=0.5)
+jobs.exit_on_sigterm(grace=float(sys.argv[2]))
+def term():
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(float(sys.argv[3]))  # the handler runs here, where an exception would be ignored
 class Hook:
     def __del__(self):
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.2)  # the handler runs here: its SystemExit is ignored
-Hook()
-print("still running", flush=True)
-while True:
-    time.sleep(0.01)
+        term()
+class Obj:
+    pass
+def collected(*args):
+    if args[0] == "start" and not getattr(collected, "done", False):
+        collected.done = True
+        term()
+try:
+    if sys.argv[1] == "del":
+        Hook()
+    elif sys.argv[1] == "gc":
+        gc.callbacks.append(collected)
+        gc.collect()
+    else:  # a weakref callback: not recognized
+        obj = Obj()
+        ref = weakref.ref(obj, lambda r: term())
+        del obj
+    print("still running", flush=True)
+    time.sleep(30)
+finally:
+    print("finally ran", flush=True)
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("where", ["del", "gc"])
+def test_sigterm_in_a_callback_that_ignores_exceptions_raises_after_it(where):
+    """SIGTERM arriving in a `__del__` or a garbage-collector callback (in the studies JAX's `_xla_gc_callback`):
+    a SystemExit raised there would be ignored and the worker would go on, so the handler sends SIGTERM again and
+    raises once the callback has returned; the worker's `finally`s run."""
+    proc = subprocess.run([sys.executable, "-c", _SWALLOW, where, "5", "0.2"], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 128 + 15, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["still running", "finally ran"] and "SystemExit" not in proc.stderr
+
+
+def test_sigterm_whose_exit_is_swallowed_still_ends_the_worker():
+    """SIGTERM in a callback the handler does not recognize (a weakref callback): its SystemExit is lost, and the
+    handler's second SIGTERM ends the worker after the grace period instead of letting it go on."""
+    proc = subprocess.run([sys.executable, "-c", _SWALLOW, "weakref", "0.5", "0.2"], capture_output=True,
+                          text=True, timeout=30)
     assert "still running" in proc.stdout and "SystemExit" in proc.stderr  # the exit was swallowed
-    assert proc.returncode == -15  # and the default SIGTERM ended the worker
+    assert proc.returncode == -15 and "finally ran" not in proc.stdout  # the default SIGTERM ended the worker
+
+
+def test_sigterm_retried_past_the_grace_period_ends_the_worker():
+    """A callback that outlasts the grace period: the handler stops sending SIGTERM again to wait for its end,
+    and SIGTERM's default ends the worker (its `finally`s do not run)."""
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-c", _SWALLOW, "del", "0.3", "20"], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == -15 and "finally ran" not in proc.stdout
+    assert time.time() - start < 10  # not the callback's 20 seconds
 
 
 def test_a_job_with_several_needs_starts_after_all_of_them(tmp_path):
