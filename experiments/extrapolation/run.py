@@ -37,6 +37,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 POSENCS = ("none", "sinusoidal", "learned", "rope", "alibi")
 LENGTHS = (256, 512, 1024, 2048, 4096)
 ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn")
+FT_BASE = "rope"  # the encoding of the runs that FINETUNES continue: rope-s<seed>
 # (label, posenc, train_len): PI and YaRN at 4x, and their controls: the same steps at 256 (does more training
 # alone help?) and at 1024 without scaling (does the longer data alone help?)
 FINETUNES = (("cont256", "rope", 256), ("noscale4x", "rope", 1024), ("pi4x", "linear", 1024), ("yarn4x", "yarn", 1024))
@@ -60,9 +61,9 @@ def job_config(name: str, runs: pathlib.Path, finetune_steps: int) -> ml_collect
     base, _, label = name.partition("-ft-")
     posenc, sep, seed = base.rpartition("-s")
     labels = [lab for lab, _, _ in FINETUNES]
-    if not sep or posenc not in POSENCS or not seed.isdigit() or (label and (posenc != "rope" or label not in labels)):
+    if not sep or posenc not in POSENCS or not seed.isdigit() or (label and (posenc != FT_BASE or label not in labels)):
         raise ValueError(f"{name!r} is no run of this study: <posenc>-s<seed> with posenc in {POSENCS}, or "
-                         f"rope-s<seed>-ft-<label> with label in {labels}")
+                         f"{FT_BASE}-s<seed>-ft-<label> with label in {labels}")
     if not label:
         return load_config_file(str(HERE / "config.py"), f"posenc={posenc},seed={seed}")
     kind, train_len = next((k, n) for lab, k, n in FINETUNES if lab == label)
@@ -148,7 +149,8 @@ def main(argv):
                 raise SystemExit(f"{path}: {e}; move it out of results/") from None
 
     done = lambda name: (results / f"{name}.json").exists()  # noqa: E731
-    starts_from = {f"rope-s{seed}": [f"rope-s{seed}-ft-{label}" for label, _, _ in FINETUNES]  # base: its fine-tunes
+    # each base run: its fine-tunes
+    starts_from = {f"{FT_BASE}-s{seed}": [f"{FT_BASE}-s{seed}-ft-{label}" for label, _, _ in FINETUNES]
                    for seed in map(int, FLAGS.seeds)}
     names = []
     for posenc in POSENCS:
@@ -166,7 +168,7 @@ def main(argv):
 
     for seed in map(int, FLAGS.seeds):  # the fine-tunes of every seed's RoPE run and their two controls
         for label, kind, train_len in FINETUNES:
-            name = f"rope-s{seed}-ft-{label}"
+            name = f"{FT_BASE}-s{seed}-ft-{label}"
             names.append(name)
             if done(name):
                 continue
