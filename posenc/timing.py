@@ -20,7 +20,9 @@ import numpy as np
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall time of `fn()` over `repeats` calls, after one warm-up call (compilation)."""
+    """Median wall time of `fn()` over `repeats` (>= 1) calls, after one warm-up call (compilation)."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats (timed calls, the median taken) must be an integer >= 1, got {repeats!r}")
     fn()
     times = []
     for _ in range(repeats):
@@ -100,15 +102,22 @@ def cpu_description(name: str, identity: dict | None = None, article: bool = Tru
 
 def machine_record() -> dict:
     """What a wall time records of the machine it was measured on: `cpu_record` and "cores", the cores this process
-    may run on (its affinity: taskset or a container's CPU set, not the host's count)."""
-    return {**cpu_record(), "cores": len(os.sched_getaffinity(0))}
+    may run on (its affinity: taskset or a container's CPU set, not the host's count); where JAX runs on an
+    accelerator, also "device", its kind ("NVIDIA H200", as `device_record`): the time is then the accelerator's,
+    not its host CPU's."""
+    import jax  # noqa: PLC0415
+
+    record = {**cpu_record(), "cores": len(os.sched_getaffinity(0))}
+    if jax.default_backend() != "cpu":
+        record["device"] = jax.devices()[0].device_kind
+    return record
 
 
 def machines_text(records) -> str:
     """The machines a report's wall times were measured on, from their `machine_record`s: each distinct one as
     "2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1)" (`cpu_description`; "…, its cores not
-    recorded" without "cores"), joined by " and "; a time recorded without one (None, or no "cpu") as "a machine
-    whose CPU was not recorded"."""
+    recorded" without "cores"), one with an accelerator as "NVIDIA H200 (host: 16 cores of …)", joined by
+    " and "; a time recorded without one (None, or no "cpu") as "a machine whose CPU was not recorded"."""
     texts = []
     for record in records:
         if not record or not record.get("cpu"):
@@ -118,6 +127,8 @@ def machines_text(records) -> str:
             text = f"{cores} core{'s' if cores != 1 else ''} of {cpu_description(record['cpu'], record.get('cpu_id'))}"
         else:
             text = f"{cpu_description(record['cpu'], record.get('cpu_id'))}, its cores not recorded"
+        if record and record.get("device"):
+            text = f"{record['device']} (host: {text})"
         if text not in texts:
             texts.append(text)
     return " and ".join(texts) or "a machine whose CPU was not recorded"
@@ -170,15 +181,26 @@ def cpu_slug(lscpu: str | None = None) -> str:
 RESULT_SUFFIXES = (".json", ".jsonl", ".log", ".txt", ".md", ".png", ".svg", ".csv", ".npz")
 
 
-def code_version() -> str:
-    """The checkout's commit (short hash), with "+changes" when tracked files other than results
-    (`RESULT_SUFFIXES`) differ from it; "unknown" outside git. Benchmark results record it, so that a figure can be
-    told apart from one measured before a change."""
+# The checkout this package was imported from (its parent folder): what code_version describes.
+CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def code_version(checkout: str | pathlib.Path | None = None) -> str:
+    """The commit (short hash) of the checkout the code runs from (`checkout`; by default `CHECKOUT`, the one this
+    package was imported from, whatever the working directory), with "+changes" when tracked files other than
+    results (`RESULT_SUFFIXES`) differ from it; "unknown" where that folder is not the top of a git checkout (a copy
+    without its .git, also one lying inside another repository, or an installed package). Benchmark results record
+    it, so that a figure can be told apart from one measured before a change."""
+    root = pathlib.Path(CHECKOUT if checkout is None else checkout).resolve()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain=v1", "-z", "--untracked-files=no"],
-                                capture_output=True, text=True, check=True).stdout
+        if pathlib.Path(git("rev-parse", "--show-toplevel").strip()).resolve() != root:
+            return "unknown"  # the git found above `root` is another checkout's, not this code's
+        commit = git("rev-parse", "--short", "HEAD").strip()
+        status = git("status", "--porcelain=v1", "-z", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     # -z entries: "XY path", a rename's original path following as an entry of its own

@@ -208,7 +208,8 @@ def paired_gap(tuned: dict[str, Any], row: dict[str, Any]) -> tuple[float, float
     test bits per byte minus the tuned rule's, over the same test windows at the target: `row`, an evaluation row of
     the other scaling (`posenc.evaluate.evaluate`'s, with its `window_bpb`), `tuned`, a `tune` result (its best
     point's `test_window_bpb`); None where the tuned result kept no per-window scores (a rerun of `tune` scores
-    them). A row of another split or checkpoint (`step`), or windows of other bytes or lengths, are refused."""
+    them) or where there is one window only (no interval). A row of another split or checkpoint (`step`), or
+    windows of other bytes or lengths, are refused."""
     target = tuned["target_len"]
     windows = tuned["best"].get("test_window_bpb", {}).get(str(target))
     if windows is None:
@@ -222,5 +223,5 @@ def paired_gap(tuned: dict[str, Any], row: dict[str, Any]) -> tuple[float, float
                          f"({len(row['window_bpb'])} windows): not the same windows to pair")
     from posenc.evaluate import paired_interval  # noqa: PLC0415
 
-    lo, hi = paired_interval(row["window_bpb"], windows)
-    return lo, hi, len(windows)
+    interval = paired_interval(row["window_bpb"], windows)  # None for fewer than 2 windows
+    return None if interval is None else (*interval, len(windows))

@@ -1,15 +1,17 @@
 r"""Tune the hand-set RoPE scaling rules on validation with the LongRoPE search's budget, then score on test.
 
     python scripts/tune_scaling.py --workdir=RUN --target_len=1024 --longrope=DIR/longrope.json \
-        [--rules=linear,ntk,dynamic_ntk,yarn,dynamic_yarn] [--test_lengths=256,1024,4096] --out=DIR
+        [--rules=linear,ntk,dynamic_ntk,yarn,dynamic_yarn] [--test_lengths=256,1024,4096] \
+        [--test_num_bytes=32768] --out=DIR
     python scripts/tune_scaling.py --workdir=RUN --target_len=1024 --budget=180 --out=DIR
 
 Each rule's free parameters (posenc/tuning.py: PI's and NTK's factor, YaRN's betas and attention factor)
 get `--budget` validation evaluations at --target_len — by default as many as the LongRoPE search of
 --longrope spent, each scoring as many validation bytes as one of the search's evaluations at --target_len
 (its `bytes_per_evaluation`) — a seeded random search whose first point is the rule's default. The winner on validation
-and the default are then scored on the test split. Writes DIR/<rule>_<target_len>.json per rule and prints
-a table; a rerun resumes from the point records under DIR.
+and the default are then scored on the test split (--test_num_bytes; by default as many bytes as one validation
+evaluation, which for a search's few windows is a noisy test: each result keeps its 95% interval). Writes
+DIR/<rule>_<target_len>.json per rule and prints a table; a rerun resumes from the point records under DIR.
 """
 
 from absl import app, flags, logging
@@ -27,6 +29,8 @@ _LONGROPE = flags.DEFINE_string("longrope", None, "A LongRoPE result (scripts/se
 _NUM_BYTES = flags.DEFINE_integer("num_bytes", None, "Bytes scored per evaluation (default: as many as each "
                                   "evaluation of --longrope's search at --target_len, else 8 windows).")
 _TEST_LENGTHS = flags.DEFINE_list("test_lengths", [], "Test lengths besides --target_len.")
+_TEST_NUM_BYTES = flags.DEFINE_integer("test_num_bytes", None, "Test bytes scored at each length (default: as "
+                                       "many as each validation evaluation).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the random search.")
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 
@@ -46,6 +50,9 @@ def main(argv):
     if _NUM_BYTES.value is not None and _NUM_BYTES.value <= 0:
         raise app.UsageError(f"--num_bytes must be a positive integer (or left out for its default), got "
                              f"{_NUM_BYTES.value}")
+    if _TEST_NUM_BYTES.value is not None and _TEST_NUM_BYTES.value <= 0:
+        raise app.UsageError(f"--test_num_bytes must be a positive integer (or left out for its default), got "
+                             f"{_TEST_NUM_BYTES.value}")
     for rule in _RULES.value:
         tuning.check_rule(rule)
     budget = _BUDGET.value if _BUDGET.value is not None else tuning.longrope_evaluations(_LONGROPE.value)
@@ -63,7 +70,7 @@ def main(argv):
     print("|---|---|---|---|---|---|---|")
     for rule in _RULES.value:
         r = tuning.tune(_WORKDIR.value, rule, t, budget, _OUT.value, seed=_SEED.value, num_bytes=num_bytes,
-                        test_lengths=test_lengths, budget_source=source)
+                        test_lengths=test_lengths, test_num_bytes=_TEST_NUM_BYTES.value, budget_source=source)
         d, b = r["default"], r["best"]
         fmt = lambda v: "–" if v is None else f"{v:.4f}"  # noqa: E731
         print(f"| {rule} | {r['evaluations']} | {fmt(d['val_bpb'])} | {fmt(b['val_bpb'])} | "

@@ -214,6 +214,8 @@ USAGE_CASES = {
          "--budget (validation evaluations per rule) must be a positive integer, got 0"),
         ([f"--workdir={MISSING}", "--target_len=-5", "--budget=4", f"--out={MISSING}/o"],
          "--target_len (the length the rules are tuned for) must be a positive integer, got -5"),
+        ([f"--workdir={MISSING}", "--target_len=64", "--budget=4", "--test_num_bytes=0", f"--out={MISSING}/o"],
+         "--test_num_bytes must be a positive integer"),
     ],
     "train": [
         ([f"--workdir={MISSING}", "--num_processes=2"], "--num_processes: read only with --jax_distributed"),

@@ -3,6 +3,8 @@
 import json
 import subprocess
 
+import pytest
+
 from posenc import timing
 from posenc.timing import code_version, cpu_description, cpu_identity, cpu_slug
 
@@ -43,23 +45,40 @@ def test_cpu_record_is_the_model_name_and_this_machine_s_identity(monkeypatch):
     assert timing.cpu_record() == {"cpu": "AMD EPYC", "cpu_id": cpu_identity(LSCPU_AMD.format(family=26))}
 
 
-def test_code_version_is_the_commit_marked_when_tracked_code_changed(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert code_version() == "unknown"  # not a git checkout
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+def _git_checkout(path) -> str:
+    """A git checkout at `path` with one commit of f.py and result.json; its short hash."""
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(git + ["init", "-q"], check=True)
-    (tmp_path / "f.py").write_text("a")
-    (tmp_path / "result.json").write_text("{}")
+    (path / "f.py").write_text("a")
+    (path / "result.json").write_text("{}")
     subprocess.run(git + ["add", "f.py", "result.json"], check=True)
     subprocess.run(git + ["commit", "-q", "-m", "x"], check=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    assert code_version() == commit
+    return subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def test_code_version_is_the_commit_marked_when_tracked_code_changed(tmp_path):
+    assert code_version(tmp_path) == "unknown"  # not a git checkout
+    commit = _git_checkout(tmp_path)
+    assert code_version(tmp_path) == commit
     (tmp_path / "new.txt").write_text("untracked files do not count")
-    assert code_version() == commit
+    assert code_version(tmp_path) == commit
     (tmp_path / "result.json").write_text('{"a benchmark": "writing its own output"}')
-    assert code_version() == commit
+    assert code_version(tmp_path) == commit
     (tmp_path / "f.py").write_text("b")
-    assert code_version() == commit + "+changes"
+    assert code_version(tmp_path) == commit + "+changes"
+
+
+def test_code_version_describes_the_code_s_checkout_not_the_working_directory_s(tmp_path, monkeypatch):
+    """A script run from inside another repository (or a copy of the code without its .git lying inside one)
+    must not record that repository's commit as the code's."""
+    other = _git_checkout(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the working directory: another repository
+    assert not code_version().startswith(other)
+    assert code_version() == code_version(timing.CHECKOUT)
+    copy = tmp_path / "copy_of_the_code"  # a folder inside that repository, not a checkout of its own
+    copy.mkdir()
+    (copy / "f.py").write_text("a")
+    assert code_version(copy) == "unknown"
 
 
 def test_emit_records_the_xla_flags_it_ran_under(tmp_path, monkeypatch, capsys):
@@ -151,3 +170,32 @@ def test_machines_text_names_each_machine_a_wall_time_was_measured_on(monkeypatc
     assert timing.machines_text([{"cpu": "AMD EPYC"}]) == (
         "an AMD EPYC machine whose CPU family was not recorded, its cores not recorded")
     assert timing.machines_text([]) == timing.machines_text([{}]) == "a machine whose CPU was not recorded"
+
+
+def test_a_wall_time_measured_on_an_accelerator_names_it_not_only_its_host(monkeypatch):
+    """`machine_record` on a GPU records the device: a time measured there must not read as its host CPU's."""
+    import jax  # noqa: PLC0415
+
+    class H200:
+        device_kind = "NVIDIA H200"
+
+    monkeypatch.setattr(timing, "lscpu_text", lambda: LSCPU_AMD.format(family=26))
+    assert "device" not in timing.machine_record()  # on a CPU
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "devices", lambda: [H200()])
+    record = timing.machine_record()
+    assert record["device"] == "NVIDIA H200" and record["cpu"] == "AMD EPYC"
+    cpu = {k: v for k, v in record.items() if k != "device"}
+    cores = f"{record['cores']} core{'s' if record['cores'] != 1 else ''}"
+    host = f"{cores} of an AMD EPYC of CPU family 26 (model 2, stepping 1)"
+    assert timing.machines_text([record]) == f"NVIDIA H200 (host: {host})"
+    assert timing.machines_text([record, cpu]) == f"NVIDIA H200 (host: {host}) and {host}"
+
+
+def test_median_seconds_refuses_no_repeats_instead_of_timing_nan():
+    """No timed call would be a NaN median (numpy's of nothing) written as a benchmark's time."""
+    calls = []
+    assert timing.median_seconds(lambda: calls.append(1), 3) >= 0 and len(calls) == 4  # a warm-up, then 3 timed
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="repeats .* must be an integer >= 1"):
+            timing.median_seconds(lambda: None, bad)

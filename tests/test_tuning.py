@@ -163,7 +163,8 @@ def test_budget_from_a_longrope_result(tmp_path):
 
 def test_script_takes_budget_and_bytes_per_evaluation_from_the_search(trained_run, tmp_path):
     """scripts/tune_scaling.py with --longrope: the search's evaluation count is the budget and its bytes per
-    evaluation at the target are each evaluation's; a file without them at the target is a usage error."""
+    evaluation at the target are each evaluation's (--test_num_bytes the test's); a file without them at the target
+    is a usage error."""
     import pathlib  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
@@ -177,10 +178,10 @@ def test_script_takes_budget_and_bytes_per_evaluation_from_the_search(trained_ru
                                "--rules=linear", f"--longrope={search}", f"--out={tmp_path / 'out'}", *flags], cwd=root,
                               capture_output=True, text=True, timeout=600)
 
-    done = script()
+    done = script("--test_num_bytes=128")  # the test split's bytes apart from a validation evaluation's
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((tmp_path / "out" / "linear_64.json").read_text())
-    assert result["evaluations"] == 2 and result["selection"]["num_bytes"] == 192
+    assert result["evaluations"] == 2 and result["selection"]["num_bytes"] == 192 and result["test_num_bytes"] == 128
     search.write_text(json.dumps({"target_len": 128, "evaluations": 2}))
     bad = script()
     assert bad.returncode != 0 and "no bytes per evaluation at 64" in bad.stderr and "--num_bytes" in bad.stderr
@@ -197,6 +198,9 @@ def test_paired_gap_pairs_the_tuned_winner_with_another_scaling_on_the_same_wind
     assert n == 16 and (lo, hi) == ev.paired_interval(row["window_bpb"], tuned["best"]["test_window_bpb"]["1024"])
     assert lo < -0.005 and hi < 0  # the other scaling better, though each side's own spread (0.3) is far wider
     assert tuning.paired_gap({**tuned, "best": {}}, row) is None  # a result kept before per-window scores
+    one = {"rule": "yarn", "target_len": 1024, "test_num_bytes": 1024, "step": 400,
+           "best": {"test_window_bpb": {"1024": [3.0]}}}
+    assert tuning.paired_gap(one, {**row, "num_bytes": 1024, "window_bpb": [2.9]}) is None  # one window: no interval
     for other in ({**row, "num_bytes": 8 * 1024}, {**row, "length": 2048}, {**row, "window_bpb": row["window_bpb"][:8]}):
         with pytest.raises(ValueError, match="not the same windows"):
             tuning.paired_gap(tuned, other)
