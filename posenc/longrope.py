@@ -417,9 +417,15 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
     searched on the validation split of the corpus `text` in its own tokens (lengths and `num_bytes` in tokens;
     perplexity per token).
 
+    The search starts from the unscaled frequencies θ_i (its seeds are PI, NTK and YaRN of them, and the model
+    is scored with θ_i / λ_i alone), so a run trained or fine-tuned with a RoPE scaling of its own
+    (model.rope.scaling.kind other than 'none'; a checkpoint's rope_scaling or rope_parameters) is refused:
+    the factors would replace the frequencies it was trained with.
+
     Raises:
-      ValueError: `target_len` not above the run's original length; `num_bytes` not a positive multiple of both
-        lengths, or more than the validation split holds; a saved stage of another search in `out`.
+      ValueError: a run with a RoPE scaling of its own (naming the field and its kind); `target_len` not above
+        the run's original length; `num_bytes` not a positive multiple of both lengths, or more than the
+        validation split holds; a saved stage of another search in `out`.
     """
     from posenc import data  # noqa: PLC0415
     from posenc.evaluate import Evaluator, hf_run, load_run, run_stream  # noqa: PLC0415
@@ -429,6 +435,14 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
     if not cfg_model.encoding.takes_rope_scaling:
         raise ValueError(f"LongRoPE needs a run whose encoding takes a RoPE scaling; {workdir!r} has "
                          f"posenc={cfg_model.posenc!r}")
+    own = cfg_model.rope_scaling.kind
+    if own != "none":
+        field = ("the rope_scaling (rope_parameters) of its config.json: kind" if hf_model
+                 else "config.model.rope.scaling.kind")
+        raise ValueError("LongRoPE searches rescale factors λ of the unscaled RoPE frequencies (θ_i → θ_i / λ_i) "
+                         f"and applies them in place of a run's own scaling; {workdir!r} was trained with a RoPE "
+                         f"scaling ({field}={own!r}), whose frequencies the searched factors would replace. Search a "
+                         "run trained without one (kind 'none')")
     orig = run.base_len
     if target_len <= orig:
         raise ValueError(f"target_len={target_len} must exceed the run's original length {orig}")

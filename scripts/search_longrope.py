@@ -6,7 +6,9 @@ r"""Search LongRoPE rescale factors for a trained RoPE run (Ding et al. 2024, ar
 
 Stage 1 searches long factors and n̂ for perplexity at --target_len on the validation split; --per_layer
 adds a per-layer search seeded from the best shared vector; stage 2 searches short factors that restore
-perplexity at the original length (n̂ applies with the long factors only). --num_bytes is checked against both
+perplexity at the original length (n̂ applies with the long factors only). The factors rescale the
+unscaled RoPE frequencies: a run trained or fine-tuned with a RoPE scaling of its own
+(config.model.rope.scaling.kind other than 'none') is refused. --num_bytes is checked against both
 lengths before any stage runs. The population is saved every generation in --out (default
 <workdir>/longrope_<target_len>) and a rerun resumes (a state of another posenc.longrope.SEARCH_VERSION is
 refused: use a fresh --out). The result, <out>/longrope.json, is used by

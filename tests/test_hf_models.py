@@ -211,9 +211,26 @@ def test_sweep_and_longrope_search_take_a_checkpoint(tmp_path):
     want = next(r["bpb"] for r in plain if r["protocol"] == "nonoverlap")
     assert {r["name"]: r for r in records}["factor=2"]["bpb_L32"] == pytest.approx(want, rel=1e-9)
     cfg = longrope.SearchConfig(population=4, generations=1, mutations=2, crossovers=2, parents=2)
-    result = longrope.search_run(str(DATA / "llama"), 32, cfg, out=str(tmp_path / "lr"), num_bytes=64,
+    # a checkpoint without a RoPE scaling of its own (those with one are refused: the next test)
+    result = longrope.search_run(str(DATA / "mistral"), 128, cfg, out=str(tmp_path / "lr"), num_bytes=128,
                                  progress=False, hf_model=True)
-    assert result["original_max_len"] == 16 and len(result["long_factor"]) == 4
+    assert result["original_max_len"] == 64 and result["factor"] == 2.0
+    assert len(result["long_factor"]) == hf.load_pretrained(DATA / "mistral").cfg.rotary_dim // 2
+
+
+@pytest.mark.parametrize("family,kind", [("llama", "llama3"), ("qwen2", "yarn"), ("qwen3", "linear"),
+                                         ("phi3", "longrope")])
+def test_longrope_search_refuses_a_checkpoint_with_a_rope_scaling_of_its_own(family, kind, tmp_path):
+    """The search rescales the unscaled frequencies in place of a checkpoint's rope_scaling, which its weights
+    were trained with: refused, naming the field and the kind it reads as, before --out is made."""
+    from posenc import longrope
+
+    cfg = longrope.SearchConfig(population=4, generations=1, mutations=2, crossovers=2, parents=2)
+    with pytest.raises(ValueError, match=rf"trained with a RoPE scaling \(the rope_scaling \(rope_parameters\) of its "
+                                         rf"config.json: kind='{kind}'\).*kind 'none'"):
+        longrope.search_run(str(DATA / family), 256, cfg, out=str(tmp_path / "lr"), num_bytes=256, progress=False,
+                            hf_model=True)
+    assert not (tmp_path / "lr").exists()
 
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen3", "gpt_neox"])

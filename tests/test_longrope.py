@@ -13,6 +13,7 @@ import posenc
 from posenc import data, longrope, train, tuning
 from posenc.evaluate import Evaluator
 from posenc.longrope import Individual, SearchConfig
+from posenc.rope_scaling import RopeScaling
 
 BOUND = 5.0
 SMALL = SearchConfig(population=12, generations=6, mutations=4, crossovers=4, parents=6, seed=0)
@@ -302,6 +303,32 @@ def test_search_run_seeds_take_the_smallest_n_hat_choice(rope_run, tmp_path, mon
         longrope.search_run(rope_run, 64, dataclasses.replace(SMALL, n_hat_choices=(16, 2)), out=str(tmp_path),
                             progress=False)
     assert seen == [2, 2, 2]
+
+
+@pytest.mark.parametrize("scaling", [RopeScaling("linear", 2.0, original_max_len=16),
+                                     RopeScaling("yarn", 2.0, original_max_len=16),
+                                     RopeScaling("linear", 1.0, original_max_len=16, dynamic=True)],
+                         ids=["linear", "yarn", "dynamic_linear"])
+def test_a_run_with_a_rope_scaling_of_its_own_is_refused_before_any_search(rope_run, tmp_path, monkeypatch, scaling):
+    """The search scores θ_i / λ_i of the unscaled frequencies in place of the run's own scaling: a run fine-tuned
+    with PI or YaRN (its model.rope.scaling) would be searched on frequencies it was not trained with, so it is
+    refused, naming the field and its kind, before any fitness evaluation and before --out is made."""
+    from posenc import evaluate  # noqa: PLC0415
+
+    real = evaluate.load_run
+
+    def scaled(workdir, name=None):
+        run = real(workdir, name)
+        run.cfg = dataclasses.replace(run.cfg, rope_scaling=scaling)  # as restored from a fine-tuned run's config
+        return run
+
+    monkeypatch.setattr(evaluate, "load_run", scaled)
+    monkeypatch.setattr(Evaluator, "nll", lambda *a, **k: pytest.fail("a fitness was evaluated"))
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=rf"config.model.rope.scaling.kind='{scaling.kind}'\), whose frequencies the "
+                                         r"searched factors would replace.*kind 'none'"):
+        longrope.search_run(rope_run, 64, SMALL, out=str(out), progress=False)
+    assert not out.exists()
 
 
 
