@@ -331,8 +331,8 @@ class TaskSpec:
         if task is None and pos is None:
             return None
         spec = cls(name=task.name if task else "lm", filler=task.get("filler", "repeat") if task else "repeat",
-                   min_len=task.get("min_len") if task else None, lm_ratio=float(task.get("lm_ratio", 0.0)) if task else 0.0,
-                   prompt_weight=float(task.get("prompt_weight", 0.0)) if task else 0.0,
+                   min_len=task.get("min_len") if task else None, lm_ratio=task.get("lm_ratio", 0.0) if task else 0.0,
+                   prompt_weight=task.get("prompt_weight", 0.0) if task else 0.0,  # checked as given (`check`)
                    version=task.get("version") if task else VERSIONS["lm"],
                    randomize=bool(pos.randomize) if pos else False, max_position=pos.get("max_position") if pos else None,
                    positions_version=pos.get("version") if pos else None)
@@ -358,7 +358,8 @@ class TaskSpec:
             check_input_lengths(self.name, [train_len], "train_len")
         for field in ("prompt_weight", "lm_ratio"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating))
+                    or not 0.0 <= value <= 1.0):
                 raise ValueError(f"task.{field} must be a number in [0, 1], got {value!r}")
         if self.randomize:
             kind = get_encoding(posenc).position_kind

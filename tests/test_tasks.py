@@ -245,6 +245,145 @@ def test_lm_ratio_mixes_full_rows(corpus):
     assert 4 < full.sum() < 28  # about half the rows are text windows, every target counted
 
 
+def _rows(spec, corpus, *, seed, step, batch_size, length):
+    """`tasks.train_batch`'s rows redrawn from its generator as the module docstring says: per row, a uniform
+    draw against lm_ratio only where lm_ratio > 0, then a text window of the train split (every target weight 1)
+    or an example of n inputs, n in [shortest, length] (answer targets 1, other real targets prompt_weight,
+    padding 0). [(kind, inputs, targets, weights)] with `length` entries each."""
+    rng, text = np.random.default_rng([seed, step, 1]), corpus.split("train")
+    out = []
+    for _ in range(batch_size):
+        if spec.lm_ratio and rng.uniform() < spec.lm_ratio:
+            start = int(rng.integers(0, len(text) - length))
+            window = text[start:start + length + 1].astype(np.int32)
+            out.append(("lm", window[:-1], window[1:], np.ones(length)))
+            continue
+        n = int(rng.integers(spec.shortest(length), length + 1))
+        ex = tasks.make_example(spec.name, rng, n + 1, filler=spec.filler, corpus=corpus)
+        x, y, w = (np.zeros(length, np.int32), np.zeros(length, np.int32), np.zeros(length))
+        x[:n], y[:n] = ex.tokens[:-1], ex.tokens[1:]
+        for j in range(n):  # target j is token j + 1
+            w[j] = 1.0 if ex.answer[j + 1] else 0.0 if ex.tokens[j + 1] == tasks.PAD else spec.prompt_weight
+        out.append((spec.name, x, y, w))
+    return out
+
+
+@pytest.mark.parametrize("task,length", [("copy", 32), ("recall", 41), ("passkey", 160)])
+def test_lm_ratio_0_draws_no_lm_row_and_1_only_lm_rows(task, length, corpus):
+    """lm_ratio 0 (every committed run) takes no draw for it: the batch is the task's examples alone, as the
+    generator draws them; lm_ratio 1 makes every row a text window of the train split, every target weight 1."""
+    for ratio, kinds in ((0.0, {task}), (1.0, {"lm"})):
+        spec = tasks.TaskSpec(name=task, lm_ratio=ratio)
+        for step in range(3):
+            batch = tasks.train_batch(spec, corpus, seed=2, step=step, batch_size=6, length=length)
+            rows = _rows(spec, corpus, seed=2, step=step, batch_size=6, length=length)
+            assert {kind for kind, *_ in rows} == kinds
+            for key, i in (("inputs", 1), ("targets", 2), ("weights", 3)):
+                np.testing.assert_array_equal(batch[key], np.stack([r[i] for r in rows]), err_msg=f"{key} {ratio}")
+            if ratio == 1.0:
+                assert (batch["weights"] == 1).all()
+                text = bytes(corpus.split("train"))
+                for x, y in zip(batch["inputs"], batch["targets"]):
+                    np.testing.assert_array_equal(x[1:], y[:-1])
+                    assert bytes(np.append(x, y[-1]).astype(np.uint8)) in text  # a window of the train split
+            else:
+                assert not (batch["weights"] == 1).all(axis=1).any()  # a task row's first target is prompt
+
+
+def test_lm_ratio_is_the_share_of_lm_rows_drawn_per_row(corpus):
+    """Each row is a text window with probability lm_ratio, drawn per row: over 60 batches of 16 (960 rows) the
+    share is within 0.05 of the ratio (3.4 standard deviations at 0.3), every batch is reproducible, and rows of
+    both kinds share batches (not one kind per batch)."""
+    for ratio in (0.3, 0.8):
+        spec = tasks.TaskSpec(name="copy", lm_ratio=ratio)
+        lm = []
+        for step in range(60):
+            batch = tasks.train_batch(spec, corpus, seed=5, step=step, batch_size=16, length=32)
+            kinds = [kind == "lm" for kind, *_ in _rows(spec, corpus, seed=5, step=step, batch_size=16, length=32)]
+            full = (batch["weights"] == 1).all(axis=1)  # a copy row's first target is prompt (weight 0)
+            np.testing.assert_array_equal(full, kinds)
+            lm.append(full)
+        lm = np.array(lm)
+        assert abs(lm.mean() - ratio) < 0.05, (ratio, lm.mean())
+        assert ((lm.sum(axis=1) > 0) & (lm.sum(axis=1) < 16)).mean() > 0.5
+
+
+@pytest.mark.parametrize("task,length", [("copy", 33), ("reverse", 32), ("recall", 43), ("passkey", 160)])
+def test_prompt_weight_is_exactly_the_weight_of_a_task_row_s_real_non_answer_targets(task, length, corpus):
+    """prompt_weight w: weight 1 on answer targets, exactly w on the other targets of an example (its padding
+    within the row aside, 0: recall's and copy's lengths leave some) and 0 past the example; LM rows (lm_ratio)
+    keep weight 1 on every target. The draws do not depend on w: the batch's tokens are those of w = 0."""
+    w = 0.3
+    for ratio in (0.0, 0.5):
+        base = tasks.train_batch(tasks.TaskSpec(name=task, lm_ratio=ratio), corpus, seed=1, step=4, batch_size=8,
+                                 length=length)
+        spec = tasks.TaskSpec(name=task, lm_ratio=ratio, prompt_weight=w)
+        batch = tasks.train_batch(spec, corpus, seed=1, step=4, batch_size=8, length=length)
+        for key in ("inputs", "targets"):
+            np.testing.assert_array_equal(batch[key], base[key])
+        rows = _rows(spec, corpus, seed=1, step=4, batch_size=8, length=length)
+        np.testing.assert_array_equal(batch["weights"], np.stack([r[3] for r in rows]).astype(np.float32))
+        assert set(np.unique(batch["weights"])) <= {0.0, np.float32(w), 1.0}
+        for (kind, x, y, _), weights in zip(rows, batch["weights"]):
+            if kind == "lm":
+                assert (weights == 1).all()
+                continue
+            real = np.flatnonzero(y != tasks.PAD)  # the example's targets (no byte of a task example is 0)
+            n = real[-1] + 1
+            assert (weights[n:] == 0).all() and (weights[real] > 0).all()
+            answers = weights == 1
+            if task in ("copy", "reverse"):  # key, "|", key: the targets after "|" are the answer
+                k = n // 2
+                assert y[k - 1] == ord("|") and answers.sum() == k and answers[k:2 * k].all()
+                expect = x[:k] if task == "copy" else x[:k][::-1]
+                np.testing.assert_array_equal(y[k:2 * k], expect)
+            elif task == "passkey":  # the 6 bytes " NNNNN" end the prompt, which fills the row
+                assert n == length and answers[-6:].all() and answers.sum() == 6
+            else:  # recall: after ";", every second target is a value
+                semi = int(np.flatnonzero(y == ord(";"))[0])
+                assert answers.sum() == (semi + 1) // 2 and answers[semi + 2:n:2].all()
+            assert (weights[real][~answers[real]] == np.float32(w)).all()
+
+
+@pytest.mark.parametrize("randomize", [False, True])
+def test_evaluation_batches_ignore_lm_ratio_and_prompt_weight(randomize, corpus):
+    """Validation scores the task's answers only: the validation batch of a run with lm_ratio and prompt_weight
+    is that of the same run without them, byte for byte, weights in {0, 1}."""
+    extra = {"randomize": True, "max_position": 128, "positions_version": tasks.POSITIONS_VERSION} if randomize else {}
+    for task in ("copy", "recall"):
+        plain = tasks.validation_batch(tasks.TaskSpec(name=task, **extra), corpus, seed=0, batch_size=8, length=40)
+        mixed = tasks.validation_batch(tasks.TaskSpec(name=task, lm_ratio=0.7, prompt_weight=0.4, **extra), corpus,
+                                       seed=0, batch_size=8, length=40)
+        assert set(plain) == set(mixed) == {"inputs", "targets", "weights"} | ({"positions"} if randomize else set())
+        for key in plain:
+            np.testing.assert_array_equal(mixed[key], plain[key], err_msg=key)
+        assert set(np.unique(mixed["weights"])) == {0.0, 1.0}
+        assert not (mixed["weights"] == 1).all(axis=1).any()  # no LM row
+
+
+@pytest.mark.parametrize("field", ["lm_ratio", "prompt_weight"])
+@pytest.mark.parametrize("value", [-0.1, 1.0001, float("nan"), float("inf"), -float("inf"), "0.5", None, True, [0.5]])
+def test_lm_ratio_and_prompt_weight_outside_0_1_are_refused_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=rf"^task.{field} must be a number in \[0, 1\], got {re.escape(repr(value))}$"):
+        tasks.TaskSpec(name="copy", **{field: value}).check(32, "rope")
+
+
+@pytest.mark.parametrize("field", ["lm_ratio", "prompt_weight"])
+def test_lm_ratio_and_prompt_weight_of_a_config_are_checked_as_given(field, cache_dir, tmp_path):
+    """The run's config reaches `TaskSpec.check` as given: an unset (None) or NaN value is refused naming the
+    field (not a float() TypeError), before the run's folder is made; 0 and 1 are the range's ends."""
+    for value in (None, float("nan"), -0.5):
+        config = _tasks_config(cache_dir, "task=copy,tiny")
+        config.task[field] = value
+        with pytest.raises(ValueError, match=rf"task.{field} must be a number in \[0, 1\], got {value!r}"):
+            train.train_and_evaluate(config, str(tmp_path / "run"))
+        assert not (tmp_path / "run").exists()
+    for value in (0.0, 1.0, 0.25):
+        config = _tasks_config(cache_dir, "task=copy,tiny")
+        config.task[field] = value
+        assert getattr(tasks.TaskSpec.from_config(config), field) == value
+
+
 def test_random_positions_sorted_distinct_in_range(corpus):
     p = tasks.random_positions(np.random.default_rng(0), 100, 1000)
     assert (np.diff(p) > 0).all() and p.min() >= 0 and p.max() < 1000
