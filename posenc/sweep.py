@@ -551,7 +551,8 @@ def records_split(records: Sequence[dict[str, Any]]) -> str | None:
 
 def write_outputs(records: list[dict[str, Any]], root: str, axes: list[str], lengths: Sequence[int],
                   plot_length: int | None = None) -> dict[str, pathlib.Path]:
-    """results.csv, results.md and a plot: a heatmap for two axes, lines over length for one."""
+    """results.csv, results.md and a plot: a heatmap for two axes, lines over length for one (each point shaded over
+    its interval over windows, and the n-gram floor dashed, as the table has them)."""
     import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
@@ -631,9 +632,17 @@ def write_outputs(records: list[dict[str, Any]], root: str, axes: list[str], len
                  if best and split == "validation" else f"{split} split")
         ax.set_title(title)
     else:
-        for r in done:
+        for r in done:  # the table's cells: each point's bits per byte, shaded over its interval where it has one
             pts = [(n, r.get(f"bpb_L{n}")) for n in lengths if r.get(f"bpb_L{n}") is not None]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=r["name"])
+            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=r["name"])
+            band = [(n, *ci(r, n)) for n, _ in pts if ci(r, n)[0] is not None]
+            if band:
+                ax.fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band],
+                                color=line.get_color(), alpha=0.15, lw=0)
+        floor_pts = [(n, v) for n, v in floors.items() if v is not None]
+        if floor_pts:
+            ax.plot([p[0] for p in floor_pts], [p[1] for p in floor_pts], color="k", linestyle="--",
+                    label="n-gram floor")
         train_lens = sorted({r.get("train_len") for r in done if r.get("train_len")})
         for t in train_lens:
             ax.axvline(t, color="gray", linestyle="--", linewidth=1)

@@ -378,24 +378,34 @@ def _pyplot():
 
 def plot_accuracy(series: dict[str, list[tuple[int, tuple[int, int] | None]]], train_lens, path, *,
                   unit: str = "tokens") -> None:
-    """Accuracy against length with Wilson 95% bands: {label: [(length, (correct, n) or None), ...]}."""
+    """Accuracy against length with Wilson 95% bands: {label: [(length, (correct, n) or None), ...]}.
+
+    Series i is drawn in colour C(i mod 10) with the (i // 10)-th line style, so that no two series look alike
+    however many there are; past ten series the legend stands right of the axes, in columns of at most 20, and
+    the figure widens and grows to hold it."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, pts in series.items():
-        pts = [(n, c) for n, c in pts if c is not None]
-        if not pts:
-            continue
+    drawn = {label: [(n, c) for n, c in pts if c is not None] for label, pts in series.items()}
+    drawn = {label: pts for label, pts in drawn.items() if pts}
+    outside = len(drawn) > 10
+    ncol = -(-len(drawn) // 20)
+    fig, ax = plt.subplots(figsize=(7 + 2.6 * ncol, max(4.5, 0.75 + 0.19 * -(-len(drawn) // ncol)))
+                           if outside else (7, 4.5))
+    for i, (label, pts) in enumerate(drawn.items()):
+        style = {"color": f"C{i % 10}", "linestyle": ("-", "--", ":", "-.")[i // 10 % 4]}
         ci = np.array([wilson_interval(*c) for _, c in pts])
         xs = [n for n, _ in pts]
-        ax.plot(xs, [c[0] / c[1] for _, c in pts], marker="o", label=label)
-        ax.fill_between(xs, ci[:, 0], ci[:, 1], alpha=0.15)
+        ax.plot(xs, [c[0] / c[1] for _, c in pts], marker="o", label=label, **style)
+        ax.fill_between(xs, ci[:, 0], ci[:, 1], alpha=0.15, color=style["color"])
     for t in sorted(set(train_lens)):
         ax.axvline(t, color="gray", linestyle="--", linewidth=1)
     ax.set_xscale("log", base=2)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel(f"length ({unit})")
     ax.set_ylabel("exact-match accuracy (Wilson 95%)")
-    ax.legend(fontsize=7)
+    if outside:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=ncol, borderaxespad=0)
+    else:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -66,3 +66,18 @@ def copy_run(trained_run, tmp_path):
         return pathlib.Path(shutil.copytree(trained_run, tmp_path / name))
 
     return make
+
+
+def assert_same_figure(drawn, committed, tol: float = 1.0) -> None:
+    """A figure rendered again against its committed file: the same size in pixels and an RMS difference of at most
+    `tol` on the 0–255 scale (antialiasing of the last float digits moves a few pixels by one level, RMS ~0.01; a
+    line added, moved or given another colour moves thousands, RMS ≥ 5), so a committed figure is the one its code
+    draws from the committed results."""
+    import matplotlib.image  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+
+    a, b = matplotlib.image.imread(drawn), matplotlib.image.imread(committed)
+    assert a.shape == b.shape, (f"{committed} is {b.shape[1]}×{b.shape[0]} pixels; rendered again: "
+                                f"{a.shape[1]}×{a.shape[0]}")
+    rms = 255 * float(np.sqrt(np.mean((a - b) ** 2)))
+    assert rms <= tol, f"{committed} differs from the figure rendered again (RMS {rms:.2f} > {tol}): render it again"

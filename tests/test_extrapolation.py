@@ -8,6 +8,8 @@ import shutil
 
 import pytest
 
+from conftest import assert_same_figure
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("extrapolation_report", ROOT / "experiments/extrapolation/report.py")
 report = importlib.util.module_from_spec(_spec)
@@ -37,6 +39,8 @@ def test_committed_report_is_rendered_from_the_results_and_inconclusive_verdicts
     here = _copy_results(tmp_path)
     text = report.write_report(here)
     assert text == (ROOT / "experiments/extrapolation/README.md").read_text()
+    for figure in (ROOT / "experiments/extrapolation/figures").glob("*.png"):
+        assert_same_figure(here / "figures" / figure.name, figure)
     claims = _claims(text)
     assert len(claims) >= 8 and all(len(c) == 6 for c in claims)
     verdicts = {c[3] for c in claims}
@@ -44,6 +48,37 @@ def test_committed_report_is_rendered_from_the_results_and_inconclusive_verdicts
     for claim in claims:
         if claim[3] == "inconclusive" and claim[5] != "none":
             assert claim[5].startswith("**weak** (inconclusive; "), claim
+
+
+
+def test_bpb_vs_length_draws_the_tables_cells_and_the_n_gram_floor(tmp_path, monkeypatch):
+    """Every point of figures/bpb_vs_length.png is its table's cell, mean ± std over seeds (the encodings' table, the
+    interpolated learned table among them, and the scalings'), and each panel draws the n-gram floor's row."""
+    here = _copy_results(tmp_path)
+    figures = []
+    monkeypatch.setattr(report.plt, "close", figures.append)  # keep the figures to read them back
+    text = report.write_report(here)
+    cells = {}
+    for line in text.splitlines():
+        parts = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(parts) > len(report.LENGTHS):
+            cells.setdefault(parts[0], parts[1:len(report.LENGTHS) + 1])
+    axes = figures[0].axes
+    assert len(axes) == 2
+    for ax in axes:
+        drawn = 0
+        for bars in ax.containers:
+            points, _, (ranges,) = bars.lines
+            half = {seg[0][0]: (seg[1][1] - seg[0][1]) / 2 for seg in ranges.get_segments()}
+            row = cells[bars.get_label()]
+            for n, y in zip(points.get_xdata(), points.get_ydata()):
+                cell = row[report.LENGTHS.index(n)]
+                assert cell in (f"{y:.3f} ± {half[n]:.3f}", f"{y:.3f}"), (bars.get_label(), n, cell)
+                drawn += 1
+        floor = next(line for line in ax.get_lines() if line.get_label() == "n-gram floor")
+        assert [f"{y:.3f}" for y in floor.get_ydata()] == cells["n-gram floor"]
+        assert drawn >= 5 * len(report.LENGTHS)
+    assert "learned, table interpolated" in [bars.get_label() for bars in axes[0].containers]
 
 
 def test_a_base_run_trained_again_must_score_as_its_result_did(trained_run):

@@ -13,6 +13,8 @@ from absl import flags
 
 from posenc import jobs, tasks, timing
 
+from conftest import assert_same_figure
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HERE = ROOT / "experiments" / "length_generalization"
 
@@ -656,3 +658,5 @@ def test_committed_readme_is_rendered_from_the_committed_results(tmp_path):
     assert (tmp_path / "README.md").read_text() == (HERE / "README.md").read_text()
     assert ({p.name for p in (tmp_path / "figures").glob("*.png")}
             == {p.name for p in (HERE / "figures").glob("*.png")})  # each figure drawn, none stale
+    for figure in (HERE / "figures").glob("*.png"):
+        assert_same_figure(tmp_path / "figures" / figure.name, figure)

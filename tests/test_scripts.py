@@ -11,6 +11,8 @@ import tempfile
 
 import pytest
 
+from conftest import assert_same_figure
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -143,7 +145,7 @@ def test_benchmark_xla_options_compiles_each_variant_with_its_options():
 def test_figures_script(tmp_path):
     run("experiments/figures/make_figures.py", f"--out={tmp_path}")
     for name in ("rope_decay", "sinusoidal_similarity", "yarn_regions", "rope_scores"):
-        assert (tmp_path / f"{name}.png").stat().st_size > 10_000
+        assert_same_figure(tmp_path / f"{name}.png", ROOT / "experiments" / "figures" / f"{name}.png")
 
 
 @pytest.mark.parametrize("script", ["scripts/train.py", "scripts/eval_extrapolation.py", "scripts/generate.py",

@@ -507,3 +507,26 @@ def test_eval_sweep_over_training_free_method_fields_matches_evaluation_and_comp
     done = sweep.run_eval_sweep(str(alibi), str(tmp_path / "a"), sinks, lengths=[64], scaling="none", method="sinks",
                                 num_bytes=128, progress=False)
     assert len(done) == 2 and all(r["status"] == "done" for r in done)
+
+
+def test_the_line_plot_draws_the_tables_intervals_and_n_gram_floor(tmp_path, monkeypatch):
+    """One axis: each point's line is its table cells, shaded over their intervals, and the n-gram floor the table
+    has as its last row is drawn too."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)  # keep the figure to read it back
+    records = [{"name": f"base={b}", "point": {"model.rope.base": b}, "status": "done", "train_len": 32,
+                "bpb_L32": 2.0 + k, "bpb_L64": 3.0 + k, "ci_L32": [1.9 + k, 2.1 + k], "ci_L64": [2.8 + k, 3.2 + k],
+                "floor_L32": 2.5, "floor_L64": 2.4} for k, b in enumerate((100, 10000))]
+    paths = sweep.write_outputs(records, str(tmp_path), ["model.rope.base"], [32, 64])
+    assert "| n-gram floor | baseline | 2.500 | 2.400 |" in paths["md"].read_text()
+    (ax,) = figures[0].axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["n-gram floor"].get_ydata()) == [2.5, 2.4]
+    assert list(lines["base=10000"].get_ydata()) == [3.0, 4.0]
+    bands = [c.get_paths()[0].vertices for c in ax.collections]
+    assert len(bands) == 2
+    for band, k in zip(bands, (0, 1)):
+        assert np.isclose(band[:, 1].min(), 1.9 + k) and np.isclose(band[:, 1].max(), 3.2 + k)
+    plt.close(figures[0])

@@ -1043,3 +1043,27 @@ def test_the_config_docstring_s_pilot_numbers_are_those_of_the_runs_it_names():
     two_layers = result_curve(result("2layers/copy-rope-rp-s0.json"))
     assert (f"({pct(val_at(curve('copy-rope-rp-maxpos128'), 3600))} validation exact match at step 3600, pilot row "
             f"copy-rope-rp-maxpos128, against {pct(val_at(two_layers, 3600))} at [0, 512)") in doc
+
+
+def test_plot_accuracy_gives_every_series_its_own_style_and_the_figure_holds_the_legend(tmp_path, monkeypatch):
+    """36 runs (the passkey study's): past matplotlib's ten colours no two lines share colour and line style, and
+    the whole legend lies inside the saved figure (none of its entries cut off at the edge)."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    from posenc.task_eval import plot_accuracy  # noqa: PLC0415
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)  # keep the figure to read it back
+    series = {f"passkey-{e}-s{s}": [(256, (90 - e, 100)), (512, (40 - e - s, 100)), (1024, None)]
+              for e in range(12) for s in range(3)}
+    plot_accuracy(series, [256], tmp_path / "accuracy.png", unit="bytes")
+    (fig,) = figures
+    (ax,) = fig.axes
+    lines = [line for line in ax.get_lines() if line.get_label() in series]
+    assert len(lines) == len(series)
+    assert len({(line.get_color(), line.get_linestyle()) for line in lines}) == len(series)
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == list(series)
+    box, page = legend.get_window_extent(fig.canvas.get_renderer()), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
+    plt.close(fig)

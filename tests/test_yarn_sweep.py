@@ -7,6 +7,8 @@ import pathlib
 
 import pytest
 
+from conftest import assert_same_figure
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HERE = ROOT / "experiments" / "yarn_sweep"
 _spec = importlib.util.spec_from_file_location("yarn_sweep_report", HERE / "report.py")
@@ -16,6 +18,14 @@ _spec.loader.exec_module(report)
 
 def test_committed_readme_is_rendered_from_the_results():
     assert (HERE / "README.md").read_text() == report.render(report.load())
+
+
+def test_committed_figures_are_drawn_from_the_results(tmp_path, monkeypatch):
+    results = report.load()
+    monkeypatch.setattr(report, "HERE", tmp_path)  # _figures writes beside the README: here, into the test's folder
+    report._figures(results)
+    for name in ("best_attention_factor.png", "betas.png"):
+        assert_same_figure(tmp_path / name, HERE / name)
 
 
 def test_each_choice_is_the_validation_minimum_and_test_scores_the_choice():

@@ -240,20 +240,27 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
                      "may need the whole study trained again on one machine."]
 
     # ---- figures
+    # the tables' cells (`stat`: mean ± std over seeds) and their n-gram floor row
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for e in ENCODINGS:
-        pts = [(n, stat(results, runs_of[e], "none", n)) for n in L]
-        pts = [(n, s) for n, s in pts if s]
-        axes[0].errorbar([p[0] for p in pts], [p[1][0] for p in pts], yerr=[p[1][1] for p in pts], marker="o",
-                         capsize=3, label=LABEL[e])
+
+    def draw(ax, runs, scaling, label, **style):
+        pts = [(n, s) for n, s in ((n, stat(results, runs, scaling, n)) for n in L) if s]
+        ax.errorbar([p[0] for p in pts], [p[1][0] for p in pts], yerr=[p[1][1] for p in pts], marker="o",
+                    capsize=3, label=label, **style)
+
+    for i, e in enumerate(ENCODINGS):
+        draw(axes[0], runs_of[e], "none", LABEL[e], color=f"C{i}")
+    draw(axes[0], runs_of["learned"], "interpolate", "learned, table interpolated",
+         color=f"C{ENCODINGS.index('learned')}", linestyle=":")
     for s in scalings:
-        pts = [(n, stat(results, rope, s, n)) for n in L]
-        axes[1].errorbar([p[0] for p in pts], [p[1][0] for p in pts], yerr=[p[1][1] for p in pts], marker="o",
-                         capsize=3, label=names[s])
+        draw(axes[1], rope, s, names[s])
     for ax, title in zip(axes, ("encodings, no scaling", "RoPE with inference-time scaling")):
+        ax.plot(L, [floor[n] for n in L], color="k", linestyle="--", linewidth=1, label="n-gram floor")
         ax.axvline(256, color="gray", linestyle="--", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        for axis_format in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):  # 3, 4, 5: every tick
+            axis_format(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.set_xlabel("evaluation length (bytes); train_len 256 dashed")
         ax.set_ylabel("bits per byte (non-overlapping, mean ± std over seeds)")
         ax.set_title(title)

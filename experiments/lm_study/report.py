@@ -60,6 +60,14 @@ def label(posenc: str) -> str:
     return LABEL.get(posenc, posenc)
 
 
+def style(posenc: str) -> dict:
+    """An encoding's line colour and style, the same in every figure and panel (the core encodings first, then the
+    registry's others; past ten colours the cycle repeats dashed), so that a colour never names two encodings."""
+    order = run.CORE + run.OTHERS
+    i = order.index(posenc) if posenc in order else len(order)
+    return {"color": f"C{i % 10}", "ls": "-" if i < 10 else "--"}
+
+
 class Study:
     """Lookups into the results: rows of a job, bits per byte by (job, scaling, length, protocol, method)."""
 
@@ -585,10 +593,10 @@ def plot_per_position(st: Study, corpus: str, encs: list[str], path: pathlib.Pat
 
     def draw(axis, curves, k, p):
         x, mean = _smooth(np.mean(curves, axis=0), k)
-        line, = axis.plot(x, mean, label=label(p) + (f" ({len(curves)} seeds)" if len(curves) > 1 else ""))
+        axis.plot(x, mean, label=label(p) + (f" ({len(curves)} seeds)" if len(curves) > 1 else ""), **style(p))
         if len(curves) > 1:
             smoothed = np.array([_smooth(c, k)[1] for c in curves])
-            axis.fill_between(x, smoothed.min(0), smoothed.max(0), color=line.get_color(), alpha=0.2, lw=0)
+            axis.fill_between(x, smoothed.min(0), smoothed.max(0), color=style(p)["color"], alpha=0.2, lw=0)
 
     for p in encs:
         curves = [c for c in (st.curve(n) for n in st.mains(corpus, p)) if c is not None]
@@ -619,15 +627,21 @@ def plot_per_position(st: Study, corpus: str, encs: list[str], path: pathlib.Pat
 
 
 def plot_lengths(st: Study, corpus: str, encs: list[str], path: pathlib.Path) -> None:
+    """The headline table's cells: each encoding's mean over seeds at each L with its standard deviation over
+    seeds as an error bar (none from one seed), and the n-gram floor dashed."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for p in encs:
-        v = [_mean(st.values(st.mains(corpus, p), "none", n)) for n in st.lengths]
-        ax.plot(st.lengths, [np.nan if x is None else x for x in v], marker="o", label=label(p))
+        values = [st.values(st.mains(corpus, p), "none", n) for n in st.lengths]
+        mean = [np.nan if _mean(v) is None else _mean(v) for v in values]
+        sd = [np.nan if _sd(v) is None else _sd(v) for v in values]
+        runs = len(st.mains(corpus, p))
+        ax.errorbar(st.lengths, mean, yerr=sd, marker="o", capsize=3,
+                    label=label(p) + (f" ({runs} seeds)" if runs > 1 else ""), **style(p))
     floor = [st.floor(corpus, n) for n in st.lengths]
     ax.plot(st.lengths, [np.nan if x is None else x for x in floor], color="k", ls="--", label="n-gram floor")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("window length L (bytes)")
-    ax.set_ylabel("bits per byte (non-overlapping)")
+    ax.set_ylabel("bits per byte (non-overlapping; mean ± sd over seeds)")
     ax.set_title(f"{corpus}: trained at {st.l0}")
     ax.legend()
     fig.tight_layout()
