@@ -33,19 +33,21 @@ def _json(path: str) -> dict:
 
 def quickstart_time() -> str:
     """The main job's wall time from experiments/quickstart/run_info.json (the committed run), then from
-    by_cpu/*.json (the latest run on each CPU kind, run.sh's) on the other CPU kinds."""
-    from posenc.timing import cpu_description  # noqa: PLC0415
+    by_cpu/*.json (the latest run on each CPU kind and accelerator, run.sh's) on the other machines, each named by
+    `timing.machines_text` (an accelerator's run as "NVIDIA H100 (host: …)")."""
+    from posenc.timing import machines_text  # noqa: PLC0415
 
     def said(info: dict) -> str:
         minutes = round((info["train_seconds"] + info["eval_seconds"]) / 60)
-        return (f"about {minutes} minutes on {info['cores']} cores of {cpu_description(info['cpu'], info.get('cpu_id'))}: "
+        took = f"about {minutes} minute{'s' if minutes != 1 else ''}" if minutes else "under a minute"
+        return (f"{took} on {machines_text([info])}: "
                 f"{info['train_seconds']} s of training, {info['eval_seconds']} s of evaluation")
 
     info = _json("experiments/quickstart/run_info.json")
     out = [said(info) + ", `experiments/quickstart/run_info.json`"]
     for path in sorted((ROOT / "experiments/quickstart/by_cpu").glob("*.json")):
         other = json.loads(path.read_text())
-        if other.get("cpu_id") != info.get("cpu_id"):
+        if (other.get("cpu_id"), other.get("device")) != (info.get("cpu_id"), info.get("device")):
             extra = [s for s in other.get("eval_scalings", "").split(",")
                      if s and s not in info.get("eval_scalings", "").split(",")]
             out.append(said(other) + (f" (its evaluation also scored {', '.join(extra)})" if extra else "")

@@ -48,6 +48,13 @@ def test_quickstart_time_gives_each_cpu_kind_s_latest_run(tmp_path, monkeypatch)
         "of evaluation, `experiments/quickstart/run_info.json`; about 6 minutes on 2 cores of an Intel(R) Xeon(R) "
         "Processor of CPU family 6 (model 207, stepping 2): 290 s of training, 70 s of evaluation (its evaluation "
         "also scored dynamic_ntk), `experiments/quickstart/by_cpu/intel.json`")
+    # a run on an accelerator with the same host CPU is another machine's time, named by its device
+    (folder / "by_cpu/amd-nvidia-h100.json").write_text(json.dumps({**amd, "train_seconds": 20, "eval_seconds": 10,
+                                                                    "cores": 16, "device": "NVIDIA H100"}))
+    assert (
+        "; under a minute on NVIDIA H100 (host: 16 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1)): "
+        "20 s of training, 10 s of evaluation, `experiments/quickstart/by_cpu/amd-nvidia-h100.json`"
+    ) in render_readme.quickstart_time()
 
 
 def test_lm_study_summary_renders_the_summary_file(tmp_path, monkeypatch):

@@ -3,7 +3,7 @@
 import json
 import pathlib
 
-from posenc.timing import cpu_description
+from posenc.timing import machines_text
 
 HERE = pathlib.Path(__file__).resolve().parent
 info = json.loads((HERE / "run_info.json").read_text())
@@ -37,7 +37,7 @@ defaults (lengths {first} … {last}, scalings {' / '.join(scalings)}, the first
 and this README (`report.py`).
 `memory.log` is the output of `scripts/measure_eval_memory.py`.
 
-Measured on {info['cores']} cores of {cpu_description(info['cpu'], info.get('cpu_id'))} (no GPU), jax {info['jax']}, Python {info['python']}: training
+Measured on {machines_text([info])}{"" if info.get("device") else " (no GPU)"}, jax {info['jax']}, Python {info['python']}: training
 {info['train_seconds']} s at {info['tokens_per_s']:.0f} tokens/s (final validation {info['val_bpb']:.3f} bits per byte),
 evaluation {info['eval_seconds']} s.
 
