@@ -280,7 +280,8 @@ def write_report(here: pathlib.Path, seeds=(0, 1, 2)) -> str:
     for s in ("linear", "yarn", "dynamic_ntk"):
         curve = per_position(results, "rope-s0", s)
         binned = curve.reshape(-1, 32).mean(axis=1)
-        ax.plot(np.arange(len(binned)) * 32 + 16, binned, linestyle=":", label=f"RoPE + {names[s]}")
+        ax.plot(np.arange(len(binned)) * 32 + 16, binned, linestyle=":",
+                label=f"RoPE + {names[s]} (s = {LENGTHS[-1] // LENGTHS[0]})")
     ax.axvline(256, color="gray", linestyle="--", linewidth=1)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

@@ -165,8 +165,9 @@ def _direction(diffs, up: str, down: str) -> str:
 
 def _figures(results: list[dict]) -> None:
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for r in results:
-        ax.plot(SCALES, [r["chosen"]["temperature"][str(s)] for s in SCALES], "o-", alpha=0.7,
+    for i, r in enumerate(results):  # open markers shrinking seed by seed: seeds with the same choices stay visible
+        ax.plot(SCALES, [r["chosen"]["temperature"][str(s)] for s in SCALES], "os^Dv"[i % 5] + "-", alpha=0.8,
+                markersize=12 - 3 * (i % 3), markerfacecolor="none", markeredgewidth=1.5,
                 label=f"validation choice, seed {r['seed']}")
     grid = np.geomspace(min(SCALES), max(SCALES), 100)
     ax.plot(grid, [yarn_default_af(g) for g in grid], "k--", label="0.1·ln s + 1 (YaRN)")
