@@ -88,6 +88,8 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
             except ValueError:
                 raise ValueError(f"--{name} / ${env} must be an integer, got {value!r}") from None
         values[name] = value
+    if values["num_processes"] < 1:
+        raise ValueError(f"--num_processes / $JAX_NUM_PROCESSES must be at least 1, got {values['num_processes']}")
     if not 0 <= values["process_id"] < values["num_processes"]:
         raise ValueError(f"process_id must be in [0, num_processes={values['num_processes']}), got {values['process_id']}")
     jax.distributed.initialize(**values)
@@ -412,8 +414,18 @@ def _restore_or_init(workdir: pathlib.Path, mngr, cfg, config, tx, abstract_para
     params, init = checkpoint.init_params(cfg, config.seed, shardings=targets[0] if on_mesh else None), None
     if config.init_from:
         params, init = _init_from(config.init_from, cfg, params)
+        if on_mesh:  # the other run's values, whole on every process, into the mesh's layout
+            params = jax.tree.map(_from_every_process, params, targets[0])
     opt_init = jax.jit(tx.init, out_shardings=targets[1]) if on_mesh else _jit(tx.init)
     return 0, params, opt_init(params), mngr, init
+
+
+def _from_every_process(value, sharding: NamedSharding) -> jax.Array:
+    """A global array in `sharding` from `value`, which every process holds whole (the same values): each
+    process places its devices' slices. `jax.device_put` cannot, with several processes: the mesh's other
+    devices are not addressable from one process."""
+    value = np.asarray(value)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
 
 
 def fsdp_size(config: ml_collections.ConfigDict) -> int:
@@ -455,8 +467,35 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         raise ValueError(f"config.batch_size={config.batch_size} must be divisible by the {len(devices)} devices")
     sharding.make_mesh(devices, fsdp_size(config))  # fails here, before anything is written
     is_main = jax.process_index() == 0  # one process writes metrics, events, run.json and holds the lock
-    with checkpoint.WorkdirLock(workdir_path) if is_main else contextlib.nullcontext():
+    with _workdir_lock(workdir_path):
         return _train(config, cfg, workdir_path, corpus, spec, val, devices, is_main)
+
+
+@contextlib.contextmanager
+def _workdir_lock(workdir: pathlib.Path):
+    """Process 0 holds `checkpoint.WorkdirLock(workdir)`. With several processes, every one learns whether it
+    got it (`broadcast_one_to_all`) and all raise when it did not (the others `WorkdirBusyError`): the others
+    do not go on alone into the run's first collective, which fails at a timeout with no word of the lock."""
+    lock, error = None, None
+    if jax.process_index() == 0:
+        try:
+            lock = checkpoint.WorkdirLock(workdir).__enter__()
+        except Exception as e:  # noqa: BLE001 — busy, or the lock file cannot be written: raised below
+            error = e
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils  # noqa: PLC0415
+
+        if not bool(multihost_utils.broadcast_one_to_all(np.int32(lock is not None))) and error is None:
+            error = checkpoint.WorkdirBusyError(f"workdir {workdir} is in use: process 0 could not lock it (its "
+                                                "error says why); wait for it to finish, or train in "
+                                                "another --workdir")
+    if error is not None:
+        raise error
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.__exit__(None, None, None)
 
 
 def _train(config, cfg, workdir_path, corpus, spec, val_batch, devices, is_main) -> dict[str, float]:

@@ -589,35 +589,81 @@ def test_a_rerun_of_a_run_without_other_encodings_sections_resumes_and_stray_fie
                                  str(workdir / "other"))
 
 
-def test_two_processes_give_the_same_losses_as_one(tmp_path, cache_dir, trained_run):
-    """--jax_distributed with the README's variables: two processes on 127.0.0.1 (one CPU device each, a
-    2-device mesh, parameters split across the processes by FSDP) train the tiny config to the losses of one
-    process, and their checkpoint loads on one device (its checksums do not depend on the mesh)."""
+def two_processes(args, workdir, timeout=240):
+    """scripts/train.py in two processes on 127.0.0.1 (one CPU device each) with --jax_distributed and the
+    README's variables (a free port); both killed by `timeout` seconds in all. Returns (return codes, outputs)."""
     import socket  # noqa: PLC0415
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    args = ["--config=configs/default.py:tiny", f"--config.data.cache_dir={cache_dir}", "--jax_distributed",
-            "--config.mesh.fsdp=2"]
     env = {"JAX_PLATFORMS": "cpu", "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2"}
-    procs = [subprocess.Popen([sys.executable, "scripts/train.py", *args, f"--workdir={tmp_path / 'two'}"], cwd=ROOT,
-                              env={**os.environ, **env, "JAX_PROCESS_ID": str(i)}, stdout=subprocess.PIPE,
+    procs = [subprocess.Popen([sys.executable, "scripts/train.py", *args, "--jax_distributed", f"--workdir={workdir}"],
+                              cwd=ROOT, env={**os.environ, **env, "JAX_PROCESS_ID": str(i)}, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    deadline = time.time() + timeout
     try:
-        outputs = [p.communicate(timeout=240)[0] for p in procs]
+        outputs = [p.communicate(timeout=max(1.0, deadline - time.time()))[0] for p in procs]
     finally:
         for p in procs:
             p.kill()
-    assert all(p.returncode == 0 for p in procs), [o[-1500:] for o in outputs]
+    return [p.returncode for p in procs], outputs
+
+
+def test_two_processes_give_the_same_losses_as_one(tmp_path, cache_dir, trained_run):
+    """--jax_distributed with the README's variables: two processes on 127.0.0.1 (one CPU device each, a
+    2-device mesh, parameters split across the processes by FSDP) train the tiny config to the training and
+    validation losses of one process, and their checkpoint loads on one device (its checksums do not depend on
+    the mesh)."""
+    args = ["--config=configs/default.py:tiny", f"--config.data.cache_dir={cache_dir}", "--config.mesh.fsdp=2"]
+    codes, outputs = two_processes(args, tmp_path / "two")
+    assert codes == [0, 0], [o[-1500:] for o in outputs]
     a, b = losses(trained_run), losses(tmp_path / "two")  # trained_run: the tiny config on one device
     assert sorted(a) == sorted(b) == list(range(1, 9))
     np.testing.assert_allclose([a[s] for s in sorted(a)], [b[s] for s in sorted(b)], rtol=2e-5)
+    val = [{r["step"]: r["val_loss"] for r in map(json.loads, (w / "metrics.jsonl").read_text().splitlines())
+            if "val_loss" in r} for w in (trained_run, tmp_path / "two")]  # the same windows scored
+    assert sorted(val[0]) == sorted(val[1]) == [4, 8]
+    np.testing.assert_allclose([val[1][s] for s in (4, 8)], [val[0][s] for s in (4, 8)], rtol=2e-5)
     assert checkpoint.restore_params(tmp_path / "two")[4] == 8
     missing = run_script(["--config=configs/default.py:tiny", f"--workdir={tmp_path / 'x'}", "--jax_distributed"],
                          env={"JAX_COORDINATOR_ADDRESS": "", "JAX_NUM_PROCESSES": "", "JAX_PROCESS_ID": ""})
     assert missing.returncode != 0 and "--jax_distributed needs --coordinator_address or $JAX_COORDINATOR_ADDRESS" \
         in missing.stderr
+
+
+def test_two_processes_start_from_another_run_and_both_refuse_a_busy_workdir(tiny_config, tmp_path, cache_dir,
+                                                                             trained_run):
+    """Two processes (FSDP over both) start from another run (--init_from: its weights, read whole by every
+    process, placed into the mesh's layout) to the losses of one process started so. A workdir another training
+    holds is refused by both processes with WorkdirBusyError, process 1 too (it does not go on alone into a
+    collective that times out)."""
+    args = ["--config=configs/default.py:tiny", f"--config.data.cache_dir={cache_dir}", "--config.mesh.fsdp=2"]
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    with checkpoint.WorkdirLock(busy):
+        codes, outputs = two_processes(args, busy, timeout=120)
+    assert codes[0] != 0 and codes[1] != 0, [o[-1500:] for o in outputs]
+    assert all(f"WorkdirBusyError: workdir {busy} is in use" in o for o in outputs), [o[-1500:] for o in outputs]
+    codes, outputs = two_processes([*args, f"--init_from={trained_run}"], tmp_path / "two")
+    assert codes == [0, 0], [o[-1500:] for o in outputs]
+    train.train_and_evaluate(tiny_config("tiny", init_from=str(trained_run)), str(tmp_path / "one"))
+    a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
+    assert sorted(a) == sorted(b) == list(range(1, 9))
+    np.testing.assert_allclose([a[s] for s in sorted(a)], [b[s] for s in sorted(b)], rtol=2e-5)
+    assert checkpoint.read_run_info(tmp_path / "two")["init_from"] == checkpoint.read_run_info(tmp_path / "one")[
+        "init_from"]
+
+
+def test_initialize_distributed_names_a_bad_value():
+    """Each missing, non-integer or out-of-range value is named with its flag and variable, before
+    jax.distributed.initialize is called."""
+    with pytest.raises(ValueError, match=r"--num_processes / \$JAX_NUM_PROCESSES must be at least 1, got 0"):
+        train.initialize_distributed("127.0.0.1:1", 0, 0)
+    with pytest.raises(ValueError, match=r"--process_id / \$JAX_PROCESS_ID must be an integer, got 'one'"):
+        train.initialize_distributed("127.0.0.1:1", 2, "one")
+    with pytest.raises(ValueError, match=r"process_id must be in \[0, num_processes=2\), got 2"):
+        train.initialize_distributed("127.0.0.1:1", 2, 2)
 
 
 def test_fsdp_gives_one_devices_losses_and_checkpoints_move_between_meshes(tiny_config, tmp_path, cache_dir,
