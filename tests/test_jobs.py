@@ -404,8 +404,9 @@ def test_sigterm_in_a_callback_that_ignores_exceptions_raises_after_it(where):
     raises once the callback has returned; the worker's `finally`s run."""
     proc = subprocess.run([sys.executable, "-c", _SWALLOW, where, "5", "0.2"], capture_output=True, text=True,
                           timeout=30)
-    assert proc.returncode == 128 + 15, proc.stderr
-    assert proc.stdout.split("\n")[:2] == ["still running", "finally ran"] and "SystemExit" not in proc.stderr
+    assert proc.returncode == 128 + 15, proc.stderr  # SystemExit(128 + SIGTERM), not the grace period's kill
+    # (the SIGTERM sent again may land before or after "still running" is printed)
+    assert proc.stdout.splitlines()[-1] == "finally ran" and "SystemExit" not in proc.stderr
 
 
 def test_sigterm_whose_exit_is_swallowed_still_ends_the_worker():
