@@ -23,8 +23,10 @@
 #   bash scripts/device_jobs.sh add <study> <folder>
 # unpacks them into experiments/<study>/results, unless one of them is there already or is a job that a worker here
 # runs now (its claim is live: then nothing is added), and
-# re-renders the study's report (run.py --budget_minutes=0 starts no job). RESULTS (a results folder: tests, with
-# lm_study's --results) replaces experiments/<study>/results in both verbs.
+# re-renders the study's report (run.py --budget_minutes=0 starts no job); where run.py refuses a result (its
+# settings, config or base differ from this study's), the unpacked files are removed again and nothing is added.
+# RESULTS (an existing results folder: tests, with lm_study's --results) replaces experiments/<study>/results in
+# both verbs.
 set -uo pipefail
 PYTHON=${PYTHON:-python3}
 started=$(date +%s)
@@ -38,7 +40,10 @@ if [ "$verb" = run ]; then
   COMMIT=${COMMIT:?set COMMIT to the code version (see the usage above)}
   mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 fi
-[ -n "${RESULTS:-}" ] && RESULTS=$(cd "$RESULTS" && pwd)
+if [ -n "${RESULTS:-}" ]; then  # a folder that is not there is an error, not the study's own results
+  given=$RESULTS
+  RESULTS=$(cd "$given" 2>/dev/null && pwd) || { echo "RESULTS=$given: no such folder" >&2; exit 2; }
+fi
 cd "$(dirname "$0")/.."
 results=${RESULTS:-experiments/$study/results}
 
@@ -53,10 +58,18 @@ if [ "$verb" = add ]; then
       echo "not added: ${name%.json} runs here now ($claim is live; nothing was added)" >&2; exit 1
     fi
   done
-  tar -xzf "$from/results.tgz" -C "$results" || exit 1
-  for f in "$from"/*.params.npz; do [ -e "$f" ] && cp "$f" "$results/"; done
+  undo() { for name in "${names[@]}"; do rm -f -- "$results/$name"; done; }  # none of them was here before
+  npz=("$from"/*.params.npz)
+  [ -e "${npz[0]}" ] || npz=()
+  if ! tar -xzf "$from/results.tgz" -C "$results" || { [ ${#npz[@]} -gt 0 ] && ! cp -- "${npz[@]}" "$results/"; }; then
+    undo; echo "not added: unpacking into $results failed (nothing was added)" >&2; exit 1
+  fi
+  # rendering the report runs the study's checks of every result (its settings, configs and bases)
+  if ! "$PYTHON" "experiments/$study/run.py" --budget_minutes=0 "${@:4}" > /dev/null; then
+    undo; echo "not added: experiments/$study/run.py refused the results (above); they were removed again" >&2; exit 1
+  fi
   printf 'added %s\n' "${names[@]}"
-  exec "$PYTHON" "experiments/$study/run.py" --budget_minutes=0 "${@:4}" > /dev/null
+  exit 0
 fi
 [ "$verb" = run ] || usage
 budget=$3

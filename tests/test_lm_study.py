@@ -474,15 +474,58 @@ def test_device_jobs_runs_jobs_packs_their_results_and_adds_them_once(tmp_path):
     again = sh("add", "lm_study", str(out), "--tiny", f"--results={here}", RESULTS=str(here))
     assert again.returncode != 0 and "iambic-rope-s0.params.npz is here already (nothing was added)" in again.stderr
     assert not (here / "lr-rope-0.001.json").exists()
-    # stopped at STOP_SECONDS (here before run.py has trained anything): not a failure, and nothing is packed
-    stopped = sh("run", "lm_study", "5", "--tiny", f"--results={there}", "--only=lr-rope-0.003$", STOP_SECONDS="1",
+    # a result that the study refuses as it renders (made under other settings) is removed again: nothing is added
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "lr-rope-0.001.json").write_text(json.dumps({**result, "settings": {**result["settings"], "steps": 9}}))
+    with tarfile.open(other / "results.tgz", "w:gz") as tar:
+        tar.add(other / "lr-rope-0.001.json", arcname="lr-rope-0.001.json")
+    refused = sh("add", "lm_study", str(other), "--tiny", f"--results={here}", RESULTS=str(here))
+    assert refused.returncode != 0 and "were made with other settings" in refused.stderr, refused.stderr
+    assert "run.py refused the results (above); they were removed again" in refused.stderr
+    assert not (here / "lr-rope-0.001.json").exists()
+    # stopped at STOP_SECONDS, not a failure, and nothing is packed: run.py waits for lr-rope-0.003, which the
+    # job it was given needs and which a worker here (this process's claim) runs, so it is stopped whatever the
+    # machine's speed before any job could start
+    (there / "lr-rope-0.003.claim").write_text(jobs.claim_text())
+    stopped = sh("run", "lm_study", "5", "--tiny", f"--results={there}", "--only=lr-rope-0.0003$", STOP_SECONDS="1",
                  OUT=str(tmp_path / "out2"))
     log = (tmp_path / "out2" / "device_jobs.log").read_text()
     assert stopped.returncode == 0 and "run.py stopped at STOP_SECONDS" in log and "results written: 0" in log, log
-    assert not (tmp_path / "out2" / "results.tgz").exists() and not (there / "lr-rope-0.003.json").exists()
+    assert not (tmp_path / "out2" / "results.tgz").exists() and not (there / "lr-rope-0.0003.json").exists()
+    assert not (there / "lr-rope-0.0003.claim").exists()  # never started
     assert sh("run", "lm_study", "5", COMMIT="").returncode != 0  # COMMIT must be given
     wrong = sh("run", "nostudy", "5")
     assert wrong.returncode == 2 and "study must be lm_study or length_generalization, got 'nostudy'" in wrong.stderr
+
+
+def test_device_jobs_refuses_a_results_folder_that_is_not_there(tmp_path):
+    """RESULTS naming no folder is an error naming it, in both verbs, not a fall back to the study's own
+    experiments/<study>/results (`add` unpacked into it). A copy of the script runs, so that a fall back would
+    write into the copy's results, not this checkout's."""
+    import os  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import tarfile  # noqa: PLC0415
+
+    repo, packed = tmp_path / "repo", tmp_path / "packed"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "device_jobs.sh", repo / "scripts")
+    own = repo / "experiments" / "lm_study" / "results"
+    own.mkdir(parents=True)
+    packed.mkdir()
+    (packed / "lr-rope-0.001.json").write_text("{}")
+    with tarfile.open(packed / "results.tgz", "w:gz") as tar:
+        tar.add(packed / "lr-rope-0.001.json", arcname="lr-rope-0.001.json")
+    missing = tmp_path / "missing"
+    env = {**os.environ, "PYTHON": sys.executable, "RESULTS": str(missing), "OUT": str(tmp_path / "out"),
+           "COMMIT": "abc1234", "STOP_SECONDS": "1", "WHEELS": str(tmp_path / "no_wheels"),
+           "SITE": str(tmp_path / "site")}
+    for args in (["add", "lm_study", str(packed)], ["run", "lm_study", "5"]):
+        done = subprocess.run(["bash", str(repo / "scripts" / "device_jobs.sh"), *args], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 2 and f"RESULTS={missing}: no such folder" in done.stderr, (args, done.stderr)
+        assert list(own.iterdir()) == [] and not missing.exists(), args
 
 
 def test_an_exported_file_removed_from_the_tree_comes_back_from_the_git_history(tmp_path):
