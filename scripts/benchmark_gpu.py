@@ -18,13 +18,16 @@ else the data sheet's for the device's `device_kind` (`device_peak`: the most sp
 `BF16_PEAKS` wins, "H100 PCIe" over "H100", "L40" apart from "L4"); an accelerator the table does not know is
 refused (pass its dense bf16 peak with `--peak_tflops`); on a CPU, the best bf16 matmul measured here
 (`peak_source` says which). The measured matmul is reported either way. `--profile=MODEL` adds the ops of that model's step with
-the most device time (`posenc.timing.profile_ops`) and keeps the trace beside `--out`. The last line is JSON. `--tiny` shrinks everything, so
-that the path runs on a CPU in tests.
+the most device time (`posenc.timing.profile_ops`) and keeps the trace beside `--out`. The last line is JSON; its
+`commit` is POSENC_COMMIT where set (the GPU machine's copy, whose git is not the code's: gpu_check.sh sets it
+from COMMIT), else `posenc.timing.code_version()`. `--tiny` shrinks everything, so that the path runs on a CPU
+in tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import time
 
@@ -184,7 +187,8 @@ def main(argv):
               f"{row['mfu_causal']:.1%}) (attention: {row['attention']})")
     result = {"device": kind, "backend": jax.default_backend(), "peak_tflops": peak / 1e12, "peak_source": source,
               "measured_bf16_matmul_tflops": measured / 1e12, "rows": rows, "tiny": _TINY.value,
-              "host_cpu": cpu_model(), "host_cpu_id": cpu_id(), "jax": jax.__version__, "attn_impl": _ATTN.value, "commit": code_version(),
+              "host_cpu": cpu_model(), "host_cpu_id": cpu_id(), "jax": jax.__version__, "attn_impl": _ATTN.value,
+              "commit": os.environ.get("POSENC_COMMIT") or code_version(),
               "steps": _STEPS.value}
     print(f"peak: {peak / 1e12:.0f} TFLOP/s ({source}); measured bf16 matmul {measured / 1e12:.0f} TFLOP/s")
     emit(result, _OUT.value)

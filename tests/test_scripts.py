@@ -501,6 +501,27 @@ def _report_of_a_copy(tmp_path, edit) -> str:
     return module.text
 
 
+def test_gpu_report_says_when_the_pinned_wheels_replaced_the_machine_s_stack(tmp_path):
+    """Where scripts/device_env.sh's smoke benchmark failed and the pins of .whl/pins were installed (its log says
+    so, then prints the stack again), the GPU section names the stack the runs used as the pins, not as "the
+    machine's own Python stack, …, not this project's pins"."""
+    def edit(folder):
+        log = folder / "gpu/gpu_check.log"
+        lines = log.read_text().splitlines(keepends=True)
+        at = next(i for i, line in enumerate(lines) if line.startswith("python stack:")) + 1
+        lines[at:at] = ["smoke failed\n", "posenc failed under the machine's flax / optax / orbax: installing the "
+                        "pinned ones from .whl/pins\n", "python stack: jax 0.11.2 flax 0.12.8 optax 0.2.8 devices "
+                        "[CudaDevice(id=0)]\n"]
+        log.write_text("".join(lines))
+
+    gpu = _report_of_a_copy(tmp_path, edit).split("\n## GPU")[1]
+    assert ("the machine's jax with this project's pinned flax / optax / orbax (scripts/device_env.sh: posenc failed "
+            "under the machine's), jax 0.11.2 flax 0.12.8 optax 0.2.8; commit") in gpu
+    assert "not this project's pins" not in gpu
+    committed = (ROOT / "experiments/benchmarks/README.md").read_text()  # one stack in the committed log
+    assert "the machine's own Python stack, jax 0.11.2 flax 0.12.10 optax 0.2.8, not this project's pins" in committed
+
+
 def _edit_json(path: pathlib.Path, change) -> None:
     """Applies `change(result)` to a result file: one JSON document, or a log whose last line is the JSON."""
     lines = path.read_text().strip().splitlines()
@@ -625,6 +646,27 @@ def test_benchmarks_report_judges_the_dot_library_ab_per_length_and_shows_each_v
     assert f"=onednn {shown}" in text  # the evaluation's recorded compiler options
 
 
+def test_benchmarks_report_refuses_a_dot_library_ab_whose_arm_ran_with_posenc_s_own_options(tmp_path):
+    """xla_flags_ab.sh compares XLA_FLAGS under XLA's default options: a run that recorded compiler options
+    (posenc/xla_options.py's choice, oneDNN dots on an Intel CPU, taken when POSENC_CPU_DOTS is not `xla`) ran
+    its "default" arm with oneDNN too, and is refused, naming the file, rather than rendered as YNNPACK's."""
+    report = _benchmarks_report()
+    flags = tmp_path / "xla_flags"
+    flags.mkdir()
+    onednn = "--xla_cpu_use_onednn=true --xla_cpu_experimental_onednn_fusion_type=dot"
+    for arm, xla_flags in (("default", ""), ("onednn", onednn)):
+        (flags / f"{arm}_train_float32_1.json").write_text(json.dumps(
+            {"commit": "abc1234", "xla_flags": xla_flags, "jax_over_torch": 0.7, "compiler_options": None}))
+    assert "float32 training default 0.70 against oneDNN 0.70" in report.xla_flags_ab(tmp_path)
+    chosen = {"xla_cpu_use_onednn": True, "xla_cpu_experimental_onednn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
+    (flags / "default_train_float32_1.json").write_text(json.dumps(
+        {"commit": "abc1234", "xla_flags": "", "jax_over_torch": 0.8, "compiler_options": chosen}))
+    with pytest.raises(ValueError, match=r"default_train_float32_1.json: compiler_options .*xla_cpu_use_onednn.*"
+                                         r"POSENC_CPU_DOTS=xla"):
+        report.xla_flags_ab(tmp_path)
+    assert "export POSENC_CPU_DOTS=xla" in (ROOT / "experiments/benchmarks/xla_flags_ab.sh").read_text()
+
+
 def _wheel(folder: pathlib.Path, name: str) -> None:
     """A minimal pure-Python wheel of package `name` (version 0.1) in `folder`."""
     import zipfile  # noqa: PLC0415
@@ -658,6 +700,41 @@ def test_device_env_installs_the_pinned_wheels_only_when_posenc_fails_under_the_
     assert "smoke failed" in out.stdout and "installing the pinned ones from .whl/pins" in out.stdout
     assert (site / "posenc_test_extra").is_dir() and (site / "posenc_test_pin").is_dir()
     assert out.stdout.count("python stack: jax") == 2  # the versions before and after the pins
+
+
+def test_gpu_check_runs_its_steps_records_the_given_commit_and_fails_on_a_failed_step(tmp_path):
+    """experiments/benchmarks/gpu_check.sh, the GPU check, here on a CPU with a stand-in for the machine's
+    python3: its benchmarks run tiny, its accuracy step only collects its tests (the flags and the selection are
+    pytest's to accept), and the batch-64 step fails. Every result and provenance.json record COMMIT (the copy's
+    git is not the code's), the failed step is named and the exit status says so."""
+    import re  # noqa: PLC0415
+
+    stand_in = tmp_path / "bin" / "python3"
+    stand_in.parent.mkdir()
+    stand_in.write_text(f"""#!/bin/bash
+case " $* " in
+  *" --batch_size=64 "*) echo "batch 64 failed"; exit 3;;
+  *" scripts/benchmark_gpu.py "*) exec {sys.executable} "$@" --tiny --steps=1 --rounds=1;;
+  *" -m pytest "*) exec {sys.executable} "$@" --collect-only;;
+esac
+exec {sys.executable} "$@"
+""")
+    stand_in.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "PATH": f"{stand_in.parent}:{os.environ['PATH']}", "OUT": str(out), "COMMIT": "abc1234",
+           "WHEELS": str(tmp_path / "no_wheels"), "SITE": str(tmp_path / "site")}
+    env.pop("PYTHON", None)
+    env.pop("POSENC_COMMIT", None)
+    done = subprocess.run(["bash", "experiments/benchmarks/gpu_check.sh"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    log = (out / "gpu_check.log").read_text()
+    assert done.returncode == 1 and "failed: batch64 (exit 3)" in log, log[-3000:]
+    assert re.search(r"^tests/test_attention.py: [1-9]\d*$", log, re.M), log[:3000]  # the accuracy tests collected
+    results = {p.name: json.loads(p.read_text()) for p in out.glob("*.json")}
+    assert sorted(results) == ["gpu.json", "gpu_gpt2_profile.json", "gpu_posenc_attention.json", "provenance.json"]
+    assert {r["commit"] for r in results.values()} == {"abc1234"}
+    assert results["gpu_gpt2_profile.json"]["xla_flags"] == "--xla_gpu_enable_command_buffer="
+    assert [r["model"] for r in results["gpu.json"]["rows"]] == ["reference", "gpt2_small"]
 
 
 def test_prefix_gap_script_prints_and_writes_its_rows(trained_run, tmp_path):

@@ -126,3 +126,26 @@ def test_the_docstring_s_measured_ratios_are_those_of_the_files_it_names():
         assert text in doc, text
     ratios = re.findall(r"(?<![\d.])\d\.\d\d(?:–\d\.\d\d)?×?(?!\.\d)", doc)  # each ratio quoted (not jax 0.10.2)
     assert len(ratios) == len(quoted), ratios
+
+
+@pytest.mark.parametrize("setting", ["onednn", "xla"])
+def test_the_evaluation_forwards_are_compiled_with_the_chosen_options(trained_run, monkeypatch, setting):
+    """`Evaluator.nll`'s program and the training's evaluation step hold oneDNN fusions exactly when
+    POSENC_CPU_DOTS chooses them on a CPU, as the training step does (their per-process caches cleared, so that
+    each is compiled under this setting)."""
+    from posenc import evaluate  # noqa: PLC0415
+
+    monkeypatch.setenv("POSENC_CPU_DOTS", setting)
+    caches = (compiler_options, evaluate._nll_fn, train.make_eval_step)
+    for cache in caches:
+        cache.cache_clear()
+    try:
+        run = evaluate.load_run(str(trained_run))
+        x = np.random.default_rng(0).integers(0, 256, size=(2, 32)).astype(np.int32)
+        nll = evaluate.Evaluator(run).compiled_text(x, x, evaluate.RopeScaling())
+        step = train.make_eval_step(run.graphdef).lower(run.params, {"inputs": x, "targets": x}).compile().as_text()
+        expect = jax.default_backend() == "cpu" and setting == "onednn"
+        assert ("__onednn_fusion" in nll, "__onednn_fusion" in step) == (expect, expect)
+    finally:
+        for cache in caches:
+            cache.cache_clear()

@@ -6,7 +6,8 @@
 #   3. the 124M model again with posenc's own attention (the fused kernel's worth) -> gpu_posenc_attention.json;
 #   4. the 124M model at batch 64 -> gpu_gpt2_batch64.json;
 #   5. its step profiled, CUDA graphs off so that the trace shows each kernel -> gpu_gpt2_profile*;
-#   6. provenance.json: the commit measured ($COMMIT if set: a copied checkout's git may not be the code's).
+#   6. provenance.json: the commit measured ($COMMIT if set: a copied checkout's git may not be the code's; each
+#      result's `commit` is it too, through POSENC_COMMIT).
 # It runs under the GPU machine's own Python stack, with the wheels of .whl/ (scripts/device_env.sh, which says
 # how to fill it). Exits non-zero if a step failed.
 #   OUT=<folder> [COMMIT=<hash>] bash experiments/benchmarks/gpu_check.sh
@@ -20,6 +21,7 @@ failed=()
 step() { local name=$1; shift; "$@" || failed+=("$name (exit $?)"); }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 source scripts/device_env.sh  # the machine's Python stack, with .whl/
+export POSENC_COMMIT=${COMMIT:-}  # the commit each result records (benchmark_gpu.py; empty: the copy's git)
 bench() { timeout "$1" python3 scripts/benchmark_gpu.py "${@:2}"; }
 step accuracy timeout 100 python3 -m pytest -p no:cacheprovider -n 0 -q -rA tests/test_attention.py -k "fused or cudnn or chooses"
 step benchmark bench 200 --out="$OUT/gpu.json"

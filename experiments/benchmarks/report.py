@@ -509,6 +509,11 @@ def xla_flags_ab(folder: pathlib.Path) -> str | None:
     whats = ("train_float32", "train_bfloat16", "eval_throughput")
     files = {v: {what: sorted(ab.glob(f"{v}_{what}_*.json")) for what in whats} for v in ("default", "onednn")}
     runs = {v: {what: [json.loads(f.read_text()) for f in fs] for what, fs in by.items()} for v, by in files.items()}
+    for f in [f for by in files.values() for fs in by.values() for f in fs]:
+        options = json.loads(f.read_text()).get("compiler_options")
+        if options:  # posenc's own choice (posenc/xla_options.py) overrode the arm's flags
+            raise ValueError(f"{f}: compiler_options {options}; the XLA_FLAGS A/B's arms run under XLA's default "
+                             "options (xla_flags_ab.sh sets POSENC_CPU_DOTS=xla): run it again")
     flags = {r.get("xla_flags", "") for r in runs["onednn"]["train_float32"]}
     train = {(v, d): ", ".join(f"{r['jax_over_torch']:.2f}" for r in runs[v][f"train_{d}"]) or "—"
              for v in runs for d in ("float32", "bfloat16")}
@@ -714,6 +719,9 @@ def by_cpu_kind() -> str:
 
 
 text += by_cpu_kind()
+PINS_FALLBACK = "installing the pinned ones from .whl/pins"  # scripts/device_env.sh's line when it replaced the stack's
+
+
 def gpu_section() -> str:
     """The GPU check's results (`gpu_check.sh` → gpu/): every timed run as a row, the 124M model's MFU against
     issue 16's goal (≥ 40%), bf16 against float32 activations, the fused kernel's worth (cuDNN against posenc's
@@ -745,8 +753,11 @@ def gpu_section() -> str:
     steps = sorted({str(run.get("steps", 20)) for run in runs.values()})  # 20: the default before it was recorded
     gpt2_params = each([r for _, _, r in rows if r["model"] == "gpt2_small"], lambda r: f"{r['params'] / 1e6:.0f}M")
     text = head + (
-        f"On one {run0['device']} (host CPU {run0['host_cpu']}; the machine's own Python stack, "
-        + (stacks[-1] if stacks else f"jax {run0['jax']}") + ", not this project's pins"
+        f"On one {run0['device']} (host CPU {run0['host_cpu']}; "
+        + ("the machine's jax with this project's pinned flax / optax / orbax (scripts/device_env.sh: posenc failed "
+           "under the machine's), " + stacks[-1] if PINS_FALLBACK in log and stacks else
+           "the machine's own Python stack, " + (stacks[-1] if stacks else f"jax {run0['jax']}")
+           + ", not this project's pins")
         + (f"; commit {prov['commit']}" if prov else "; commits: each result's `commit`") + "). Peak: "
         f"{run0['peak_tflops']:.0f} TFLOP/s dense bf16 ({run0['peak_source'].replace(' (', ', ').rstrip(')')}); a bf16 "
         f"matmul of 8192² measured {min(r['measured_bf16_matmul_tflops'] for r in runs.values()):.0f}–"

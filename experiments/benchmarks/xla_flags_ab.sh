@@ -7,6 +7,9 @@
 # then the README. Needs PyTorch (pip install torch==2.13.0); about 20 minutes on an otherwise idle machine:
 #   bash experiments/benchmarks/xla_flags_ab.sh
 set -euo pipefail
+# the flags alone choose the library: posenc's own choice (posenc/xla_options.py, `auto`: oneDNN dots on an Intel
+# CPU, passed to jax.jit as compiler options) would send the default arm's dots to oneDNN as well
+export POSENC_CPU_DOTS=xla
 ONEDNN="--xla_cpu_use_onednn=true --xla_cpu_experimental_onednn_fusion_type=dot"
 kind=$(.venv/bin/python -c "from posenc.timing import cpu_slug; print(cpu_slug())")
 out=experiments/benchmarks/cpu/$kind/xla_flags
