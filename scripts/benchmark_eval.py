@@ -11,7 +11,8 @@ under `torch.inference_mode`), with the same weights. Rounds alternate between t
 `--round_tokens` tokens (the window repeated); the ratio is the median of the per-round ratios (JAX tokens/s /
 PyTorch tokens/s). With --profile, posenc's forward is then traced at each length, and the XLA ops that took the
 most time are printed and kept in its row (`posenc.timing.profile_calls`). Needs `pip install torch==2.13.0`. The
-last line is JSON, with the CPU model.
+last line is JSON, with the CPU model. The process runs with posenc/malloc.py's settings, as
+`eval_extrapolation.py` does (`malloc_keep_buffers` in the result: whether they applied).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from posenc import attention, evaluate
+from posenc import attention, evaluate, malloc
 from posenc.config import parse_lengths
 from posenc.xla_options import compiler_options
 from posenc.model import ModelConfig, Transformer
@@ -89,6 +90,7 @@ def torch_forward(model: Transformer):
 
 def main(argv):
     del argv
+    kept = malloc.keep_buffers()  # as eval_extrapolation.py runs: posenc/malloc.py
     import torch  # noqa: PLC0415
 
     if _ROUND_TOKENS.value < 1:
@@ -134,7 +136,7 @@ def main(argv):
                 print(f"  {op['ms']:8.1f} ms  {op['op']:32s} {op['shape']:28s} {op['source'][:70]}")
     result = {"rows": rows, "attn_chunk": _CHUNK.value, "attn_key_block": _KEY_BLOCK.value, "head_groups": groups, "round_tokens": _ROUND_TOKENS.value, "d_model": _D_MODEL.value, "rounds": _ROUNDS.value,
               **cpu_record(), "commit": code_version(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-              "jax": jax.__version__, "compiler_options": compiler_options()}
+              "jax": jax.__version__, "compiler_options": compiler_options(), "malloc_keep_buffers": kept}
     emit(result, _OUT.value)
 
 

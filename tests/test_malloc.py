@@ -1,8 +1,10 @@
 """posenc/malloc.py: after keep_buffers(), a thread's large allocation comes from the heap, not a fresh mmap,
 and is reused once freed; the user's own settings are left alone."""
 
+import ast
 import json
 import os
+import pathlib
 import platform
 import subprocess
 import sys
@@ -78,3 +80,22 @@ def test_an_unknown_posenc_malloc_is_refused(monkeypatch):
         malloc.keep_buffers()
     monkeypatch.setenv("POSENC_MALLOC", "system")
     assert malloc.keep_buffers() is False
+
+
+RUNNERS = ["scripts/train.py", "scripts/sweep.py", "scripts/eval_extrapolation.py", "scripts/eval_tasks.py",
+           "scripts/prefix_gap.py", "scripts/search_longrope.py", "scripts/tune_scaling.py", "scripts/benchmark_train.py",
+           "scripts/benchmark_eval.py", "scripts/benchmark_xla_options.py", *sorted(
+               str(p.relative_to(ROOT)) for p in pathlib.Path(ROOT, "experiments").glob("*/run.py"))]
+
+
+@pytest.mark.parametrize("path", RUNNERS)
+def test_the_scripts_that_train_or_evaluate_keep_buffers_first_in_main(path):
+    """keep_buffers must run before JAX starts its threads: a statement of main() itself among its first few (after
+    the argument checks), so that training, evaluation and the benchmarks of them run under the same allocator."""
+    tree = ast.parse(pathlib.Path(ROOT, path).read_text())
+    main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+    first = [s for s in main.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))][:4]
+    calls = [s.value for s in first if isinstance(s, (ast.Expr, ast.Assign)) and isinstance(s.value, ast.Call)]
+    assert any(ast.unparse(c.func) == "malloc.keep_buffers" for c in calls), (
+        f"{path}: main() does not call malloc.keep_buffers() among its first statements: "
+        + "; ".join(ast.unparse(s).splitlines()[0] for s in first))
