@@ -283,6 +283,7 @@ def _exceptions_ignored_here(frame) -> bool:
 
 
 SIGTERM_RETRY_SECONDS = 0.01
+SIGKILL_AFTER_SECONDS = 1.0
 
 
 def exit_on_sigterm(grace: float = SIGTERM_GRACE_SECONDS) -> None:
@@ -291,27 +292,43 @@ def exit_on_sigterm(grace: float = SIGTERM_GRACE_SECONDS) -> None:
     Python runs the handler between two bytecodes of whatever runs then. Where that is a garbage-collector
     callback (JAX's `_xla_gc_callback` runs at every collection) or a `__del__`, an exception is ignored, so the
     handler raises nothing there and sends SIGTERM again SIGTERM_RETRY_SECONDS later, to be handled outside it.
-    Other callbacks that ignore exceptions are not recognized: so the handler, when it raises, also restores
-    SIGTERM's default and sends it again `grace` seconds later, and a worker still alive then ends without its
-    `finally`s (its claim, naming a dead process, is stale: `drop_stale_claim`). After `grace` seconds of retries
-    the handler raises wherever it runs, and SIGTERM's default follows at once."""
-    first = []
+    It raises once: a later SIGTERM is ignored while the `finally`s run (a worker of `spawn_workers` under
+    `timeout` gets two, its process group's and its parent's `terminate`). Other callbacks that ignore
+    exceptions are not recognized and a `finally` may hang, so `grace` seconds after the first SIGTERM the
+    handler restores SIGTERM's default and sends it again: a worker still alive then ends without its
+    `finally`s (its claim, naming a dead process, is stale: `drop_stale_claim`). Where no handler runs then
+    (the main thread inside C code, which runs none until it returns), SIGKILL follows SIGKILL_AFTER_SECONDS
+    later."""
+    raised, late = threading.Event(), threading.Event()
+    started = []
 
-    def again(delay: float, signum: int) -> None:
-        def send():
+    def later(delay: float, action) -> None:
+        def run():
             time.sleep(delay)
-            os.kill(os.getpid(), signum)
+            action()
 
-        threading.Thread(target=send, daemon=True).start()
+        threading.Thread(target=run, daemon=True).start()
+
+    def end(signum: int) -> None:
+        late.set()
+        os.kill(os.getpid(), signum)
+        time.sleep(SIGKILL_AFTER_SECONDS)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def _exit(signum, frame):
-        waited = time.monotonic() - first[0] if first else 0.0
-        first[:] = first or [time.monotonic()]
-        if waited < grace and _exceptions_ignored_here(frame):
-            again(SIGTERM_RETRY_SECONDS, signum)
+        if late.is_set():  # `grace` seconds after the first SIGTERM: its default ends the worker now
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
             return
-        signal.signal(signum, signal.SIG_DFL)
-        again(grace if waited < grace else 0.0, signum)
+        if not started:
+            started.append(True)
+            later(grace, lambda: end(signum))
+        if raised.is_set():
+            return
+        if _exceptions_ignored_here(frame):
+            later(SIGTERM_RETRY_SECONDS, lambda: os.kill(os.getpid(), signum))
+            return
+        raised.set()
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, _exit)

@@ -37,9 +37,9 @@ def test_workers_share_a_plan_through_claims(tmp_path):
         with lock:
             log.append((job.name, "start", time.monotonic()))
         time.sleep(0.6 if job.name == "base" else 0.1)
-        jobs.write_atomic(where[0] / f"{job.name}.json", "{}")
-        with lock:
+        with lock:  # before the result exists: a worker waiting for it may start its next job at once
             log.append((job.name, "end", time.monotonic()))
+        jobs.write_atomic(where[0] / f"{job.name}.json", "{}")
 
     kw = dict(needs=lambda j: j.init_from, poll_seconds=0.05)
     workers = [threading.Thread(target=jobs.work, args=(PLAN, fake_job, tmp_path), kwargs=kw) for _ in range(2)]
@@ -412,7 +412,7 @@ def test_sigterm_in_a_callback_that_ignores_exceptions_raises_after_it(where):
 def test_sigterm_whose_exit_is_swallowed_still_ends_the_worker():
     """SIGTERM in a callback the handler does not recognize (a weakref callback): its SystemExit is lost, and the
     handler's second SIGTERM ends the worker after the grace period instead of letting it go on."""
-    proc = subprocess.run([sys.executable, "-c", _SWALLOW, "weakref", "0.5", "0.2"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", _SWALLOW, "weakref", "1.5", "0.2"], capture_output=True,
                           text=True, timeout=30)
     assert "still running" in proc.stdout and "SystemExit" in proc.stderr  # the exit was swallowed
     assert proc.returncode == -15 and "finally ran" not in proc.stdout  # the default SIGTERM ended the worker
@@ -426,6 +426,55 @@ def test_sigterm_retried_past_the_grace_period_ends_the_worker():
                           timeout=30)
     assert proc.returncode == -15 and "finally ran" not in proc.stdout
     assert time.time() - start < 10  # not the callback's 20 seconds
+
+
+def test_a_second_sigterm_while_the_finallys_run_is_ignored():
+    """A worker of `spawn_workers` under `timeout` gets SIGTERM twice: its process group's, and its parent's
+    `terminate` a moment later. The second must not end it with SIGTERM's default halfway through its
+    `finally`s (its claim would stay); only the grace period's does."""
+    script = """
+import os, signal, time
+from posenc import jobs
+jobs.exit_on_sigterm(grace=5)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+finally:
+    os.kill(os.getpid(), signal.SIGTERM)  # the parent's terminate, while the cleanup runs
+    time.sleep(0.2)
+    print("finally ran", flush=True)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 128 + 15, proc.stderr
+    assert proc.stdout == "finally ran\n"
+
+
+def test_sigterm_retried_while_the_main_thread_is_in_c_code_ends_the_worker_after_the_grace(tmp_path):
+    """SIGTERM handled in a `__del__` (sent again to be handled after it), and then the main thread enters C
+    code that runs no Python signal handler until it returns (here `system("sleep 15")`; in the studies an XLA
+    compilation): the worker still ends about the grace period after the first SIGTERM."""
+    script = """
+import ctypes, os, signal, time
+from posenc import jobs
+jobs.exit_on_sigterm(grace=0.3)
+class Hook:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+Hook()
+print("in C", flush=True)
+ctypes.CDLL(None).system(b"sleep 15 > /dev/null 2>&1")
+"""
+    log = tmp_path / "log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while "in C" not in log.read_text() and time.time() < deadline:
+            time.sleep(0.02)
+        start = time.time()
+        code = proc.wait(timeout=30)
+    assert time.time() - start < 8, log.read_text()  # not the C call's 15 seconds
+    assert code in (-15, -9)  # SIGTERM's default, or SIGKILL where no handler could run
 
 
 def test_a_job_with_several_needs_starts_after_all_of_them(tmp_path):
