@@ -380,9 +380,9 @@ def plot_accuracy(series: dict[str, list[tuple[int, tuple[int, int] | None]]], t
                   unit: str = "tokens") -> None:
     """Accuracy against length with Wilson 95% bands: {label: [(length, (correct, n) or None), ...]}.
 
-    Series i is drawn in colour C(i mod 10) with the (i // 10)-th line style, so that no two series look alike
-    however many there are; past ten series the legend stands right of the axes, in columns of at most 20, and
-    the figure widens and grows to hold it."""
+    Series i is drawn in colour C(i mod 10) with line style (i // 10) mod 4 (solid, dashed, dotted, dash-dot), so
+    that no two of up to 40 series look alike (past 40 the pairs repeat); past ten series the legend stands right
+    of the axes, in columns of at most 20, and the figure widens and grows to hold it."""
     plt = _pyplot()
     drawn = {label: [(n, c) for n, c in pts if c is not None] for label, pts in series.items()}
     drawn = {label: pts for label, pts in drawn.items() if pts}
