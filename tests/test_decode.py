@@ -179,10 +179,11 @@ def test_longrope_n_hat_applies_in_decoding_past_the_original_length_only():
                             unscaled_positions=4)
     graphdef, params = model_parts("rope", **ONE_LAYER)
     x = tokens(24)
-    model = nnx.merge(graphdef, params)
-    cfg = model.cfg
-    want = np.stack([np.asarray(model(x[:, :p + 1], rope=posenc.rope_inputs(cfg.rotary_dim, cfg.rope_base, sc, p + 1)))[:, p]
-                     for p in range(24)], axis=1)
+    cfg = nnx.merge(graphdef, params).cfg
+    # the forward pass over each prefix alone (one compile per length: jitted, as eager NNX takes minutes here)
+    forward = jax.jit(lambda prm, x, rope: nnx.merge(graphdef, prm)(x, rope=rope))
+    want = np.stack([np.asarray(forward(params, x[:, :p + 1], posenc.rope_inputs(cfg.rotary_dim, cfg.rope_base, sc,
+                                                                                p + 1)))[:, p] for p in range(24)], axis=1)
     np.testing.assert_allclose(decode.recompute_logits(graphdef, params, x, scaling=sc), want, atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(decode.teacher_forced_logits(graphdef, params, x, prefill_len=3, scaling=sc), want,
                                atol=1e-5, rtol=1e-5)
