@@ -250,8 +250,9 @@ and each generation frees at most about one more pair: with this budget the shor
 the last pairs, and the long factors keep stretches of the seeds' flat values (the reference's search has the
 same structure, with 40 generations of 64). Evaluation: the first
 {num_bytes.pop()} test bytes, non-overlapping windows, no fine-tuning. Search wall time: {total / 60:.1f} min in
-all ({', '.join(f'{k.split("/")[1]}: {timing[k]:.0f} s' for k in searches)}), on {timed_on} (the last
-run; the machine may have been shared, so it varies with the load).
+all ({', '.join(f'{k.split("/")[1]}: {timing[k]:.0f} s' for k in searches)}), on {timed_on} (each the
+sitting that ran its search to the end: the sittings of an interrupted search before it are not counted; the
+machine may have been shared, so it varies with the load).
 
 {chr(10).join(lines)}
 The 256 column: LongRoPE at the original length uses its stage-2 short factors (and no n̂, as stage 2 searched
