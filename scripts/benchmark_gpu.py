@@ -20,15 +20,19 @@ refused (pass its dense bf16 peak with `--peak_tflops`); on a CPU, the best bf16
 (`peak_source` says which). The measured matmul is reported either way. `--profile=MODEL` adds the ops of that model's step with
 the most device time (`posenc.timing.profile_ops`) and keeps the trace beside `--out`. The last line is JSON; its
 `commit` is POSENC_COMMIT where set (the GPU machine's copy, whose git is not the code's: gpu_check.sh sets it
-from COMMIT), else `posenc.timing.code_version()`. `--tiny` shrinks everything, so that the path runs on a CPU
-in tests.
+from COMMIT), else `posenc.timing.code_version()`; its `stack` the software measured (`software_stack`: the
+imported packages' versions, the jax plugins, CUDA, cuDNN and the NVIDIA driver). `--tiny` shrinks everything,
+so that the path runs on a CPU in tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.metadata
 import os
 import re
+import subprocess
 import time
 
 import jax
@@ -98,6 +102,68 @@ def resolve_peak(kind: str, backend: str, peak_tflops: float | None, measured: f
     known = ", ".join(" ".join(key).upper() for key in BF16_PEAKS)
     raise app.UsageError(f"no data-sheet bf16 peak for device {kind!r} (known: {known}); pass its dense bf16 peak "
                          "(without sparsity) in TFLOP/s, e.g. --peak_tflops=989.4")
+
+
+# The imported modules whose versions a result records, by the distribution that installs each.
+STACK_MODULES = {"jax": "jax", "jaxlib": "jaxlib", "flax": "flax", "optax": "optax",
+                 "orbax.checkpoint": "orbax-checkpoint", "ml_collections": "ml-collections", "numpy": "numpy"}
+PLUGIN = re.compile(r"jax[-_.](cuda|rocm)\d*[-_.]")  # jax-cuda12-plugin, jax-cuda12-pjrt, jax-rocm7-plugin, ...
+
+
+def cuda_version_text(version: int | None) -> str | None:
+    """CUDA's integer version (1000·major + 10·minor: 12080) as "12.8"."""
+    return None if version is None else f"{version // 1000}.{version % 1000 // 10}"
+
+
+def cudnn_version_text(version: int | None) -> str | None:
+    """cuDNN's integer version as "major.minor.patch": 10000·major + 100·minor + patch from cuDNN 9 (91002:
+    9.10.2), 1000·major + 100·minor + patch before it (8907: 8.9.7)."""
+    if version is None:
+        return None
+    major, rest = divmod(version, 10000) if version >= 90000 else divmod(version, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def software_stack() -> dict:
+    """The software a run measured, for its result (a log is not rendered into the README): each module of
+    `STACK_MODULES` as imported (its `__version__`, else its distribution's), every installed jax plugin
+    distribution ("jax-cuda12-plugin": version), and on a CUDA backend the CUDA runtime, the CUDA driver API and
+    cuDNN that jax loaded (`jax._src.lib.cuda_versions`) and the NVIDIA driver (nvidia-smi's driver_version).
+    A version that cannot be read is None."""
+    from jax._src import lib as jax_lib  # noqa: PLC0415  (cuda_versions: None without a CUDA plugin)
+
+    stack = {}
+    for module, dist in STACK_MODULES.items():
+        try:
+            stack[dist] = getattr(importlib.import_module(module), "__version__", None) or importlib.metadata.version(dist)
+        except (ImportError, importlib.metadata.PackageNotFoundError):
+            stack[dist] = None
+    plugins = {}
+    for d in importlib.metadata.distributions():  # the first found on sys.path is the one imported
+        name = d.metadata["Name"] or ""
+        if PLUGIN.match(name.lower()):
+            plugins.setdefault(name, d.version)
+    stack["plugins"] = dict(sorted(plugins.items()))
+    cuda = getattr(jax_lib, "cuda_versions", None) if jax.default_backend() == "gpu" else None
+
+    def read(fn: str) -> int | None:
+        try:
+            return int(getattr(cuda, fn)())
+        except Exception:  # noqa: BLE001  (a plugin build without that reader, or a library it cannot load)
+            return None
+
+    stack["cuda_runtime"] = cuda_version_text(read("cuda_runtime_get_version")) if cuda else None
+    stack["cuda_driver_api"] = cuda_version_text(read("cuda_driver_get_version")) if cuda else None
+    stack["cudnn"] = cudnn_version_text(read("cudnn_get_version")) if cuda else None
+    stack["nvidia_driver"] = None
+    if jax.default_backend() == "gpu":
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20, check=True).stdout.split()
+            stack["nvidia_driver"] = out[0] if out else None
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return stack
 
 
 def bf16_matmul_peak(n: int, repeats: int = 10) -> float:
@@ -189,7 +255,7 @@ def main(argv):
               "measured_bf16_matmul_tflops": measured / 1e12, "rows": rows, "tiny": _TINY.value,
               "host_cpu": cpu_model(), "host_cpu_id": cpu_id(), "jax": jax.__version__, "attn_impl": _ATTN.value,
               "commit": os.environ.get("POSENC_COMMIT") or code_version(),
-              "steps": _STEPS.value}
+              "steps": _STEPS.value, "stack": software_stack()}
     print(f"peak: {peak / 1e12:.0f} TFLOP/s ({source}); measured bf16 matmul {measured / 1e12:.0f} TFLOP/s")
     emit(result, _OUT.value)
 

@@ -243,11 +243,15 @@ def cpu_kinds() -> str:
 def memory() -> str:
     """The peak-memory table of scripts/measure_eval_memory.py's log (experiments/quickstart/memory.log), after
     the machine it was measured on: its cores and CPU (`posenc.timing.cpu_description`) where the log records
-    them."""
+    them, and whether under the evaluation's malloc settings (`posenc/malloc.py`, its `malloc_kept`; a log
+    without it was measured with glibc's defaults)."""
     from posenc.timing import machines_text  # noqa: PLC0415
 
     m = _json("experiments/quickstart/memory.log")
     where = f"{machines_text([m])}, commit {m['commit']}" if m.get("cpu") else "a machine the log does not record"
+    where += (", under the evaluation's malloc settings (`posenc/malloc.py`)" if m.get("malloc_kept") else
+              ", with glibc's default malloc settings, not the evaluation's (`posenc/malloc.py` keeps freed buffers "
+              "in the heap)")
     chunked = sorted((int(k[1:].split("_")[0]), v) for k, v in m.items() if k.endswith("_chunked_mib"))
     unchunked = {int(k[1:].split("_")[0]): v for k, v in m.items() if k.endswith("_unchunked_mib")}
     lines = [f"Measured on {where}:", "",

@@ -93,12 +93,17 @@ def test_memory_table_names_the_machine_its_log_records(tmp_path, monkeypatch):
     rows = {"attn_chunk": 512, "attn_key_block": 512, "baseline_mib": 199.0, "L4096_chunked_mib": 517.5,
             "L4096_unchunked_mib": 1226.5}
     log.write_text("L=4096 ...\n" + json.dumps(rows) + "\n")
-    assert render_readme.memory().startswith("Measured on a machine the log does not record:\n\n| length |")
+    system = ", with glibc's default malloc settings, not the evaluation's (`posenc/malloc.py` keeps freed buffers in the heap)"
+    assert render_readme.memory().startswith(f"Measured on a machine the log does not record{system}:\n\n| length |")
     amd = {"cpu": "AMD EPYC", "cpu_id": {"vendor": "AuthenticAMD", "family": 26, "model": 2, "stepping": 1}}
     log.write_text(json.dumps({**rows, **amd, "cores": 2, "commit": "abc1234"}) + "\n")
     text = render_readme.memory()
-    assert text.startswith("Measured on 2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1), commit abc1234:")
+    assert text.startswith(f"Measured on 2 cores of an AMD EPYC of CPU family 26 (model 2, stepping 1), commit abc1234{system}:")
     assert "| 4,096 | 518 MiB | 1226 MiB |" in text
+    # measured as the evaluation runs (scripts/measure_eval_memory.py's child records it)
+    log.write_text(json.dumps({**rows, **amd, "cores": 2, "commit": "abc1234", "malloc_kept": True}) + "\n")
+    assert render_readme.memory().startswith("Measured on 2 cores of an AMD EPYC of CPU family 26 (model 2, stepping "
+                                             "1), commit abc1234, under the evaluation's malloc settings (`posenc/malloc.py`):")
 
 
 # The experiment READMEs that a report script renders when run, from the files in its folder (and the other

@@ -330,6 +330,27 @@ def test_measure_eval_memory_records_the_machine_and_code():
     assert result["baseline_mib"] > 0 and result["L64_chunked_mib"] > 0 and result["L64_unchunked_mib"] > 0
     assert result["cores"] == len(os.sched_getaffinity(0))
     assert_records_the_machine_and_code(result)
+    assert result["malloc_kept"] is True and "compiler_options" in result  # as the evaluation runs (below)
+
+
+def test_measure_eval_memory_s_child_runs_under_the_evaluation_s_malloc_settings():
+    """The child that measures applies posenc/malloc.py's settings before JAX starts, as scripts/eval_extrapolation.py
+    does (freed buffers stay in the heap and count in its peak), and jits with the evaluation's compiler options;
+    it says so, and where the user chose glibc's defaults (POSENC_MALLOC=system) it says that instead."""
+    from posenc.xla_options import compiler_options  # noqa: PLC0415
+
+    assert "malloc.keep_buffers()" in open(ROOT / "scripts/eval_extrapolation.py").read()
+    code = "import json; print(json.dumps(m.measure(0, 0)))"
+    for value, kept in ((None, True), ("system", False)):
+        env = {k: v for k, v in os.environ.items() if k != "POSENC_MALLOC" and not k.startswith("MALLOC_")}
+        env.update({"POSENC_MALLOC": value} if value else {})
+        proc = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'scripts'); "
+                               f"import measure_eval_memory as m\n{code}"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        child = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert child["malloc_kept"] is kept and child["peak_rss_mib"] > 0
+        assert child["compiler_options"] == compiler_options()
 
 
 def test_benchmark_methods_prints_ratios_against_plain_attention():
@@ -366,6 +387,11 @@ def test_benchmark_gpu_runs_its_path_on_cpu_with_tiny_shapes(tmp_path):
     assert all(r["mfu_causal"] == pytest.approx(r["mfu"] * r["causal_flops_per_token"] / r["flops_per_token"])
                for r in result["rows"])
     assert result["host_cpu"] and "family" in result["host_cpu_id"]
+    import flax, jax, optax  # noqa: PLC0415, E401  (the software the run measured, as imported)
+    stack = result["stack"]
+    assert (stack["jax"], stack["flax"], stack["optax"]) == (jax.__version__, flax.__version__, optax.__version__)
+    assert stack["jaxlib"] and stack["orbax-checkpoint"] and isinstance(stack["plugins"], dict)
+    assert stack["cuda_runtime"] is stack["cudnn"] is stack["nvidia_driver"] is None  # a CPU backend
     assert result["peak_source"] == "measured bf16 matmul" and result["rows"][0]["attention"] == "posenc"  # a CPU
     profile = result["rows"][1]["profile"]  # the profiled model's ops, with their HLO shapes; its trace kept
     assert all(r["activations"] == "float32" for r in result["rows"])  # auto on a CPU
@@ -396,6 +422,16 @@ print(json.dumps(out))""")
                       "NVIDIA L4": 121, "NVIDIA A100-SXM4-80GB": 312, "NVIDIA B200": None, "cpu": None}
     assert out["cpu"] == [1e12, "measured bf16 matmul"] and out["flag"] == [2250e12, "--peak_tflops"]
     assert "'NVIDIA B200'" in out["refused"] and "--peak_tflops=" in out["refused"]
+
+
+def test_benchmark_gpu_names_cuda_and_cudnn_versions_from_their_integers():
+    """CUDA's 1000·major + 10·minor and cuDNN's 10000·major + 100·minor + patch (1000·major before cuDNN 9)."""
+    proc = script_call("benchmark_gpu", "print([m.cuda_version_text(12080), m.cuda_version_text(12090), "
+                       "m.cudnn_version_text(91002), m.cudnn_version_text(90100), m.cudnn_version_text(8907), "
+                       "m.cudnn_version_text(None), bool(m.PLUGIN.match('jax-cuda12-plugin')), "
+                       "bool(m.PLUGIN.match('jax_cuda12_pjrt')), bool(m.PLUGIN.match('jaxlib'))])")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "['12.8', '12.9', '9.10.2', '9.1.0', '8.9.7', None, True, True, False]"
 
 
 def test_benchmark_eval_agrees_with_pytorch_and_prints_ratios():
@@ -520,6 +556,39 @@ def test_gpu_report_says_when_the_pinned_wheels_replaced_the_machine_s_stack(tmp
     assert "not this project's pins" not in gpu
     committed = (ROOT / "experiments/benchmarks/README.md").read_text()  # one stack in the committed log
     assert "the machine's own Python stack, jax 0.11.2 flax 0.12.10 optax 0.2.8, not this project's pins" in committed
+
+
+def test_gpu_report_names_the_stack_each_result_recorded_and_the_steps_that_did_not_measure(tmp_path):
+    """Where the GPU results record their software (`stack`: benchmark_gpu.py's software_stack), the README names it
+    (jaxlib, the CUDA plugin, orbax, CUDA, cuDNN, the NVIDIA driver), each distinct stack with its files where they
+    differ and the check log's line for results without one; the steps of the check that timed out, failed or were
+    skipped (provenance.json's `steps`) are listed."""
+    stack = {"jax": "0.11.2", "jaxlib": "0.11.2", "flax": "0.12.10", "optax": "0.2.8", "orbax-checkpoint": "0.12.8",
+             "ml-collections": "1.1.0", "numpy": "2.3.0", "plugins": {"jax-cuda12-pjrt": "0.11.2",
+                                                                   "jax-cuda12-plugin": "0.11.2"},
+             "cuda_runtime": "12.8", "cuda_driver_api": "13.0", "cudnn": "9.10.2", "nvidia_driver": "580.159.04"}
+    named = ("jax 0.11.2 (jaxlib 0.11.2, jax-cuda12-pjrt 0.11.2, jax-cuda12-plugin 0.11.2), flax 0.12.10, optax 0.2.8, "
+             "orbax-checkpoint 0.12.8; CUDA runtime 12.8, cuDNN 9.10.2, NVIDIA driver 580.159.04 (CUDA 13.0)")
+
+    def every(folder):
+        for path in (folder / "gpu").glob("gpu*.json"):
+            _edit_json(path, lambda r: r.update(stack=stack))
+        _edit_json(folder / "gpu/provenance.json", lambda r: r.update(deadline_seconds=270, steps={
+            "benchmark": "ok (50 s)", "accuracy": "ok (60 s)", "posenc_attention": "timed out after 40 s (its own "
+            "limit 70 s)", "batch64": "skipped: 12 s left before the 270 s deadline (a step needs 30)"}))
+
+    gpu = _report_of_a_copy(tmp_path / "every", every).split("\n## GPU")[1]
+    assert f"the machine's own Python stack, {named}, not this project's pins" in gpu
+    assert ("**Steps of the check's last run that did not measure** (`provenance.json`, deadline 270 s): "
+            "posenc_attention: timed out after 40 s (its own limit 70 s); batch64: skipped: 12 s left") in gpu
+    assert "accuracy:" not in gpu.split("did not measure")[1].split("\n")[0]
+
+    def one(folder):
+        _edit_json(folder / "gpu/gpu.json", lambda r: r.update(stack=stack))
+
+    gpu = _report_of_a_copy(tmp_path / "one", one).split("\n## GPU")[1]
+    assert f"{named} in `gpu.json`; jax 0.11.2 flax 0.12.10 optax 0.2.8 (the check log; not recorded in" in gpu
+    assert "did not measure" not in gpu
 
 
 def _edit_json(path: pathlib.Path, change) -> None:
@@ -728,13 +797,118 @@ exec {sys.executable} "$@"
     done = subprocess.run(["bash", "experiments/benchmarks/gpu_check.sh"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     log = (out / "gpu_check.log").read_text()
-    assert done.returncode == 1 and "failed: batch64 (exit 3)" in log, log[-3000:]
+    assert done.returncode == 1 and "step batch64: failed (exit 3)" in log, log[-3000:]
     assert re.search(r"^tests/test_attention.py: [1-9]\d*$", log, re.M), log[:3000]  # the accuracy tests collected
     results = {p.name: json.loads(p.read_text()) for p in out.glob("*.json")}
     assert sorted(results) == ["gpu.json", "gpu_gpt2_profile.json", "gpu_posenc_attention.json", "provenance.json"]
     assert {r["commit"] for r in results.values()} == {"abc1234"}
+    steps = results["provenance.json"]["steps"]  # in the order they ran, the 124M benchmark first
+    assert list(steps) == ["benchmark", "accuracy", "posenc_attention", "batch64", "profile"]
+    assert steps["batch64"] == "failed (exit 3)" and all(steps[k].startswith("ok (") for k in steps if k != "batch64")
     assert results["gpu_gpt2_profile.json"]["xla_flags"] == "--xla_gpu_enable_command_buffer="
     assert [r["model"] for r in results["gpu.json"]["rows"]] == ["reference", "gpt2_small"]
+
+
+def _fake_python(path: pathlib.Path, cases: str) -> pathlib.Path:
+    """An executable `path` standing in for python3: a bash `case " $* " in` over its arguments with `cases`, each
+    ending the script; any other call exits 0. Runs in milliseconds (for the scripts' logic, not the Python)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'#!/bin/bash\ncase " $* " in\n{cases}\nesac\nexit 0\n')
+    path.chmod(0o755)
+    return path
+
+
+def test_gpu_check_ends_by_its_deadline_and_records_the_steps_it_had_no_time_for(tmp_path):
+    """gpu_check.sh ends within its deadline (DEADLINE_SECONDS after its start, the setup included): the 124M
+    benchmark runs first, a hung step is stopped at the time left (not its own, longer timeout) and recorded as
+    timed out, and the steps with too little time left are skipped, each named in the log and in provenance.json,
+    and the exit status is non-zero. Everything here is a stand-in that takes milliseconds, but the hung
+    accuracy step, which would sleep 60 s."""
+    import re  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    fake = _fake_python(tmp_path / "bin" / "python3", """  *" --tiny "*) exit 0;;
+  *"python stack"*) echo "python stack: jax fake flax fake optax fake devices []"; exit 0;;
+  *" -m pytest "*) exec sleep 60;;
+  *" scripts/benchmark_gpu.py "*)
+    for a in "$@"; do [[ $a == --out=* ]] && echo '{"commit": "abc1234", "rows": []}' > "${a#--out=}"; done; exit 0;;""")
+    out = tmp_path / "out"
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "OUT": str(out), "COMMIT": "abc1234",
+           "WHEELS": str(tmp_path / "no_wheels"), "SITE": str(tmp_path / "site"), "DEADLINE_SECONDS": "12",
+           "MIN_STEP_SECONDS": "3", "KILL_AFTER_SECONDS": "1"}
+    env.pop("PYTHON", None)
+    started = time.monotonic()
+    done = subprocess.run(["bash", "experiments/benchmarks/gpu_check.sh"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=45)
+    took = time.monotonic() - started
+    log = (out / "gpu_check.log").read_text()
+    assert done.returncode == 1 and took < 12 + 5, (took, log[-3000:])
+    assert (out / "gpu.json").exists()  # the benchmark ran, before everything else
+    steps = json.loads((out / "provenance.json").read_text())["steps"]
+    assert list(steps) == ["benchmark", "accuracy", "posenc_attention", "batch64", "profile"]
+    assert steps["benchmark"].startswith("ok (")
+    limit = int(re.search(r"timed out after (\d+) s \(its own limit 100 s\)", steps["accuracy"]).group(1))
+    assert 3 <= limit <= 11  # the time left before the deadline less the kill grace, not its own 100 s
+    for name in ("posenc_attention", "batch64", "profile"):
+        assert steps[name].startswith("skipped: ") and "before the 12 s deadline" in steps[name]
+        assert f"step {name}: skipped: " in log
+    assert json.loads((out / "provenance.json").read_text())["deadline_seconds"] == 12
+
+
+def test_device_env_puts_its_site_and_the_checkout_before_the_callers_pythonpath(tmp_path):
+    """scripts/device_env.sh prepends its SITE and the checkout to PYTHONPATH: what the caller had set stays, after
+    them (the pinned wheels of SITE still win)."""
+    fake = _fake_python(tmp_path / "python", "")
+    out = subprocess.run(["bash", "-c", 'source scripts/device_env.sh > /dev/null; echo "$PYTHONPATH"'], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHON": str(fake), "WHEELS": str(tmp_path / "none"),
+                              "SITE": str(tmp_path / "site"), "PYTHONPATH": "/callers/path"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"{tmp_path / 'site'}:{ROOT}:/callers/path"
+
+
+def test_device_env_ends_its_calls_by_the_callers_setup_deadline_and_keeps_the_stack_when_the_smoke_times_out(
+        tmp_path):
+    """Under the caller's SETUP_DEADLINE (gpu_check.sh's), scripts/device_env.sh's smoke benchmark, hung here, is
+    stopped by that deadline, not its own 60 s; a smoke that timed out is no evidence against the machine's flax /
+    optax / orbax, so the pins are not installed."""
+    fake = _fake_python(tmp_path / "python", """  *" --tiny "*) exec sleep 60;;""")
+    _wheel(tmp_path / "whl" / "pins", "posenc_test_pin")
+    out = subprocess.run(["bash", "-c", 'SECONDS=0; SETUP_DEADLINE=3; source scripts/device_env.sh; echo "took $SECONDS"'],
+                         cwd=ROOT, capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "PYTHON": str(fake), "WHEELS": str(tmp_path / "whl"),
+                              "SITE": str(tmp_path / "site")})
+    assert out.returncode == 0, out.stderr
+    assert "the smoke benchmark timed out (exit 124): the machine's flax / optax / orbax are kept" in out.stdout
+    assert "installing the pinned ones" not in out.stdout and not (tmp_path / "site" / "posenc_test_pin").exists()
+    assert int(out.stdout.split("took ")[1]) <= 3 + 5 + 1  # the deadline, the kill grace and the clock's rounding
+
+
+def test_xla_flags_ab_records_a_crashed_arm_and_goes_on_without_the_fusion_type_posenc_calls_crashing(tmp_path):
+    """xla_flags_ab.sh's oneDNN arm does not use the `dot` fusion type (posenc/xla_options.py: it kills the process
+    at attention's batched products) but individual dots; a run that crashes anyway is written as its .failed
+    file (exit status, error output) and the comparison goes on with the other runs; the report lists it and keeps
+    it out of the ratios; the exit status says a run failed."""
+    train = json.dumps({"commit": "abc1234", "jax_over_torch": 0.8, "rounds_tokens_per_s": [1.0, 1.0, 1.0]})
+    evals = json.dumps({"commit": "abc1234", "rows": [{"length": 4096, "ratio": 0.7}], "rounds": 3})
+    fake = _fake_python(tmp_path / "python", f"""  *" -c "*) echo fake-kind; exit 0;;
+  *" --dtype=bfloat16 "*) [[ $XLA_FLAGS == *onednn* ]] && {{ echo "partition compile failed" >&2; exit 132; }}
+    echo '{train[:-1]}, "xla_flags": "'"$XLA_FLAGS"'"}}'; exit 0;;
+  *" scripts/benchmark_train.py "*) echo progress; echo '{train[:-1]}, "xla_flags": "'"$XLA_FLAGS"'"}}'; exit 0;;
+  *" scripts/benchmark_eval.py "*) echo '{evals[:-1]}, "xla_flags": "'"$XLA_FLAGS"'"}}'; exit 0;;""")
+    ab = tmp_path / "kind" / "xla_flags"
+    done = subprocess.run(["bash", "experiments/benchmarks/xla_flags_ab.sh"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHON": str(fake), "AB_OUT": str(ab)})
+    assert done.returncode == 1 and "onednn_train_bfloat16_1 failed: exit 132" in done.stdout, done.stdout
+    failed = (ab / "onednn_train_bfloat16_1.failed").read_text()
+    assert failed.startswith("exit 132 (XLA_FLAGS=") and "partition compile failed" in failed
+    names = sorted(p.name for p in ab.glob("*.json"))
+    assert len(names) == 9 and "onednn_train_bfloat16_1.json" not in names  # every other run ran
+    flags = json.loads((ab / "onednn_train_float32_2.json").read_text())["xla_flags"]
+    assert "fusion_type=individual_dot" in flags and "fusion_type=dot" not in flags
+    text = _benchmarks_report().xla_flags_ab(ab.parent)
+    assert "**Runs that failed** (in none of the ratios above): `onednn_train_bfloat16_1.failed` (exit 132" in text
+    assert "bf16 training 0.80 against —" in text
 
 
 def test_prefix_gap_script_prints_and_writes_its_rows(trained_run, tmp_path):

@@ -502,7 +502,8 @@ def xla_flags_ab(folder: pathlib.Path) -> str | None:
     """The oneDNN-against-default A/B of xla_flags_ab.sh on one CPU kind (None where it has not run there): the
     runs' JAX / PyTorch ratios, a verdict for each training dtype and each evaluation length (`spread_verdict`),
     and the arm pairs (default_<what>_<i>, onednn_<what>_<i>) whose commits differ, whose difference is then not
-    the flags' alone."""
+    the flags' alone; the runs that failed (xla_flags_ab.sh's <variant>_<what>_<i>.failed: exit status, error
+    output), which are in none of the ratios."""
     ab = folder / "xla_flags"
     if not ab.is_dir():
         return None
@@ -514,7 +515,8 @@ def xla_flags_ab(folder: pathlib.Path) -> str | None:
         if options:  # posenc's own choice (posenc/xla_options.py) overrode the arm's flags
             raise ValueError(f"{f}: compiler_options {options}; the XLA_FLAGS A/B's arms run under XLA's default "
                              "options (xla_flags_ab.sh sets POSENC_CPU_DOTS=xla): run it again")
-    flags = {r.get("xla_flags", "") for r in runs["onednn"]["train_float32"]}
+    flags = {r.get("xla_flags", "") for by in runs["onednn"].values() for r in by} or {"(no oneDNN run succeeded)"}
+    failed = [f"`{f.name}` ({(f.read_text().splitlines() or ['no exit status'])[0]})" for f in sorted(ab.glob("*.failed"))]
     train = {(v, d): ", ".join(f"{r['jax_over_torch']:.2f}" for r in runs[v][f"train_{d}"]) or "—"
              for v in runs for d in ("float32", "bfloat16")}
     lengths = sorted({row["length"] for v in runs for r in runs[v]["eval_throughput"] for row in r["rows"]})
@@ -545,7 +547,8 @@ def xla_flags_ab(folder: pathlib.Path) -> str | None:
             f"{train['onednn', 'bfloat16']}; "
             f"evaluation (default / oneDNN) {evals}. Verdict, run by run: {verdict}."
             + (f" **Arm pairs measured at different commits** (the code changed between the two arms, so their "
-               f"difference is not the flags' alone): {'; '.join(mixed)}." if mixed else "") + "\n")
+               f"difference is not the flags' alone): {'; '.join(mixed)}." if mixed else "")
+            + (f" **Runs that failed** (in none of the ratios above): {'; '.join(failed)}." if failed else "") + "\n")
 
 
 def options_text(options: dict | None) -> str:
@@ -750,14 +753,20 @@ def gpu_section() -> str:
     run0 = next(iter(runs.values()))
     stacks = [line.split(":", 1)[1].split(" devices")[0].strip() for line in log.splitlines()
               if line.startswith("python stack:")]  # the last: after the pinned-wheel fallback, if it ran
+    logged = stacks[-1] if stacks else f"jax {run0['jax']}"
+    by_stack = collections.defaultdict(list)  # the stack each result recorded (None: not recorded) -> its files
+    for name, run in runs.items():
+        by_stack[stack_text(run["stack"]) if run.get("stack") else None].append(f"`{name}.json`")
+    named = (logged if list(by_stack) == [None] else next(iter(by_stack)) if len(by_stack) == 1 else "; ".join(
+        f"{stack or logged + ' (the check log; not recorded in these results)'} in {', '.join(files)}"
+        for stack, files in by_stack.items()))
     steps = sorted({str(run.get("steps", 20)) for run in runs.values()})  # 20: the default before it was recorded
     gpt2_params = each([r for _, _, r in rows if r["model"] == "gpt2_small"], lambda r: f"{r['params'] / 1e6:.0f}M")
     text = head + (
         f"On one {run0['device']} (host CPU {run0['host_cpu']}; "
         + ("the machine's jax with this project's pinned flax / optax / orbax (scripts/device_env.sh: posenc failed "
-           "under the machine's), " + stacks[-1] if PINS_FALLBACK in log and stacks else
-           "the machine's own Python stack, " + (stacks[-1] if stacks else f"jax {run0['jax']}")
-           + ", not this project's pins")
+           "under the machine's), " + named if PINS_FALLBACK in log and stacks else
+           "the machine's own Python stack, " + named + ", not this project's pins")
         + (f"; commit {prov['commit']}" if prov else "; commits: each result's `commit`") + "). Peak: "
         f"{run0['peak_tflops']:.0f} TFLOP/s dense bf16 ({run0['peak_source'].replace(' (', ', ').rstrip(')')}); a bf16 "
         f"matmul of 8192² measured {min(r['measured_bf16_matmul_tflops'] for r in runs.values()):.0f}–"
@@ -809,7 +818,25 @@ def gpu_section() -> str:
                                           "posenc's own bf16 attention (plain, grouped heads, sliding window)"
                                           if passed == len(outcomes) else ": **the fused kernel is not as accurate**")
                  + ".\n")
+    missed = {name: outcome for name, outcome in prov.get("steps", {}).items() if not outcome.startswith("ok")}
+    if missed:
+        text += ("- **Steps of the check's last run that did not measure** (`provenance.json`, deadline "
+                 f"{prov.get('deadline_seconds', '?')} s): " + "; ".join(f"{k}: {v}" for k, v in missed.items())
+                 + ".\n")
     return text + gpu_profile(runs)
+
+
+def stack_text(stack: dict) -> str:
+    """A GPU result's `stack` (scripts/benchmark_gpu.py's `software_stack`) as the README names it: jax with its
+    jaxlib and plugins, flax, optax, orbax-checkpoint, then CUDA, cuDNN and the NVIDIA driver ("not read" where
+    the run could not read one)."""
+    def v(key):
+        return stack.get(key) or "not read"
+
+    jaxlib = ", ".join([f"jaxlib {v('jaxlib')}", *(f"{k} {x}" for k, x in stack.get("plugins", {}).items())])
+    return (f"jax {v('jax')} ({jaxlib}), flax {v('flax')}, optax {v('optax')}, orbax-checkpoint "
+            f"{v('orbax-checkpoint')}; CUDA runtime {v('cuda_runtime')}, cuDNN {v('cudnn')}, NVIDIA driver "
+            f"{v('nvidia_driver')}" + (f" (CUDA {stack['cuda_driver_api']})" if stack.get("cuda_driver_api") else ""))
 
 
 def gpu_flag_default(name: str):
