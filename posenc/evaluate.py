@@ -7,7 +7,8 @@ Protocols (each row of the results names its protocol):
     and each window's bits per byte (`window_bpb`, for intervals and paired comparisons across rows).
     Every position of a window is scored, so the mean mixes short and long contexts.
   * `per_position` — the mean loss at each position inside the window at the longest length (from the
-    same forward passes): where extrapolation breaks; `per_position_se`, its standard error over the windows.
+    same forward passes): where extrapolation breaks; `per_position_se`, its standard error over the windows,
+    and `per_position_bin_se`, that of its means over bins of `position_bin(L)` positions (the plot's points).
   * `sliding` — windows of the training length moved by `stride`, each scoring only its last `stride`
     tokens (the first window scores all): the model never sees a position past train_len. The baseline
     of the ALiBi paper's "early token curse" discussion (Press et al. 2022, §B). Each window's targets are
@@ -81,6 +82,7 @@ SCALINGS = ("none", "run", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_line
 FACTOR_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "llama3")  # the scalings a fixed --factor applies to
 PROTOCOLS = ("nonoverlap", "per_position", "sliding", "streaming")
 LN2 = math.log(2.0)
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile: the half-width of a 95% normal interval in SEs
 # A mean NLL (nats) above this has no finite perplexity (exp overflows float64): a model there has diverged
 # even if its loss is still a finite number.
 MAX_NLL = math.log(np.finfo(np.float64).max)
@@ -750,6 +752,22 @@ def ngram_curve(path: str, cache_dir: str | None, scored: Scored, length: int) -
     return model.bits(x, y, context).mean(axis=0)
 
 
+def position_bin(length: int) -> int:
+    """The positions averaged into one point of a per-position curve of `length` positions: max(1, length // 64)
+    (the last length mod bin positions are left out)."""
+    return max(1, length // 64)
+
+
+def binned_se(nll: np.ndarray) -> np.ndarray:
+    """The standard error over the windows of each bin's mean loss: `nll [n, L]` (n ≥ 2 windows) → `[L // b]`,
+    b = `position_bin(L)`. Computed from each window's own bin means, so the correlation of a window's positions
+    (a hard window is hard at every position) is in it, as it is not in the per-position standard errors."""
+    n, length = nll.shape
+    b = position_bin(length)
+    means = nll[:, :length // b * b].reshape(n, -1, b).mean(axis=2)
+    return means.std(axis=0, ddof=1) / math.sqrt(n)
+
+
 def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence[str] | None = None, *,
              num_bytes: int | None = None, factor: float | None = None, stride: int | None = None,
              split: str = "test", learned_beyond: str | None = None, attn_chunk: int = ATTN_CHUNK, progress: bool = True,
@@ -880,7 +898,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
         for m in dict.fromkeys(run_methods):
             for s in dict.fromkeys(run_scalings):
                 jobs.append((run, s, m))
-    rows, per_position, per_position_se = [], {}, {}
+    rows, per_position, per_position_se, per_position_bin_se = [], {}, {}, {}
     total = sum(len(lengths) + 1 + (sum(n > r.train_len for n in lengths) if sliding_long and m == Method() else 0)
                 for r, _, m in jobs)
     bar = tqdm(total=total, desc="evaluate", disable=not progress or None, dynamic_ncols=True)
@@ -918,6 +936,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
                     per_position[label] = nll.mean(axis=0).tolist()
                     if len(nll) > 1:  # its uncertainty: the standard error over the windows
                         per_position_se[label] = (nll.std(axis=0, ddof=1) / math.sqrt(len(nll))).tolist()
+                        per_position_bin_se[label] = binned_se(nll).tolist()
             rows.append(row)
             if prefix_dynamic and plain and not reason and is_length_dependent(sc):
                 nll = ev.prefix_nll(x, y, sc)
@@ -975,6 +994,7 @@ def evaluate(workdirs: Sequence[str], lengths: Sequence[int], scalings: Sequence
             baselines += ngram_rows(key, run.config.data.cache_dir, scored[key], lengths, split, name)
     sizes = {c["num_bytes"] for c in corpora.values()}
     return {"rows": rows, "baselines": baselines, "per_position": per_position, "per_position_se": per_position_se,
+            "per_position_bin_se": per_position_bin_se,
             "lengths": lengths, "split": split, "corpora": corpora,
             "num_bytes": sizes.pop() if len(sizes) == 1 else None, "skipped": skips}
 
@@ -1080,13 +1100,128 @@ def _scored_text(result: dict[str, Any]) -> str:
     return f"{result['num_bytes'] or 'each run’s'} {result['split']} bytes"
 
 
-def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
-    """results.csv, results.json, results.md, ppl_vs_length.png, per_position.png in `out`."""
+def _pyplot():
     import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
+    return plt
+
+
+def _train_lens(result: dict[str, Any]) -> list[int]:
+    """The training lengths of the runs in `result` (the n-gram floor has none)."""
+    return sorted({r["train_len"] for r in result["rows"] if r.get("train_len") is not None})
+
+
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def series_style(i: int) -> dict[str, str]:
+    """Series i's colour C(i mod 10) and line style (i // 10) mod 4 (solid, dashed, dotted, dash-dot): no two of up
+    to 40 series look alike (past 40 the pairs repeat)."""
+    return {"color": f"C{i % 10}", "linestyle": LINESTYLES[i // 10 % 4]}
+
+
+def series_axes(plt, count: int):
+    """(figure, axes, place_legend) for a plot of `count` legend entries: up to ten, 7 × 4.5 inches with the legend
+    inside the axes; past ten, the legend stands right of the axes in columns of at most 20, and the figure widens
+    and grows to hold it. `place_legend(ax)` draws the legend."""
+    outside = count > 10
+    ncol = -(-count // 20)
+    fig, ax = plt.subplots(figsize=(7 + 2.6 * ncol, max(4.5, 0.75 + 0.19 * -(-count // ncol))) if outside else (7, 4.5))
+
+    def place_legend(ax):
+        if outside:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=ncol, borderaxespad=0)
+        else:
+            ax.legend(fontsize=7)
+
+    return fig, ax, place_legend
+
+
+def plot_bpb_vs_length(result: dict[str, Any], path) -> None:
+    """Bits per byte of the non-overlapping windows against the length, one line per run · scaling (· method),
+    and the n-gram floor dotted black; each point with its row's 95% percentile-bootstrap interval over the windows
+    (`bpb_lo`, `bpb_hi`) as an error bar in its line's colour. A row without an interval (one window, or a
+    result written before rows kept one) has a point without a bar, and the title says why. Each series has its
+    own colour and line style (`series_style`), and past ten the legend stands beside the axes (`series_axes`)."""
+    plt = _pyplot()
+    series: dict[str, list[tuple[int, float, float | None, float | None]]] = {}
+    missing: set[str] = set()  # why some points have no bar
+    floors = set()  # the n-gram floor's series (its rows' posenc), whatever a run is named
+    for r in result["rows"] + result.get("baselines", []):
+        if r["protocol"] == "nonoverlap" and r["status"] == "ok":
+            method = "" if r.get("method", "none") == "none" else f" · {r['method']}"
+            label = f"{r['run']} · {r['scaling']}{method}"
+            series.setdefault(label, []).append((r["length"], r["bpb"], r.get("bpb_lo"), r.get("bpb_hi")))
+            if r.get("posenc") == "n-gram":
+                floors.add(label)
+            if r.get("bpb_lo") is None or r.get("bpb_hi") is None:
+                missing.add("one window" if "bpb_lo" in r else "not kept in this result")
+    fig, ax, place_legend = series_axes(plt, len(series))
+    models = [label for label in series if label not in floors]
+    for label, pts in series.items():
+        pts.sort()
+        floor = label not in models
+        style = {"color": "black", "linestyle": ":"} if floor else series_style(models.index(label))
+        (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="" if floor else "o", label=label, **style)
+        bars = [p for p in pts if p[2] is not None and p[3] is not None]
+        if bars:  # each bar from lo to hi, drawn about its own centre (a percentile interval need not hold the point)
+            ax.errorbar([p[0] for p in bars], [(p[2] + p[3]) / 2 for p in bars], yerr=[(p[3] - p[2]) / 2 for p in bars],
+                        fmt="none", ecolor=line.get_color(), elinewidth=1, capsize=3)
+    for t in _train_lens(result):
+        ax.axvline(t, color="gray", linestyle="--", linewidth=1)
+        ax.text(t, ax.get_ylim()[1], f" train_len {t}", va="top", fontsize=8, color="gray")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("evaluation length (tokens)")
+    ax.set_ylabel("bits per byte (non-overlapping windows)")
+    ax.set_title(f"Extrapolation on {_scored_text(result)}\nbars: 95% percentile-bootstrap interval over the windows"
+                 + (f"\n(a point without a bar has none: {', '.join(sorted(missing))})" if missing else ""),
+                 fontsize=9)
+    place_legend(ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_per_position(result: dict[str, Any], path) -> None:
+    """The mean loss at each position of the longest windows (`per_position`), averaged over bins of
+    `position_bin(L)` positions, with a band of ±1.96 standard errors over the windows of each bin's mean
+    (`per_position_bin_se`). A curve without them (one window, or a result written before they were kept) has no
+    band, and the title says why. Each curve has its own colour and line style (`series_style`)."""
+    plt = _pyplot()
+    fig, ax, place_legend = series_axes(plt, len(result["per_position"]))
+    why = "one window" if "per_position_bin_se" in result else "not kept in this result"
+    ses = result.get("per_position_bin_se") or {}
+    missing = False
+    for i, (label, curve) in enumerate(result["per_position"].items()):
+        curve = np.asarray(curve)
+        bins = position_bin(len(curve))  # average over bins of positions to tame the noise
+        binned = curve[: len(curve) // bins * bins].reshape(-1, bins).mean(axis=1) / LN2
+        xs = np.arange(len(binned)) * bins + bins / 2
+        se = ses.get(label)
+        missing |= se is None
+        (line,) = ax.plot(xs, binned, label=label.replace("|", " · "), **series_style(i))
+        if se is not None:
+            half = Z95 * np.asarray(se) / LN2
+            ax.fill_between(xs, binned - half, binned + half, alpha=0.2, color=line.get_color(), linewidth=0)
+    for t in _train_lens(result):
+        ax.axvline(t, color="gray", linestyle="--", linewidth=1)
+    ax.set_xlabel(f"position in the window (length {result['lengths'][-1]})")
+    tokens = any("text_bytes" in c for c in (result.get("corpora") or {}).values())  # a checkpoint's curve: per token
+    ax.set_ylabel("bits per token (checkpoints) or byte (byte runs)" if tokens else "bits per byte")
+    ax.set_title("Loss by position: where extrapolation breaks\nbands: ±1.96 standard errors over the windows of "
+                 "each bin's mean" + (f"\n(a curve without a band has none: {why})" if missing else ""), fontsize=9)
+    place_legend(ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
+    """results.csv, results.json, results.md, ppl_vs_length.png (`plot_bpb_vs_length`) and per_position.png
+    (`plot_per_position`) in `out`."""
     out_dir = pathlib.Path(out).expanduser()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {name: out_dir / name for name in ("results.csv", "results.json", "results.md", "ppl_vs_length.png",
@@ -1099,46 +1234,6 @@ def write_outputs(result: dict[str, Any], out: str) -> dict[str, pathlib.Path]:
     paths["results.md"].write_text(markdown_table(result) + "\n\n" + markdown_table(result, "bpb_ci") + "\n\n"
                                    + markdown_table(result, "ppl") + "\n")
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    train_lens = set()
-    series: dict[str, list[tuple[int, float]]] = {}
-    for r in result["rows"] + result.get("baselines", []):
-        if r["protocol"] == "nonoverlap" and r["status"] == "ok":
-            method = "" if r.get("method", "none") == "none" else f" · {r['method']}"
-            series.setdefault(f"{r['run']} · {r['scaling']}{method}", []).append((r["length"], r["bpb"]))
-            if r["train_len"] is not None:  # the n-gram floor has none
-                train_lens.add(r["train_len"])
-    for label, pts in series.items():
-        pts.sort()
-        floor = label.startswith("n-gram")
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="" if floor else "o", label=label,
-                linestyle=":" if floor else "-", color="black" if floor else None)
-    for t in sorted(train_lens):
-        ax.axvline(t, color="gray", linestyle="--", linewidth=1)
-        ax.text(t, ax.get_ylim()[1], f" train_len {t}", va="top", fontsize=8, color="gray")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("evaluation length (tokens)")
-    ax.set_ylabel("bits per byte (non-overlapping windows)")
-    ax.set_title(f"Extrapolation on {_scored_text(result)}")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(paths["ppl_vs_length.png"], dpi=110)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, curve in result["per_position"].items():
-        curve = np.asarray(curve)
-        bins = max(1, len(curve) // 64)  # average over bins of positions to tame the noise
-        binned = curve[: len(curve) // bins * bins].reshape(-1, bins).mean(axis=1) / LN2
-        ax.plot(np.arange(len(binned)) * bins + bins / 2, binned, label=label.replace("|", " · "))
-    for t in sorted(train_lens):
-        ax.axvline(t, color="gray", linestyle="--", linewidth=1)
-    ax.set_xlabel(f"position in the window (length {result['lengths'][-1]})")
-    tokens = any("text_bytes" in c for c in (result.get("corpora") or {}).values())  # a checkpoint's curve: per token
-    ax.set_ylabel("bits per token (checkpoints) or byte (byte runs)" if tokens else "bits per byte")
-    ax.set_title("Loss by position: where extrapolation breaks")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(paths["per_position.png"], dpi=110)
-    plt.close(fig)
+    plot_bpb_vs_length(result, paths["ppl_vs_length.png"])
+    plot_per_position(result, paths["per_position.png"])
     return paths

@@ -315,6 +315,10 @@ class Attention(nnx.Module):
                               window=window, near_fn=near_fn, far=far_branch(k, positions, positions), key_block=key_block)
             return self.out(y.reshape(b, t, n * cfg.head_dim))
         k_cache, v_cache, pos_cache, rotate_at_use = cache
+        # a KV cache is attended by posenc's attention only: an explicit fused kernel ('xla', 'cudnn') is refused
+        # here (a ValueError naming model.attn_impl), not replaced
+        implementation(cfg.attn_impl, aligned=False, has_bias=enc.has_bias, plain=mode == "plain", dtype=dtype,
+                       head_dim=cfg.head_dim)
         if mode == "branches" and enc.position_kind == "rotary" and not rotate_at_use:
             raise ValueError(f"method {method.method!r} needs a KV cache of unrotated keys (rotate_at_use=True): each "
                              "key is rotated at its near and at its far position")

@@ -34,12 +34,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posenc import data, decode, tasks
-from posenc.evaluate import (ATTN_CHUNK, Evaluator, Run, applies, check_scaling_names, check_scalings_apply,
+from posenc.evaluate import (ATTN_CHUNK, Z95, Evaluator, Run, applies, check_scaling_names, check_scalings_apply,
                              check_split, checked_lengths, hf_run, load_run, method_applies, parse_methods,
-                             prepare_out_dir, scaling_for, skipped)
+                             prepare_out_dir, scaling_for, series_axes, series_style, skipped)
 from posenc.training_free import Method
-
-Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
 
 
 def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -378,7 +376,8 @@ def _pyplot():
 
 def plot_accuracy(series: dict[str, list[tuple[int, tuple[int, int] | None]]], train_lens, path, *,
                   unit: str = "tokens") -> None:
-    """Accuracy against length with Wilson 95% bands: {label: [(length, (correct, n) or None), ...]}.
+    """Accuracy against length with Wilson 95% bands: {label: [(length, (correct, n) or None), ...]}. A series of
+    one defined point (a band of no width) has its interval as an error bar instead.
 
     Series i is drawn in colour C(i mod 10) with line style (i // 10) mod 4 (solid, dashed, dotted, dash-dot), so
     that no two of up to 40 series look alike (past 40 the pairs repeat); past ten series the legend stands right
@@ -386,52 +385,66 @@ def plot_accuracy(series: dict[str, list[tuple[int, tuple[int, int] | None]]], t
     plt = _pyplot()
     drawn = {label: [(n, c) for n, c in pts if c is not None] for label, pts in series.items()}
     drawn = {label: pts for label, pts in drawn.items() if pts}
-    outside = len(drawn) > 10
-    ncol = -(-len(drawn) // 20)
-    fig, ax = plt.subplots(figsize=(7 + 2.6 * ncol, max(4.5, 0.75 + 0.19 * -(-len(drawn) // ncol)))
-                           if outside else (7, 4.5))
+    fig, ax, place_legend = series_axes(plt, len(drawn))
     for i, (label, pts) in enumerate(drawn.items()):
-        style = {"color": f"C{i % 10}", "linestyle": ("-", "--", ":", "-.")[i // 10 % 4]}
+        style = series_style(i)
         ci = np.array([wilson_interval(*c) for _, c in pts])
         xs = [n for n, _ in pts]
         ax.plot(xs, [c[0] / c[1] for _, c in pts], marker="o", label=label, **style)
         ax.fill_between(xs, ci[:, 0], ci[:, 1], alpha=0.15, color=style["color"])
+        if len(xs) == 1:
+            ax.errorbar(xs, [ci[0].mean()], yerr=[(ci[0, 1] - ci[0, 0]) / 2], fmt="none", ecolor=style["color"],
+                        elinewidth=1, capsize=3)
     for t in sorted(set(train_lens)):
         ax.axvline(t, color="gray", linestyle="--", linewidth=1)
     ax.set_xscale("log", base=2)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel(f"length ({unit})")
-    ax.set_ylabel("exact-match accuracy (Wilson 95%)")
-    if outside:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=ncol, borderaxespad=0)
-    else:
-        ax.legend(fontsize=7)
+    ax.set_ylabel("exact-match accuracy")
+    ax.set_title("bands: Wilson 95% intervals of each point's exact match", fontsize=9)
+    place_legend(ax)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def plot_heatmap(rows: list[dict[str, Any]], title: str, path, *, unit: str = "tokens") -> None:
-    """Accuracy (%) over needle depth × length from one series' rows (undefined cells say so)."""
+    """Accuracy (%) over needle depth × length from one series' rows, each cell with its Wilson 95% interval
+    (`wilson_interval` of its `correct` of `n`) below it; an undefined cell says so, and a depth × length with no
+    row is left blank. The title gives the examples per cell, the colour bar its quantity.
+
+    Raises:
+      ValueError: two rows of one depth and length (one would hide the other).
+    """
     plt = _pyplot()
     depths = sorted({r["depth"] for r in rows})
     lengths = sorted({r["length"] for r in rows})
     grid = np.full((len(depths), len(lengths)), np.nan)
+    text = [["" for _ in lengths] for _ in depths]  # no row: blank
     for r in rows:
-        if r["status"] == "ok":
-            grid[depths.index(r["depth"]), lengths.index(r["length"])] = r["accuracy"]
+        i, j = depths.index(r["depth"]), lengths.index(r["length"])
+        if text[i][j]:
+            raise ValueError(f"plot_heatmap({title!r}): two rows at depth {r['depth']} and length {r['length']}")
+        if r["status"] != "ok":
+            text[i][j] = "undef."
+            continue
+        grid[i, j] = r["correct"] / r["n"]
+        lo, hi = wilson_interval(r["correct"], r["n"])
+        text[i][j] = f"{100 * grid[i, j]:.0f}\n{100 * lo:.0f}–{100 * hi:.0f}"
+    counts = sorted({r["n"] for r in rows if r["status"] == "ok"})
+    per_cell = "" if not counts else f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
     fig, ax = plt.subplots(figsize=(1.4 + 0.9 * len(lengths), 1.3 + 0.5 * len(depths)))
     im = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
     for i in range(len(depths)):
         for j in range(len(lengths)):
-            ax.text(j, i, "undef." if np.isnan(grid[i, j]) else f"{100 * grid[i, j]:.0f}", ha="center",
-                    va="center", fontsize=7)
+            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=6, linespacing=1.1)
     ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
     ax.set_yticks(range(len(depths)), [f"{100 * d:g}%" for d in depths])
     ax.set_xlabel(f"length ({unit})")
     ax.set_ylabel("needle depth")
-    ax.set_title(title, fontsize=8)
-    fig.colorbar(im, ax=ax, fraction=0.046)
+    ax.set_title(title + (f"\n% exact match, Wilson 95% interval below; {per_cell} examples per cell" if per_cell else ""),
+                 fontsize=8)
+    fig.colorbar(im, ax=ax, fraction=0.046).set_label("exact-match accuracy", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

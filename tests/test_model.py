@@ -373,3 +373,24 @@ def test_a_windowed_or_bounded_cache_decodes_past_its_slots():
     for p in range(3, 8):
         logits, cache = model(x[:, p:p + 1], jnp.array([[p]]), cache=cache)
     np.testing.assert_allclose(logits[:, -1], model(x)[:, -1], atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["xla", "cudnn"])
+def test_a_fused_kernel_asked_for_on_the_kv_cache_path_is_refused_naming_the_field(impl, monkeypatch):
+    """jax.nn.dot_product_attention cannot attend a KV cache (its causal mask assumes positions 0 … T−1 for
+    queries and keys alike): an explicit model.attn_impl='xla' or 'cudnn' there is a ValueError naming the field,
+    why and the values that apply — also on a GPU (faked: `implementation` told backend='gpu'), where 'cudnn' is
+    otherwise honoured — not decoding silently with posenc's attention. 'auto' and 'posenc' decode."""
+    from posenc import attention as attention_mod  # noqa: PLC0415
+    from posenc import model as model_mod  # noqa: PLC0415
+
+    monkeypatch.setattr(model_mod, "implementation",
+                        lambda *a, **kw: attention_mod.implementation(*a, **kw, backend="gpu"))
+    x = tokens(b=1, t=4)
+    model = make("rope", attn_impl=impl, dtype="bfloat16", act_dtype="bfloat16")
+    with pytest.raises(ValueError, match=rf"model.attn_impl='{impl}'.*a KV cache.*use 'auto' or 'posenc'"):
+        model(x, cache=model.init_cache(1, 4))
+    for ok in ("auto", "posenc"):
+        model = make("rope", attn_impl=ok)
+        logits, _ = model(x, cache=model.init_cache(1, 4))
+        np.testing.assert_allclose(logits, make("rope", attn_impl="posenc")(x), atol=2e-5, rtol=1e-5)

@@ -1067,3 +1067,73 @@ def test_plot_accuracy_gives_every_series_its_own_style_and_the_figure_holds_the
     box, page = legend.get_window_extent(fig.canvas.get_renderer()), fig.bbox
     assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
     plt.close(fig)
+
+
+def test_plot_accuracy_draws_each_points_wilson_band_and_says_what_it_is(tmp_path, monkeypatch):
+    """accuracy_vs_length.png: each series' band spans the Wilson 95% interval of each of its points (correct of n),
+    in its line's colour, and the title says what the bands are."""
+    import matplotlib.colors as mcolors  # noqa: PLC0415
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    from posenc.task_eval import plot_accuracy  # noqa: PLC0415
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    series = {"a · none": [(256, (19, 20)), (512, (3, 20)), (1024, None)], "b · none": [(256, (0, 20)), (512, (20, 20))],
+              "learned · none": [(256, (5, 20)), (512, None)]}  # one defined point: its band has no width
+    plot_accuracy(series, [256], tmp_path / "accuracy.png", unit="bytes")
+    (fig,) = figures
+    (ax,) = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines() if line.get_label() in series}
+    from matplotlib.collections import PolyCollection  # noqa: PLC0415
+
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 3
+    for band, (label, pts) in zip(bands, list(series.items())[:2]):
+        verts = band.get_paths()[0].vertices
+        for n, c in pts:
+            at = verts[np.isclose(verts[:, 0], n), 1]
+            if c is None:
+                assert not at.size
+                continue
+            lo, hi = wilson_interval(*c)
+            assert at.min() == pytest.approx(lo) and at.max() == pytest.approx(hi)
+        assert mcolors.to_rgb(band.get_facecolor()[0]) == mcolors.to_rgb(lines[label].get_color())
+    (container,) = ax.containers  # the one-point series: its interval as an error bar in its colour
+    (bar,) = container.lines[2]
+    ((x0, y0), (x1, y1)), = bar.get_segments()
+    assert x0 == x1 == 256 and (min(y0, y1), max(y0, y1)) == pytest.approx(wilson_interval(5, 20))
+    assert mcolors.to_rgb(bar.get_colors()[0]) == mcolors.to_rgb(lines["learned · none"].get_color())
+    assert "bands: Wilson 95% intervals" in ax.get_title()
+    plt.close(fig)
+
+
+def test_plot_heatmap_gives_each_cell_its_wilson_interval_and_labels_the_colour_bar(tmp_path, monkeypatch):
+    """Each defined cell shows its accuracy (%) and, below it, its Wilson 95% interval; an undefined cell says so, a
+    depth × length without a row is blank (not 'undefined'); the colour bar names its quantity and the title the
+    examples per cell; two rows of one cell are refused (one would hide the other)."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    from posenc.task_eval import plot_heatmap  # noqa: PLC0415
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+
+    def row(depth, length, correct, status="ok"):
+        return {"depth": depth, "length": length, "status": status, "correct": correct, "n": 20,
+                "accuracy": None if correct is None else correct / 20}
+
+    rows = [row(0.0, 256, 20), row(0.0, 512, 3), row(1.0, 256, 0), row(1.0, 1024, None, "undefined")]
+    plot_heatmap(rows, "pk · none", tmp_path / "heatmap.png", unit="bytes")
+    (fig,) = figures
+    ax, bar = fig.axes
+    assert bar.get_ylabel() == "exact-match accuracy"
+    cells = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+    interval = lambda k: "{:.0f}–{:.0f}".format(*(100 * v for v in wilson_interval(k, 20)))  # noqa: E731
+    assert cells == {(0, 0): f"100\n{interval(20)}", (0, 1): f"15\n{interval(3)}", (0, 2): "",
+                     (1, 0): f"0\n{interval(0)}", (1, 1): "", (1, 2): "undef."}
+    assert interval(20) == "84–100" and interval(3) == "5–36"
+    assert "Wilson 95% interval" in ax.get_title() and "20 examples per cell" in ax.get_title()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="two rows at depth 0.0 and length 256"):
+        plot_heatmap(rows + [row(0.0, 256, 1)], "pk · none", tmp_path / "heatmap.png", unit="bytes")

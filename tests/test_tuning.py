@@ -190,15 +190,15 @@ def test_script_takes_budget_and_bytes_per_evaluation_from_the_search(trained_ru
 def test_paired_gap_pairs_the_tuned_winner_with_another_scaling_on_the_same_windows():
     rng = np.random.default_rng(0)
     hard = rng.normal(3.0, 0.3, size=16)
-    tuned = {"rule": "yarn", "target_len": 1024, "test_num_bytes": 16 * 1024, "step": 400,
-             "best": {"test_window_bpb": {"256": [0.0] * 64, "1024": (hard + 0.01).tolist()}}}
-    row = {"num_bytes": 16 * 1024, "length": 1024, "split": "test", "step": 400,
+    tuned = {"rule": "yarn", "run": "runs/extrapolation/rope-s0", "target_len": 1024, "test_num_bytes": 16 * 1024,
+             "step": 400, "best": {"test_window_bpb": {"256": [0.0] * 64, "1024": (hard + 0.01).tolist()}}}
+    row = {"run": "rope-s0", "num_bytes": 16 * 1024, "length": 1024, "split": "test", "step": 400,
            "window_bpb": (hard + rng.normal(0, 0.001, 16)).tolist()}
     lo, hi, n = tuning.paired_gap(tuned, row)
     assert n == 16 and (lo, hi) == ev.paired_interval(row["window_bpb"], tuned["best"]["test_window_bpb"]["1024"])
     assert lo < -0.005 and hi < 0  # the other scaling better, though each side's own spread (0.3) is far wider
     assert tuning.paired_gap({**tuned, "best": {}}, row) is None  # a result kept before per-window scores
-    one = {"rule": "yarn", "target_len": 1024, "test_num_bytes": 1024, "step": 400,
+    one = {"rule": "yarn", "run": "runs/extrapolation/rope-s0", "target_len": 1024, "test_num_bytes": 1024, "step": 400,
            "best": {"test_window_bpb": {"1024": [3.0]}}}
     assert tuning.paired_gap(one, {**row, "num_bytes": 1024, "window_bpb": [2.9]}) is None  # one window: no interval
     for other in ({**row, "num_bytes": 8 * 1024}, {**row, "length": 2048}, {**row, "window_bpb": row["window_bpb"][:8]}):
@@ -210,10 +210,27 @@ def test_paired_gap_refuses_a_row_of_another_split_or_checkpoint():
     """The tuned winner's windows are its run's test windows at its step: a validation row of the same bytes and
     length, or a row of another checkpoint, has as many windows but not the same ones (or not the same model), and
     pairing them would give an interval of nothing."""
-    tuned = {"rule": "yarn", "target_len": 64, "test_num_bytes": 128, "step": 8,
+    tuned = {"rule": "yarn", "run": "runs/r", "target_len": 64, "test_num_bytes": 128, "step": 8,
              "best": {"test_window_bpb": {"64": [2.0, 2.1]}}}
-    row = {"num_bytes": 128, "length": 64, "split": "test", "step": 8, "window_bpb": [1.9, 2.1]}
+    row = {"run": "r", "num_bytes": 128, "length": 64, "split": "test", "step": 8, "window_bpb": [1.9, 2.1]}
     assert tuning.paired_gap(tuned, row)[2] == 2
     for other, match in (({**row, "split": "validation"}, "split 'validation'"), ({**row, "step": 4}, "step 4")):
         with pytest.raises(ValueError, match=f"not the same windows.*{match}|{match}.*not the same windows"):
             tuning.paired_gap(tuned, other)
+
+
+def test_paired_gap_refuses_a_row_of_another_run():
+    """The tuned winner's windows are its own run's: a row of another run (the same split, step, bytes and length:
+    another seed, another encoding) has as many windows but not the same model, and the paired interval would mix
+    two models' noise. The row names its run as the evaluation does (the workdir's last folder, or the whole
+    workdir), the tuned result by the workdir it was given."""
+    tuned = {"rule": "yarn", "run": "runs/extrapolation/rope-s0", "target_len": 64, "test_num_bytes": 128, "step": 8,
+             "best": {"test_window_bpb": {"64": [2.0, 2.1]}}}
+    row = {"run": "rope-s0", "num_bytes": 128, "length": 64, "split": "test", "step": 8, "window_bpb": [1.9, 2.1]}
+    for name in ("rope-s0", "runs/extrapolation/rope-s0", "./runs/extrapolation/rope-s0/"):
+        assert tuning.paired_gap(tuned, {**row, "run": name})[2] == 2
+    assert tuning.paired_gap({**tuned, "run": "runs/extrapolation/rope-s0/"}, row)[2] == 2
+    for name in ("rope-s1", "alibi-s0", "runs/lm_study/rope-s0"):
+        with pytest.raises(ValueError, match=f"run 'runs/extrapolation/rope-s0', the other row of run '{name}': not "
+                                             "the same model"):
+            tuning.paired_gap(tuned, {**row, "run": name})
