@@ -449,7 +449,7 @@ def search_run(workdir: str, target_len: int, cfg: SearchConfig, *, per_layer: b
     s = target_len / orig
     search_split = run_stream(run, "validation")[0]  # never the test split
     _check_num_bytes(num_bytes, target_len, orig, len(search_split))  # before any stage (and any folder)
-    out_dir = pathlib.Path(out or pathlib.Path(workdir) / f"longrope_{target_len}")
+    out_dir = pathlib.Path(out or pathlib.Path(workdir) / f"longrope_{target_len}").expanduser()
     out_dir.mkdir(parents=True, exist_ok=True)
     evaluator = Evaluator(run)
     af = longrope_attention_factor(s, orig)

@@ -152,7 +152,8 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
         raise ValueError(f"tuning a RoPE scaling needs a run whose encoding takes one; {workdir!r} has "
                          f"posenc={run.cfg.posenc!r}")
     s = target_len / run.base_len
-    out = pathlib.Path(root) / f"{rule}_{target_len}.json"
+    root = pathlib.Path(root).expanduser()
+    out = root / f"{rule}_{target_len}.json"
     if out.exists():  # another budget or seed would replace the finished result with another search's
         old = json.loads(out.read_text())
         differ = [f"{f}: {old.get(f)!r} in {out}, {v!r} now" for f, v in (("budget", budget), ("seed", seed))
@@ -165,7 +166,7 @@ def tune(workdir: str, rule: str, target_len: int, budget: int, root: str, *, se
     for split, n, ls in (("validation", num_bytes, [target_len]), ("test", test_num_bytes or num_bytes, lengths)):
         check_num_bytes(run_stream(run, split)[0], ls, n, default_windows=8, what=f"the {split} split")  # before any work
     named = [(f"{rule}-{i:04d}", p) for i, p in enumerate(points)]
-    folder = pathlib.Path(root) / f"{rule}_{target_len}"
+    folder = root / f"{rule}_{target_len}"
     kind = kind_of(rule)
     key = f"bpb_L{target_len}"
     val = sweep.run_eval_sweep(workdir, str(folder / "validation"), named, lengths=[target_len], scaling=kind,

@@ -50,7 +50,7 @@ def main(argv):
                       f"{r['gap_bpb']:+.4f} | {r['max_abs_gap_bits']:.3f} | {r['window_bpb']:.4f} | "
                       f"{r['window_level_bpb']:.4f} |", flush=True)
     if _OUT.value:
-        out = pathlib.Path(_OUT.value)
+        out = pathlib.Path(_OUT.value).expanduser()
         out.parent.mkdir(parents=True, exist_ok=True)
         jobs.write_atomic(out, json.dumps({"rows": rows, "positions": _POSITIONS.value, "machine": machine_record()},
                                           indent=1))

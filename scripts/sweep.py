@@ -106,23 +106,23 @@ def main(argv):
     if _PLOT_LENGTH.value is not None and _PLOT_LENGTH.value not in lengths:
         raise app.UsageError(f"--plot_length={_PLOT_LENGTH.value} is not one of --lengths={','.join(map(str, lengths))}: "
                              "the heatmap shows bits per byte at one of them")
-    prepare_out_dir(_ROOT.value, "--root")
+    root = str(prepare_out_dir(_ROOT.value, "--root"))  # `~` expanded: the shell leaves it in --root=~/…
     ran = []
     try:  # the checks before any point is computed (a finished point of other settings, bytes the split lacks)
-        sweep.gather(_ROOT.value, _MODE.value, fields)  # points of another sweep's axes under --root
+        sweep.gather(root, _MODE.value, fields)  # points of another sweep's axes under --root
         if not _AGGREGATE.value and _MODE.value == "train":
-            ran = sweep.run_train_sweep(_CONFIG.value, _ROOT.value, points, lengths=lengths,
+            ran = sweep.run_train_sweep(_CONFIG.value, root, points, lengths=lengths,
                                         scaling=_SCALING.value or "none", num_bytes=_NUM_BYTES.value,
                                         split=_SPLIT.value)
         elif not _AGGREGATE.value:
-            ran = sweep.run_eval_sweep(_WORKDIR.value or _HF.value, _ROOT.value, points, lengths=lengths,
+            ran = sweep.run_eval_sweep(_WORKDIR.value or _HF.value, root, points, lengths=lengths,
                                        scaling=_SCALING.value or "yarn", num_bytes=_NUM_BYTES.value,
                                        split=_SPLIT.value, method=_METHOD.value, hf_model=bool(_HF.value),
                                        text=_TEXT.value)
-        records = sweep.gather(_ROOT.value, _MODE.value, fields)
+        records = sweep.gather(root, _MODE.value, fields)
     except ValueError as e:
         sys.exit(f"error: {e}")
-    paths = sweep.write_outputs(records, _ROOT.value, fields, lengths, _PLOT_LENGTH.value)
+    paths = sweep.write_outputs(records, root, fields, lengths, _PLOT_LENGTH.value)
     print(paths["md"].read_text())
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
     failed = [r for r in ran if r["status"] == "failed"]

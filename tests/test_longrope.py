@@ -305,6 +305,23 @@ def test_search_run_seeds_take_the_smallest_n_hat_choice(rope_run, tmp_path, mon
     assert seen == [2, 2, 2]
 
 
+def test_an_out_under_the_home_directory_is_written_there(rope_run, tmp_path, monkeypatch):
+    """--out=~/… reaches search_run as written (the shell expands no `~` after `--out=`): the search's folder is
+    made under $HOME, not as a directory named `~` in the working directory."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir(), cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+
+    def search(*a, **k):
+        raise KeyboardInterrupt  # stop once the folder is made, before any evaluation
+
+    monkeypatch.setattr(longrope, "search", search)
+    with pytest.raises(KeyboardInterrupt):
+        longrope.search_run(rope_run, 64, SMALL, out="~/lr", progress=False)
+    assert (home / "lr").is_dir() and not (cwd / "~").exists()
+
+
 @pytest.mark.parametrize("scaling", [RopeScaling("linear", 2.0, original_max_len=16),
                                      RopeScaling("yarn", 2.0, original_max_len=16),
                                      RopeScaling("linear", 1.0, original_max_len=16, dynamic=True)],

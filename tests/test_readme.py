@@ -206,3 +206,46 @@ def test_the_base_sweep_rates_its_one_seed_and_scales_the_noise_to_a_difference_
 
     text = " ".join(_render_in_copy(tmp_path / "b", "experiments/rope_base_sweep", without_study).split())
     assert "One seed per base: the evidence is **weak**" in text and "95% band" not in text
+
+
+def test_documented_training_commands_override_only_fields_their_config_has():
+    """Every `scripts/train.py` and `scripts/sweep.py --mode=train` command written in the READMEs, the configs' and
+    the scripts' docstrings and the experiments' shell scripts loads its `--config=FILE[:ARG]` (configs/default.py
+    when absent), and each of its `--config.FIELD=` overrides and train-mode `--axis=FIELD=` axes names a field of
+    that config: a renamed field or variant leaves no documented command that fails (scripts/train.py refuses an
+    unknown field as a flags error). Placeholders (`[:VARIANTS]`, `FIELD`) and shell variables are skipped."""
+    import re  # noqa: PLC0415
+
+    from posenc.train import load_config_file  # noqa: PLC0415
+
+    docs = [ROOT / "README.md", *sorted((ROOT / "experiments").glob("**/README.md")),
+            *sorted((ROOT / "configs").glob("*.py")), *sorted((ROOT / "scripts").glob("*.py")),
+            *sorted((ROOT / "experiments").glob("**/*.sh")), *sorted((ROOT / "scripts").glob("*.sh"))]
+    configs, checked, unknown = {}, 0, []
+    for doc in docs:
+        text = re.sub(r"\\\n\s*", " ", doc.read_text())  # a command continued over lines is one line
+        for m in re.finditer(r"scripts/(train|sweep)\.py(\s[^`#\n]*)", text):
+            command = m.group(2).split("&&")[0]
+            if m.group(1) == "sweep" and "--mode=train" not in command:
+                continue
+            given = re.search(r"--config=(\S+)", command)
+            spec = given.group(1).strip("\"'") if given else "configs/default.py"
+            if "[" in spec or "$" in spec or spec.endswith(":VARIANTS"):
+                continue
+            path, _, arg = spec.partition(":")
+            if (path, arg) not in configs:
+                configs[path, arg] = load_config_file(str(ROOT / path), arg or None)
+            config = configs[path, arg]
+            fields = re.findall(r"--config\.([\w.]+)=", command)
+            fields += re.findall(r"--axis=([\w.]+)=", command) if m.group(1) == "sweep" else []
+            for field in fields:
+                if field.lower() == "field":
+                    continue
+                checked += 1
+                node = config
+                for part in field.split("."):
+                    node = node.get(part) if hasattr(node, "get") and part in node else KeyError
+                    if node is KeyError:
+                        unknown.append(f"{doc.relative_to(ROOT)}: --config={spec} has no field {field}")
+                        break
+    assert len(configs) >= 6 and checked >= 15 and not unknown, (checked, unknown)

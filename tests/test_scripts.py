@@ -912,9 +912,19 @@ def test_xla_flags_ab_records_a_crashed_arm_and_goes_on_without_the_fusion_type_
 
 
 def test_prefix_gap_script_prints_and_writes_its_rows(trained_run, tmp_path):
-    out = run("scripts/prefix_gap.py", f"--workdir={trained_run}", "--lengths=64", "--scalings=dynamic_ntk,dynamic_yarn",
-              "--positions=3", f"--out={tmp_path / 'gap.json'}")
-    written = json.loads((tmp_path / "gap.json").read_text())
+    """--out=~/gap.json as the shell passes it (no `~` expanded after `--out=`) is written under $HOME, not into a
+    directory named `~` in the working directory."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir(), cwd.mkdir()
+    env = {**os.environ, "HOME": str(home),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "prefix_gap.py"), f"--workdir={trained_run}",
+                             "--lengths=64", "--scalings=dynamic_ntk,dynamic_yarn", "--positions=3", "--out=~/gap.json"],
+                            cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert not (cwd / "~").exists()
+    written = json.loads((home / "gap.json").read_text())
     assert [(r["scaling"], r["length"], r["positions"]) for r in written["rows"]] == [
         ("dynamic_ntk", 64, [32, 48, 63]), ("dynamic_yarn", 64, [32, 48, 63])]
     for r in written["rows"]:

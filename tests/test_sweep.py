@@ -459,6 +459,22 @@ def test_script_errors_and_a_sweep_that_failed_everywhere_exits_non_zero(trained
                              scaling="yran")
 
 
+def test_a_root_under_the_home_directory_is_written_there(tmp_path):
+    """--root=~/… as the shell passes it (bash expands no `~` after `--root=`): the table and plot go under $HOME,
+    not into a directory named `~` in the working directory."""
+    import os  # noqa: PLC0415
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir(), cwd.mkdir()
+    env = {**os.environ, "HOME": str(home),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep.py"), "--mode=eval", "--root=~/sw",
+                             "--axis=factor=2", "--lengths=32", "--aggregate_only"], cwd=cwd, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (home / "sw" / "results.md").exists() and not (cwd / "~").exists()
+
+
 def test_a_train_sweep_refuses_a_scaling_its_points_cannot_take_before_training(tiny_config, tmp_path):
     points = sweep.select(sweep.expand(sweep.parse_axes(["model.posenc=rope,alibi"])))
     trained = []

@@ -142,6 +142,28 @@ def test_selection_skips_failed_points_keeps_the_earlier_of_ties_and_fails_when_
         tuning.tune("w", "ntk", 1024, 5, str(tmp_path), num_bytes=1000, progress=False)
 
 
+def test_a_root_under_the_home_directory_is_written_there(monkeypatch, tmp_path):
+    """--out=~/… reaches tune() as written (the shell expands no `~` after `--out=`): the result and the point
+    records go under $HOME, not into a directory named `~` in the working directory."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir(), cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(ev, "load_run", lambda w: type("R", (_FakeRun,), {"step": 7})())
+    monkeypatch.setattr(ev, "run_stream", lambda run, split: (np.zeros(100_000, np.uint8), None, "x"))
+    roots = []
+
+    def fake_sweep(workdir, root, points, *, lengths, scaling, num_bytes, split, progress, windows=False):
+        roots.append(root)
+        return [{"name": name, "point": point, "status": "done", "num_bytes": num_bytes,
+                 **{f"bpb_L{n}": 2.0 for n in lengths}} for name, point in points]
+
+    monkeypatch.setattr(sweep, "run_eval_sweep", fake_sweep)
+    tuning.tune("w", "ntk", 1024, 2, "~/tuned", num_bytes=4096, progress=False)
+    assert (home / "tuned" / "ntk_1024.json").exists() and not (cwd / "~").exists()
+    assert roots and all(r.startswith(str(home / "tuned" / "ntk_1024")) for r in roots)
+
+
 @pytest.mark.parametrize("rule", ["linear", "ntk", "yarn"])
 def test_a_static_rule_s_points_keep_their_factor_at_every_length(rule):
     """A tuned static point is one scaling at every test length: the target's s = 4, not L / L0."""
