@@ -30,6 +30,7 @@ import logging
 import os
 import pathlib
 import re
+import select as select_fds  # (`select` here names the plan filter below)
 import signal
 import socket
 import subprocess
@@ -286,52 +287,101 @@ SIGTERM_RETRY_SECONDS = 0.01
 SIGKILL_AFTER_SECONDS = 1.0
 
 
+class _SigtermWatch:
+    """What `exit_on_sigterm`'s handler shares with its watchdog, a daemon thread started with it.
+
+    The handler (main thread) only reads and sets the flags `raised` and `late` and writes one byte to the
+    non-blocking pipe ("t": a SIGTERM was handled; "r": one landed where its exit would be ignored, send it
+    again). It starts no thread and takes no lock, wherever in the main thread the signal lands: a thread it
+    started could fail to start (RuntimeError "can't start new thread" where `pthread_create` fails, raised in
+    place of the SystemExit: an `except Exception` would catch it, and no grace period would start). The
+    watchdog, which blocks SIGTERM so that the signal goes to the main thread, starts the grace period at the
+    first byte, sends SIGTERM again SIGTERM_RETRY_SECONDS after an "r", and `grace` seconds after the first sets
+    `late` and sends SIGTERM (the handler then restores its default and sends it again), then SIGKILL
+    SIGKILL_AFTER_SECONDS later. Its SIGTERMs go to the main thread (`pthread_kill`): one that another thread
+    (OpenBLAS's, XLA's) took would wait for the main thread's sleep or lock wait to end before its handler ran."""
+
+    def __init__(self, grace: float):
+        self.grace, self.pid, self.main = grace, os.getpid(), threading.main_thread().ident
+        self.raised = self.late = False
+        self._wake, self._waker = os.pipe()
+        os.set_blocking(self._waker, False)
+        threading.Thread(target=self._watch, name="exit_on_sigterm", daemon=True).start()
+
+    def note(self, what: bytes) -> None:
+        """Wakes the watchdog (from the handler): one write to a non-blocking pipe."""
+        try:
+            os.write(self._waker, what)
+        except BlockingIOError:  # the pipe is full of notes the watchdog has not read yet: one more adds nothing
+            pass
+
+    def _watch(self) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        first = retry = None  # time.monotonic() of the first note, and of the SIGTERM to send again
+        while True:
+            due = [t for t in (None if first is None else first + self.grace, retry) if t is not None]
+            timeout = max(0.0, min(due) - time.monotonic()) if due else None
+            if select_fds.select([self._wake], [], [], timeout)[0]:
+                notes, now = os.read(self._wake, 4096), time.monotonic()
+                first = now if first is None else first
+                if b"r" in notes and retry is None:
+                    retry = now + SIGTERM_RETRY_SECONDS
+            now = time.monotonic()
+            if first is not None and now >= first + self.grace:
+                self.late = True
+                signal.pthread_kill(self.main, signal.SIGTERM)
+                time.sleep(SIGKILL_AFTER_SECONDS)
+                os.kill(self.pid, signal.SIGKILL)
+                return
+            if retry is not None and now >= retry:
+                retry = None
+                signal.pthread_kill(self.main, signal.SIGTERM)
+
+
+_sigterm_watch: _SigtermWatch | None = None
+
+
+def _on_sigterm(signum, frame):
+    """`exit_on_sigterm`'s handler: sets flags, writes to a pipe, raises SystemExit once (`_SigtermWatch`)."""
+    watch = _sigterm_watch
+    if watch is None or watch.pid != os.getpid() or watch.late:
+        # `grace` seconds after the first SIGTERM (or in a process forked from the one that installed the
+        # handler, whose watchdog thread it lacks): SIGTERM's default ends the process now
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    if watch.raised:
+        return
+    if _exceptions_ignored_here(frame):
+        watch.note(b"r")
+        return
+    watch.raised = True
+    watch.note(b"t")
+    raise SystemExit(128 + signum)
+
+
 def exit_on_sigterm(grace: float = SIGTERM_GRACE_SECONDS) -> None:
     """Makes SIGTERM raise SystemExit, so that a terminated worker runs its `finally`s and removes its claim.
 
     Python runs the handler between two bytecodes of whatever runs then. Where that is a garbage-collector
     callback (JAX's `_xla_gc_callback` runs at every collection) or a `__del__`, an exception is ignored, so the
-    handler raises nothing there and sends SIGTERM again SIGTERM_RETRY_SECONDS later, to be handled outside it.
+    handler raises nothing there and SIGTERM is sent again SIGTERM_RETRY_SECONDS later, to be handled outside it.
     It raises once: a later SIGTERM is ignored while the `finally`s run (a worker of `spawn_workers` under
     `timeout` gets two, its process group's and its parent's `terminate`). Other callbacks that ignore
     exceptions are not recognized and a `finally` may hang, so `grace` seconds after the first SIGTERM the
-    handler restores SIGTERM's default and sends it again: a worker still alive then ends without its
+    handler restores SIGTERM's default and SIGTERM is sent again: a worker still alive then ends without its
     `finally`s (its claim, naming a dead process, is stale: `drop_stale_claim`). Where no handler runs then
     (the main thread inside C code, which runs none until it returns), SIGKILL follows SIGKILL_AFTER_SECONDS
-    later."""
-    raised, late = threading.Event(), threading.Event()
-    started = []
-
-    def later(delay: float, action) -> None:
-        def run():
-            time.sleep(delay)
-            action()
-
-        threading.Thread(target=run, daemon=True).start()
-
-    def end(signum: int) -> None:
-        late.set()
-        os.kill(os.getpid(), signum)
-        time.sleep(SIGKILL_AFTER_SECONDS)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    def _exit(signum, frame):
-        if late.is_set():  # `grace` seconds after the first SIGTERM: its default ends the worker now
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        if not started:
-            started.append(True)
-            later(grace, lambda: end(signum))
-        if raised.is_set():
-            return
-        if _exceptions_ignored_here(frame):
-            later(SIGTERM_RETRY_SECONDS, lambda: os.kill(os.getpid(), signum))
-            return
-        raised.set()
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, _exit)
+    later. The sending is done by a watchdog thread started here, never by the handler, which starts no thread
+    and takes no lock (`_SigtermWatch`). Calling it again in the same process keeps its handler and watchdog and
+    takes the new `grace`. A process forked from this one (without exec; the project forks none) has the handler
+    but not the watchdog: there SIGTERM's default ends it, until it calls `exit_on_sigterm` itself."""
+    global _sigterm_watch
+    signal.signal(signal.SIGTERM, _on_sigterm)  # (raises ValueError outside the main thread)
+    if _sigterm_watch is None or _sigterm_watch.pid != os.getpid():
+        _sigterm_watch = _SigtermWatch(grace)
+    else:
+        _sigterm_watch.grace = grace
 
 
 def work(jobs: Sequence[J], run_job: Callable[[J], None], results: pathlib.Path, *,

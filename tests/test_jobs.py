@@ -343,25 +343,43 @@ def test_spawn_workers_reaps_a_worker_that_exits_while_another_runs(tmp_path):
     assert (tmp_path / "w0").read_text() == "reaped"
 
 
+# The SIGTERM tests wait on what the child writes (a file, its output), never on time: their timeouts only bound
+# a failure. A child that must not reach its grace period gets one of 60 s or more; one that the grace period
+# ends may end by its SIGTERM (-15) or, where no handler ran within SIGKILL_AFTER_SECONDS (a starved process),
+# by SIGKILL (-9): neither runs the `finally`s.
+_CHILD_SECONDS = 60  # a failure's bound: a child that should have ended waits this long at most
+
+
+def _run_child(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                          timeout=_CHILD_SECONDS)
+
+
 def test_a_terminated_worker_removes_its_claim(tmp_path):
     script = f"""
 import pathlib, time
 from posenc import jobs
-jobs.exit_on_sigterm()
+jobs.exit_on_sigterm(grace=60)
 class Job:
     name, init_from = "slow", None
-jobs.work([Job()], lambda job: time.sleep(60), pathlib.Path({str(tmp_path)!r}))
+def run(job):
+    pathlib.Path({str(tmp_path / "running")!r}).write_text("")  # the claim is written, the job runs
+    for _ in range(1200):  # (short sleeps: a SIGTERM that another thread took cuts none; its handler runs after)
+        time.sleep(0.1)
+jobs.work([Job()], run, pathlib.Path({str(tmp_path)!r}))
 """
     proc = subprocess.Popen([sys.executable, "-c", script])
-    claim = tmp_path / "slow.claim"
-    deadline = time.time() + 60
-    while not claim.exists() and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.2)  # (created, then its content written)
-    assert claim.read_text().split()[0] == str(proc.pid)
-    proc.terminate()
-    assert proc.wait(timeout=30) == 128 + 15  # SystemExit(128 + SIGTERM)
-    assert not claim.exists()
+    try:
+        deadline = time.monotonic() + _CHILD_SECONDS
+        while not (tmp_path / "running").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (tmp_path / "slow.claim").read_text().split()[0] == str(proc.pid)
+        proc.terminate()
+        assert proc.wait(timeout=_CHILD_SECONDS) == 128 + 15  # SystemExit(128 + SIGTERM)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not (tmp_path / "slow.claim").exists()
 
 
 _SWALLOW = """
@@ -390,8 +408,7 @@ try:
         obj = Obj()
         ref = weakref.ref(obj, lambda r: term())
         del obj
-    print("still running", flush=True)
-    time.sleep(30)
+    time.sleep(120)
 finally:
     print("finally ran", flush=True)
 """
@@ -400,32 +417,28 @@ finally:
 @pytest.mark.parametrize("where", ["del", "gc"])
 def test_sigterm_in_a_callback_that_ignores_exceptions_raises_after_it(where):
     """SIGTERM arriving in a `__del__` or a garbage-collector callback (in the studies JAX's `_xla_gc_callback`):
-    a SystemExit raised there would be ignored and the worker would go on, so the handler sends SIGTERM again and
-    raises once the callback has returned; the worker's `finally`s run."""
-    proc = subprocess.run([sys.executable, "-c", _SWALLOW, where, "5", "0.2"], capture_output=True, text=True,
-                          timeout=30)
+    a SystemExit raised there would be ignored and the worker would go on, so the handler has SIGTERM sent again
+    and raises once the callback has returned; the worker's `finally`s run."""
+    proc = _run_child(_SWALLOW, where, "60", "0.2")
     assert proc.returncode == 128 + 15, proc.stderr  # SystemExit(128 + SIGTERM), not the grace period's kill
-    # (the SIGTERM sent again may land before or after "still running" is printed)
-    assert proc.stdout.splitlines()[-1] == "finally ran" and "SystemExit" not in proc.stderr
+    assert proc.stdout == "finally ran\n" and "SystemExit" not in proc.stderr
 
 
 def test_sigterm_whose_exit_is_swallowed_still_ends_the_worker():
-    """SIGTERM in a callback the handler does not recognize (a weakref callback): its SystemExit is lost, and the
-    handler's second SIGTERM ends the worker after the grace period instead of letting it go on."""
-    proc = subprocess.run([sys.executable, "-c", _SWALLOW, "weakref", "1.5", "0.2"], capture_output=True,
-                          text=True, timeout=30)
-    assert "still running" in proc.stdout and "SystemExit" in proc.stderr  # the exit was swallowed
-    assert proc.returncode == -15 and "finally ran" not in proc.stdout  # the default SIGTERM ended the worker
+    """SIGTERM in a callback the handler does not recognize (a weakref callback): its SystemExit is lost (Python
+    prints it as ignored), and the grace period's SIGTERM ends the worker, without its `finally`s, instead of
+    letting it sleep on (had the exit been raised, it would have ended with 128 + 15 and "finally ran")."""
+    proc = _run_child(_SWALLOW, "weakref", "0.5", "0.2")
+    assert "SystemExit" in proc.stderr  # the exit was swallowed
+    assert proc.returncode in (-15, -9) and "finally ran" not in proc.stdout  # the grace period ended the worker
 
 
 def test_sigterm_retried_past_the_grace_period_ends_the_worker():
-    """A callback that outlasts the grace period: the handler stops sending SIGTERM again to wait for its end,
-    and SIGTERM's default ends the worker (its `finally`s do not run)."""
-    start = time.time()
-    proc = subprocess.run([sys.executable, "-c", _SWALLOW, "del", "0.3", "20"], capture_output=True, text=True,
-                          timeout=30)
-    assert proc.returncode == -15 and "finally ran" not in proc.stdout
-    assert time.time() - start < 10  # not the callback's 20 seconds
+    """A callback that outlasts the grace period (here it would sleep 120 s, past the test's timeout): SIGTERM
+    is sent again until the grace period ends, and then the grace period's SIGTERM ends the worker (its
+    `finally`s do not run)."""
+    proc = _run_child(_SWALLOW, "del", "0.3", "120")
+    assert proc.returncode in (-15, -9) and "finally ran" not in proc.stdout
 
 
 def test_a_second_sigterm_while_the_finallys_run_is_ignored():
@@ -435,46 +448,109 @@ def test_a_second_sigterm_while_the_finallys_run_is_ignored():
     script = """
 import os, signal, time
 from posenc import jobs
-jobs.exit_on_sigterm(grace=5)
+jobs.exit_on_sigterm(grace=60)
 try:
     os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(30)
+    time.sleep(120)
 finally:
     os.kill(os.getpid(), signal.SIGTERM)  # the parent's terminate, while the cleanup runs
     time.sleep(0.2)
     print("finally ran", flush=True)
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    proc = _run_child(script)
     assert proc.returncode == 128 + 15, proc.stderr
     assert proc.stdout == "finally ran\n"
 
 
-def test_sigterm_retried_while_the_main_thread_is_in_c_code_ends_the_worker_after_the_grace(tmp_path):
-    """SIGTERM handled in a `__del__` (sent again to be handled after it), and then the main thread enters C
-    code that runs no Python signal handler until it returns (here `system("sleep 15")`; in the studies an XLA
-    compilation): the worker still ends about the grace period after the first SIGTERM."""
+def test_sigterm_retried_while_the_main_thread_runs_no_handler_ends_the_worker_after_the_grace():
+    """SIGTERM handled in a `__del__` (to be sent again after it), and then the main thread runs no Python
+    signal handler, as in C code until it returns (in the studies an XLA compilation; here SIGTERM is blocked in
+    it, so that no SIGTERM sent again can land before): the grace period's SIGTERM cannot end the worker, and
+    SIGKILL does, SIGKILL_AFTER_SECONDS after it."""
     script = """
-import ctypes, os, signal, time
+import os, signal, time
 from posenc import jobs
 jobs.exit_on_sigterm(grace=0.3)
+def step():
+    pass
 class Hook:
     def __del__(self):
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)  # handled here: it is to be sent again
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        step()  # (a SIGTERM sent again before the block is handled here, still in the `__del__`)
 Hook()
-print("in C", flush=True)
-ctypes.CDLL(None).system(b"sleep 15 > /dev/null 2>&1")
+time.sleep(120)
 """
-    log = tmp_path / "log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-c", script], stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
-        while "in C" not in log.read_text() and time.time() < deadline:
-            time.sleep(0.02)
-        start = time.time()
-        code = proc.wait(timeout=30)
-    assert time.time() - start < 8, log.read_text()  # not the C call's 15 seconds
-    assert code in (-15, -9)  # SIGTERM's default, or SIGKILL where no handler could run
+    assert _run_child(script).returncode == -signal.SIGKILL
+
+
+def test_sigterm_raises_where_no_thread_can_start():
+    """The handler starts no thread (its watchdog was started by `exit_on_sigterm`): where none can start
+    (`pthread_create` failing under a process limit or for want of memory; here for a stack no address space
+    holds), SIGTERM still raises SystemExit, not the RuntimeError "can't start new thread", which an
+    `except Exception` would catch and go on (with no grace period to end it)."""
+    script = """
+import os, signal, threading, time
+from posenc import jobs
+jobs.exit_on_sigterm(grace=60)
+threading.stack_size(1 << 47)
+try:
+    threading.Thread(target=print).start()
+except RuntimeError as e:
+    print(e, flush=True)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(120)
+finally:
+    print("finally ran", flush=True)
+"""
+    proc = _run_child(script)
+    assert proc.returncode == 128 + 15, proc.stderr
+    assert proc.stdout == "can't start new thread\nfinally ran\n"
+
+
+def test_exit_on_sigterm_twice_keeps_one_handler_and_takes_the_new_grace():
+    """A second call (a worker's `main` run twice in one process) adds no second watchdog and takes its grace:
+    a swallowed exit (weakref callback) ends the worker after the second call's 0.3 s, not the first's 600."""
+    script = """
+import os, signal, threading, time, weakref
+from posenc import jobs
+jobs.exit_on_sigterm(grace=600)
+once = threading.active_count()
+jobs.exit_on_sigterm(grace=0.3)
+print(once, threading.active_count(), flush=True)
+class Obj:
+    pass
+obj = Obj()
+ref = weakref.ref(obj, lambda r: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.2)))
+del obj
+time.sleep(120)
+"""
+    proc = _run_child(script)
+    once, twice = proc.stdout.split()
+    assert once == twice and proc.returncode in (-15, -9), proc.stderr
+
+
+def test_a_process_forked_after_exit_on_sigterm_ends_on_sigterm_and_leaves_its_parent_alone():
+    """A process forked from one that called `exit_on_sigterm` (none of the project's is: `subprocess` execs)
+    has its handler but not its watchdog thread: SIGTERM's default ends it, and its parent's watchdog never
+    hears of it (it would end the parent after the grace period)."""
+    script = """
+import os, signal, time
+from posenc import jobs
+jobs.exit_on_sigterm(grace=0.1)
+pid = os.fork()
+if pid == 0:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(120)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status), flush=True)
+time.sleep(1.5)  # past the parent's grace and SIGKILL, were its watchdog told
+print("parent alive", flush=True)
+"""
+    proc = _run_child(script)
+    assert proc.stdout.split("\n")[:2] == ["-15", "parent alive"] and proc.returncode == 0, proc.stderr
 
 
 def test_a_job_with_several_needs_starts_after_all_of_them(tmp_path):
