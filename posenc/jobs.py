@@ -295,18 +295,24 @@ class _SigtermWatch:
     again). It starts no thread and takes no lock, wherever in the main thread the signal lands: a thread it
     started could fail to start (RuntimeError "can't start new thread" where `pthread_create` fails, raised in
     place of the SystemExit: an `except Exception` would catch it, and no grace period would start). The
-    watchdog, which blocks SIGTERM so that the signal goes to the main thread, starts the grace period at the
-    first byte, sends SIGTERM again SIGTERM_RETRY_SECONDS after an "r", and `grace` seconds after the first sets
-    `late` and sends SIGTERM (the handler then restores its default and sends it again), then SIGKILL
-    SIGKILL_AFTER_SECONDS later. Its SIGTERMs go to the main thread (`pthread_kill`): one that another thread
-    (OpenBLAS's, XLA's) took would wait for the main thread's sleep or lock wait to end before its handler ran."""
+    watchdog, started with SIGTERM blocked (it inherits the mask) so that the signal goes to the main thread,
+    starts the grace period at the first byte, sends SIGTERM again SIGTERM_RETRY_SECONDS after an "r", and
+    `grace` seconds after the first sets `late` and sends SIGTERM (the handler then restores its default and
+    sends it again), then SIGKILL SIGKILL_AFTER_SECONDS later. Its SIGTERMs go to the main thread
+    (`pthread_kill`): one that another thread (OpenBLAS's, XLA's) took would wait for the main thread's sleep or
+    lock wait to end before its handler ran."""
 
     def __init__(self, grace: float):
         self.grace, self.pid, self.main = grace, os.getpid(), threading.main_thread().ident
         self.raised = self.late = False
         self._wake, self._waker = os.pipe()
         os.set_blocking(self._waker, False)
-        threading.Thread(target=self._watch, name="exit_on_sigterm", daemon=True).start()
+        # started with SIGTERM blocked, which it inherits: no SIGTERM can land in it before its first instruction
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            threading.Thread(target=self._watch, name="exit_on_sigterm", daemon=True).start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)  # the main thread's mask as it was
 
     def note(self, what: bytes) -> None:
         """Wakes the watchdog (from the handler): one write to a non-blocking pipe."""
@@ -316,7 +322,6 @@ class _SigtermWatch:
             pass
 
     def _watch(self) -> None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         first = retry = None  # time.monotonic() of the first note, and of the SIGTERM to send again
         while True:
             due = [t for t in (None if first is None else first + self.grace, retry) if t is not None]

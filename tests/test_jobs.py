@@ -553,6 +553,31 @@ print("parent alive", flush=True)
     assert proc.stdout.split("\n")[:2] == ["-15", "parent alive"] and proc.returncode == 0, proc.stderr
 
 
+def test_the_watchdog_thread_starts_with_sigterm_blocked_and_the_main_thread_keeps_its_mask():
+    """The watchdog has SIGTERM blocked from its first instruction (it inherits the mask it is started under): a
+    SIGTERM arriving while it starts cannot be taken by it, where it would wait for the main thread's blocking call
+    to end before its handler ran. The main thread's mask is as it was (SIGTERM reaches it)."""
+    script = """
+import signal, threading
+from posenc import jobs
+at_start = []
+watch = jobs._SigtermWatch._watch
+def recorded(self):
+    at_start.append(signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+    watch(self)
+jobs._SigtermWatch._watch = recorded
+jobs.exit_on_sigterm(grace=60)
+(thread,) = [t for t in threading.enumerate() if t.name == "exit_on_sigterm"]
+for _ in range(6000):
+    if at_start:
+        break
+    thread.join(0.01)
+print(at_start, signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, set()), flush=True)
+"""
+    proc = _run_child(script)
+    assert proc.returncode == 0 and proc.stdout == "[True] False\n", (proc.stdout, proc.stderr)
+
+
 def test_a_job_with_several_needs_starts_after_all_of_them(tmp_path):
     """`pick` needs `a` and `b`: it runs last however the plan orders it, and not at all while one is missing."""
     order = []
