@@ -833,6 +833,8 @@ def test_gpu_check_ends_by_its_deadline_and_records_the_steps_it_had_no_time_for
   *" scripts/benchmark_gpu.py "*)
     for a in "$@"; do [[ $a == --out=* ]] && echo '{"commit": "abc1234", "rows": []}' > "${a#--out=}"; done; exit 0;;""")
     out = tmp_path / "out"
+    out.mkdir()
+    (out / "gpu_posenc_attention.json").write_text('{"commit": "old"}')  # an earlier run's, of a step skipped now
     env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "OUT": str(out), "COMMIT": "abc1234",
            "WHEELS": str(tmp_path / "no_wheels"), "SITE": str(tmp_path / "site"), "DEADLINE_SECONDS": "12",
            "MIN_STEP_SECONDS": "3", "KILL_AFTER_SECONDS": "1"}
@@ -844,6 +846,7 @@ def test_gpu_check_ends_by_its_deadline_and_records_the_steps_it_had_no_time_for
     log = (out / "gpu_check.log").read_text()
     assert done.returncode == 1 and took < 12 + 5, (took, log[-3000:])
     assert (out / "gpu.json").exists()  # the benchmark ran, before everything else
+    assert not (out / "gpu_posenc_attention.json").exists()  # skipped: no older result left under this commit
     steps = json.loads((out / "provenance.json").read_text())["steps"]
     assert list(steps) == ["benchmark", "accuracy", "posenc_attention", "batch64", "profile"]
     assert steps["benchmark"].startswith("ok (")

@@ -26,6 +26,10 @@ MIN_STEP_SECONDS=${MIN_STEP_SECONDS:-20} KILL_AFTER_SECONDS=${KILL_AFTER_SECONDS
 SECONDS=0  # bash's clock of this run: the deadline counts from here
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+# the results this check writes, from an earlier run into the same folder, go first: a step that is skipped, times
+# out or fails must leave no older file that provenance.json would label with this run's commit
+rm -f "$OUT"/gpu.json "$OUT"/gpu_posenc_attention.json "$OUT"/gpu_gpt2_batch64.json "$OUT"/gpu_gpt2_profile* \
+  "$OUT"/provenance.json
 cd "$(dirname "$0")/../.."
 exec > >(tee "$OUT/gpu_check.log") 2>&1
 steps=()  # '"name": "outcome"' JSON members, in the order the steps ran
