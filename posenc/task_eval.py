@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from posenc import data, decode, tasks
 from posenc.evaluate import (ATTN_CHUNK, Z95, Evaluator, Run, applies, check_scaling_names, check_scalings_apply,
                              check_split, checked_lengths, hf_run, load_run, method_applies, parse_methods,
-                             prepare_out_dir, scaling_for, series_axes, series_style, skipped)
+                             _pyplot, prepare_out_dir, scaling_for, series_axes, series_style, skipped)
 from posenc.training_free import Method
 
 
@@ -363,15 +363,6 @@ def markdown_table(result: dict[str, Any]) -> str:
                 parts.append(f"{100 * c[0] / c[1]:.0f} ({100 * lo:.0f}–{100 * hi:.0f})")
         lines.append(f"| {s} | " + " | ".join(parts) + " |")
     return "\n".join(lines)
-
-
-def _pyplot():
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    return plt
 
 
 def plot_accuracy(series: dict[str, list[tuple[int, tuple[int, int] | None]]], train_lens, path, *,
